@@ -1,0 +1,181 @@
+"""BertConfig: the Hugging Face BERT config as a frozen dataclass.
+
+It reads and writes transformers' ``config.json``. Keys that jaxbert does not
+model (``architectures``, ``torch_dtype``, ``transformers_version``, ...) are
+kept in ``extra`` so that a round trip loses nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+ACTIVATIONS = (
+    "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
+    "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
+)
+POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
+PRESETS = (
+    "bert-tiny", "bert-mini", "bert-small", "bert-medium",
+    "bert-base-uncased", "bert-base-cased", "bert-large-uncased",
+)
+
+
+class ConfigError(ValueError):
+    """An invalid config value; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """transformers' BertConfig. ``BertConfig()`` is bert-base-uncased."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    use_cache: bool = True
+    classifier_dropout: float | None = None
+    is_decoder: bool = False
+    add_cross_attention: bool = False
+    tie_word_embeddings: bool = True
+    # num_labels is derived from id2label when that is given; otherwise it
+    # makes LABEL_0 .. LABEL_{n-1}, as transformers does.
+    num_labels: int | None = None
+    id2label: Mapping[int, str] | None = None
+    label2id: Mapping[str, int] | None = None
+    # Every other key of config.json, kept verbatim for the round trip.
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        id2label = self.id2label
+        if id2label is None:
+            n = 2 if self.num_labels is None else self.num_labels
+            id2label = {i: f"LABEL_{i}" for i in range(n)}
+        id2label = {int(k): str(v) for k, v in id2label.items()}
+        label2id = self.label2id
+        if label2id is None:
+            label2id = {v: k for k, v in id2label.items()}
+        label2id = {str(k): int(v) for k, v in label2id.items()}
+        object.__setattr__(self, "id2label", id2label)
+        object.__setattr__(self, "label2id", label2id)
+        object.__setattr__(self, "num_labels", len(id2label))
+        object.__setattr__(self, "extra", dict(self.extra))
+        self.validate()
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is unknown; expected one of {ACTIVATIONS}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ConfigError(
+                f"position_embedding_type {self.position_embedding_type!r} is unknown; "
+                f"expected one of {POSITION_EMBEDDING_TYPES}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {value!r}")
+        if not self.initializer_range > 0:
+            raise ConfigError(f"initializer_range must be > 0, got {self.initializer_range!r}")
+        if not self.layer_norm_eps > 0:
+            raise ConfigError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.num_labels <= 0:
+            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
+
+    def __hash__(self):
+        # Modules hold the config and may be jit static arguments, so it must hash.
+        return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def architectures(self) -> list[str] | None:
+        return self.extra.get("architectures")
+
+    def replace(self, **changes) -> "BertConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ---- config.json -------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "BertConfig":
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known}
+        if "id2label" in kwargs and kwargs["id2label"] is not None:
+            kwargs["num_labels"] = None  # id2label decides
+        return cls(**kwargs, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.extra)
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if f.name == "id2label":
+                value = {str(k): v for k, v in value.items()}
+            if f.name == "num_labels":
+                continue  # transformers derives it from id2label
+            out[f.name] = value
+        out.setdefault("model_type", "bert")
+        return out
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> "BertConfig":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} is not a JSON object")
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from e
+
+    def to_json_file(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path) -> "BertConfig":
+        """A preset name (``bert-base-uncased``), a config.json, or a directory holding one."""
+        if str(name_or_path) in PRESETS:
+            return preset(str(name_or_path))
+        path = Path(name_or_path)
+        if path.is_dir():
+            path = path / "config.json"
+        return cls.from_json_file(path)
+
+
+def preset(name: str) -> BertConfig:
+    """A preset from configs/model/ (shipped inside the package as jaxbert.configs)."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; expected one of {PRESETS}")
+    text = resources.files("jaxbert.configs").joinpath("model", f"{name}.json").read_text()
+    return BertConfig.from_dict(json.loads(text))

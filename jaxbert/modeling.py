@@ -1,0 +1,218 @@
+"""BERT building blocks in flax.linen, named exactly as transformers names them.
+
+Post-LN transformer: embeddings -> LayerNorm -> dropout, then per layer
+attention -> dense -> dropout -> add & LayerNorm -> dense(I) -> act ->
+dense(H) -> dropout -> add & LayerNorm.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from .modeling_attention import BertSelfAttention
+from .modeling_utils import ACT_FNS, REMAT_POLICIES, Array, BertModule
+
+
+class BertEmbeddings(BertModule):
+    """input_ids, token_type_ids, position_ids [B, L] -> embeddings [B, L, H]."""
+
+    def setup(self):
+        cfg = self.config
+        self.word_embeddings = self.embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"),
+                                          "word_embeddings", pad_row=cfg.pad_token_id)
+        # transformers creates the absolute table for every position_embedding_type.
+        self.position_embeddings = self.embed(cfg.max_position_embeddings, cfg.hidden_size,
+                                              (None, "embed"), "position_embeddings")
+        self.token_type_embeddings = self.embed(cfg.type_vocab_size, cfg.hidden_size,
+                                                (None, "embed"), "token_type_embeddings")
+        self.LayerNorm = self.layer_norm()
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def __call__(self, input_ids, token_type_ids, position_ids, deterministic=True):
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        if self.config.position_embedding_type == "absolute":
+            x = x + self.position_embeddings(position_ids)
+        x = self.LayerNorm(x)
+        return self.dropout(x, deterministic=deterministic)
+
+
+class BertSelfOutput(BertModule):
+    """dense -> dropout -> residual add -> LayerNorm."""
+
+    @nn.compact
+    def __call__(self, hidden_states, input_tensor, deterministic=True):
+        x = self.dense(self.config.hidden_size, ("heads", "embed"), "dense")(hidden_states)
+        x = nn.Dropout(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
+        return self.layer_norm()(x + input_tensor)
+
+
+class BertAttention(BertModule):
+    """Self- (or cross-) attention followed by BertSelfOutput."""
+
+    is_cross: bool = False
+
+    @nn.compact
+    def __call__(self, hidden_states, mask, kv=None, layer_head_mask=None,
+                 deterministic=True, output_attentions=False):
+        context, probs = BertSelfAttention(**self.options(), is_cross=self.is_cross, name="self")(
+            hidden_states, mask, kv, layer_head_mask, deterministic, output_attentions)
+        out = BertSelfOutput(**self.options(), name="output")(context, hidden_states, deterministic)
+        return out, probs
+
+
+class BertIntermediate(BertModule):
+    @nn.compact
+    def __call__(self, hidden_states):
+        x = self.dense(self.config.intermediate_size, ("embed", "mlp"), "dense")(hidden_states)
+        return ACT_FNS[self.config.hidden_act](x)
+
+
+class BertOutput(BertModule):
+    @nn.compact
+    def __call__(self, hidden_states, input_tensor, deterministic=True):
+        x = self.dense(self.config.hidden_size, ("mlp", "embed"), "dense")(hidden_states)
+        x = nn.Dropout(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
+        return self.layer_norm()(x + input_tensor)
+
+
+class BertLayer(BertModule):
+    """One transformer layer.
+
+    Args:
+      hidden_states: [B, T, H].
+      layer_head_mask: [N] or None.
+      mask: bool [B, 1, T, T] self-attention mask.
+      encoder_hidden_states: [B, S, H] or None; needs config.add_cross_attention.
+      encoder_mask: bool [B, 1, 1, S].
+    Returns:
+      (hidden_states [B, T, H], (self-attention probs, cross-attention probs)).
+    """
+
+    def setup(self):
+        self.attention = BertAttention(**self.options())
+        if self.config.add_cross_attention:
+            self.crossattention = BertAttention(**self.options(), is_cross=True)
+        self.intermediate = BertIntermediate(**self.options())
+        self.output = BertOutput(**self.options())
+
+    def __call__(self, hidden_states, layer_head_mask, mask, encoder_hidden_states=None,
+                 encoder_mask=None, deterministic=True, output_attentions=False):
+        x, probs = self.attention(hidden_states, mask, None, layer_head_mask,
+                                  deterministic, output_attentions)
+        cross_probs = None
+        if encoder_hidden_states is not None:
+            if not self.config.add_cross_attention:
+                raise ValueError("encoder_hidden_states given but config.add_cross_attention is False")
+            x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
+                                                 layer_head_mask, deterministic, output_attentions)
+        y = self.output(self.intermediate(x), x, deterministic)
+        return y, (probs, cross_probs)
+
+
+class _ScanBertLayer(BertLayer):
+    """BertLayer in nn.scan's (carry, x) -> (carry, y) form; y is what the caller
+    may want per layer: the hidden state and attention probabilities."""
+
+    def __call__(self, carry, layer_head_mask, *args):
+        hidden, probs = super().__call__(carry, layer_head_mask, *args)
+        return hidden, (hidden, probs)
+
+
+class BertEncoder(BertModule):
+    """The layer stack; params under encoder/layer/{0..L-1}, or encoder/layer with
+    a leading layer axis when scan_layers is set.
+
+    Returns (last hidden state, per-layer hidden states or None, (self probs, cross probs)).
+    """
+
+    @nn.compact
+    def __call__(self, hidden_states, mask, head_mask=None, encoder_hidden_states=None,
+                 encoder_mask=None, deterministic=True, output_hidden_states=False,
+                 output_attentions=False):
+        cfg = self.config
+        L = cfg.num_hidden_layers
+        policy = REMAT_POLICIES[self.remat_policy]
+        layer_cls = _ScanBertLayer if self.scan_layers else BertLayer
+        if self.remat_policy != "none":
+            # deterministic and output_attentions (args 6, 7 counting self) stay static.
+            layer_cls = nn.remat(layer_cls, policy=policy, prevent_cse=not self.scan_layers,
+                                 static_argnums=(6, 7))
+        if self.scan_layers:
+            scanned = nn.scan(
+                layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                in_axes=(0 if head_mask is not None else nn.broadcast,) + (nn.broadcast,) * 5,
+                length=L, metadata_params={nn.PARTITION_NAME: "layers"})
+            hidden_states, (per_layer, (probs, cross)) = scanned(**self.options(), name="layer")(
+                hidden_states, head_mask, mask, encoder_hidden_states, encoder_mask,
+                deterministic, output_attentions)
+            layer_states = tuple(per_layer[i] for i in range(L)) if output_hidden_states else None
+            unstack = (lambda a: None if a is None else tuple(a[i] for i in range(L)))
+            return hidden_states, layer_states, (unstack(probs), unstack(cross))
+
+        layer_states, all_probs, all_cross = [], [], []
+        stack = _LayerCollection(**self.options(), name="layer")
+        for i in range(L):
+            hidden_states, (probs, cross) = stack.apply_layer(
+                layer_cls, i, hidden_states, None if head_mask is None else head_mask[i],
+                mask, encoder_hidden_states, encoder_mask, deterministic, output_attentions)
+            layer_states.append(hidden_states)
+            all_probs.append(probs)
+            all_cross.append(cross)
+        attn = tuple(all_probs) if output_attentions else None
+        cross = tuple(all_cross) if output_attentions and encoder_hidden_states is not None else None
+        return hidden_states, (tuple(layer_states) if output_hidden_states else None), (attn, cross)
+
+
+class _LayerCollection(BertModule):
+    """Holds layers named '0', '1', ... so the tree reads encoder/layer/0, as in transformers."""
+
+    @nn.compact
+    def apply_layer(self, layer_cls, i, *args):
+        return layer_cls(**self.options(), name=str(i))(*args)
+
+
+class BertPooler(BertModule):
+    """tanh(dense(first token)): [B, L, H] -> [B, H]."""
+
+    @nn.compact
+    def __call__(self, hidden_states):
+        return jnp.tanh(self.dense(self.config.hidden_size, ("embed", None), "dense")(hidden_states[:, 0]))
+
+
+class BertPredictionHeadTransform(BertModule):
+    @nn.compact
+    def __call__(self, hidden_states):
+        x = self.dense(self.config.hidden_size, ("embed", None), "dense")(hidden_states)
+        return self.layer_norm()(ACT_FNS[self.config.hidden_act](x))
+
+
+class BertLMPredictionHead(BertModule):
+    """transform -> decoder -> + bias. The decoder is the word-embedding matrix
+    (tied) unless config.tie_word_embeddings is False; the bias is always its own.
+
+    Args:
+      hidden_states: [B, M, H] (all positions, or only the gathered masked ones).
+      word_embeddings: [V, H] table for the tied decoder.
+    Returns: logits [B, M, V].
+    """
+
+    @nn.compact
+    def __call__(self, hidden_states, word_embeddings: Optional[Array] = None):
+        cfg = self.config
+        x = BertPredictionHeadTransform(**self.options(), name="transform")(hidden_states)
+        if cfg.tie_word_embeddings:
+            logits = jnp.einsum("BMH,VH->BMV", x, word_embeddings.astype(self.dtype))
+        else:
+            logits = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
+        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                          (cfg.vocab_size,), self.param_dtype)
+        return logits + bias.astype(self.dtype)
+
+
+def gather_positions(hidden_states: Array, positions: Array) -> Array:
+    """[B, L, H] at positions [B, M] -> [B, M, H]."""
+    return jnp.take_along_axis(hidden_states, positions[..., None].astype(jnp.int32), axis=1)

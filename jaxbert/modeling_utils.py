@@ -1,0 +1,176 @@
+"""Shared pieces of the BERT modules: options, activations, initialisers, outputs."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from .config import BertConfig
+
+Array = jax.Array
+
+ATTENTION_IMPLS = ("einsum", "dot_product")
+REMAT_POLICIES = {
+    "none": None,  # no remat
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _gelu_tanh(x):
+    return jax.nn.gelu(x, approximate=True)
+
+
+ACT_FNS: dict[str, Callable[[Array], Array]] = {
+    # transformers' "gelu" is the exact erf form; "gelu_new" and friends are the tanh form.
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_python": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_fast": _gelu_tanh,
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
+    "linear": lambda x: x,
+}
+
+
+@flax.struct.dataclass
+class ModelOutput:
+    """What every jaxbert model returns; fields a model does not produce stay None.
+
+    Field names follow transformers. Shapes: logits / prediction_logits [B, L, V]
+    (or [B, M, V] when masked_positions [B, M] is given); last_hidden_state
+    [B, L, H]; pooler_output [B, H]; hidden_states a tuple of num_layers + 1
+    arrays [B, L, H] (embeddings first); attentions a tuple of [B, N, L, L].
+    """
+
+    logits: Optional[Array] = None
+    last_hidden_state: Optional[Array] = None
+    pooler_output: Optional[Array] = None
+    hidden_states: Optional[tuple] = None
+    attentions: Optional[tuple] = None
+    cross_attentions: Optional[tuple] = None
+    prediction_logits: Optional[Array] = None
+    seq_relationship_logits: Optional[Array] = None
+    start_logits: Optional[Array] = None
+    end_logits: Optional[Array] = None
+
+
+class BertModule(nn.Module):
+    """Base of every jaxbert module: the whole config plus the run-time options.
+
+    Attributes:
+      config: the model description (transformers' fields).
+      dtype: compute dtype (activations, matmuls).
+      param_dtype: dtype the params are created in.
+      scan_layers: nn.scan over the layer stack; one layer is compiled, and the
+        per-layer param dicts become one dict with a leading layer axis.
+      remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
+      attention_impl: "einsum" (explicit softmax) or "dot_product"
+        (jax.nn.dot_product_attention, cuDNN flash attention on GPU).
+    """
+
+    config: BertConfig
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+    scan_layers: bool = False
+    remat_policy: str = "none"
+    attention_impl: str = "einsum"
+
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments that hand this module's config and options to a child."""
+        return dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype,
+                    scan_layers=self.scan_layers, remat_policy=self.remat_policy,
+                    attention_impl=self.attention_impl)
+
+    def dense(self, features: int, axes: tuple, name: str, use_bias: bool = True) -> nn.Dense:
+        """A Dense with transformers' init: normal(initializer_range) kernel, zero bias."""
+        return nn.Dense(
+            features, use_bias=use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+            kernel_init=nn.with_logical_partitioning(
+                nn.initializers.normal(self.config.initializer_range), axes),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
+            name=name)
+
+    def layer_norm(self, name: str = "LayerNorm") -> nn.LayerNorm:
+        # use_fast_variance=False: two-pass variance, as PyTorch computes it.
+        return nn.LayerNorm(
+            epsilon=self.config.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype,
+            use_fast_variance=False,
+            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            name=name)
+
+    def embed(self, num: int, features: int, axes: tuple, name: str, pad_row: int | None = None):
+        init = nn.initializers.normal(self.config.initializer_range)
+        if pad_row is not None:
+            init = _zero_row(init, pad_row)
+        return nn.Embed(num, features, dtype=self.dtype, param_dtype=self.param_dtype,
+                        embedding_init=nn.with_logical_partitioning(init, axes), name=name)
+
+
+def _zero_row(init, row: int):
+    """transformers zeroes the padding_idx row of the word embeddings at init."""
+    def wrapped(key, shape, dtype=jnp.float32):
+        return init(key, shape, dtype).at[row].set(0)
+    return wrapped
+
+
+def validate_options(module: BertModule) -> None:
+    if module.attention_impl not in ATTENTION_IMPLS:
+        raise ValueError(f"attention_impl {module.attention_impl!r} is unknown; expected one of {ATTENTION_IMPLS}")
+    if module.remat_policy not in REMAT_POLICIES:
+        raise ValueError(f"remat_policy {module.remat_policy!r} is unknown; expected one of {tuple(REMAT_POLICIES)}")
+
+
+# ---- scanned <-> per-layer param layouts --------------------------------------
+
+def _find_layer_parent(tree: dict, path=()):
+    """Yield (path, encoder dict) for every dict that holds the layer stack."""
+    if isinstance(tree, dict):
+        if "layer" in tree and isinstance(tree["layer"], dict):
+            yield path, tree
+        else:
+            for k, v in tree.items():
+                yield from _find_layer_parent(v, path + (k,))
+
+
+def _map_encoders(params, fn):
+    params = flax.core.unfreeze(params) if isinstance(params, flax.core.FrozenDict) else params
+    params = jax.tree_util.tree_map(lambda x: x, params)  # shallow-safe copy of the dict tree
+    for _, encoder in list(_find_layer_parent(params)):
+        encoder["layer"] = fn(encoder["layer"])
+    return params
+
+
+def unscan_params(params: dict) -> dict:
+    """Scanned layout (one 'layer' dict, leading layer axis) -> {'0': ..., '1': ...}."""
+    def split(layer):
+        if all(k.isdigit() for k in layer):
+            return layer  # already per-layer
+        n = jax.tree_util.tree_leaves(layer)[0].shape[0]
+        return {str(i): jax.tree_util.tree_map(lambda x, i=i: x[i], layer) for i in range(n)}
+    return _map_encoders(params, split)
+
+
+def scan_params(params: dict) -> dict:
+    """Per-layer layout {'0': ..., '1': ...} -> scanned (leading layer axis)."""
+    def stack(layer):
+        if not all(k.isdigit() for k in layer):
+            return layer  # already scanned
+        layers = [layer[str(i)] for i in range(len(layer))]
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *layers)
+    return _map_encoders(params, stack)
+
+
+def is_scanned(params: dict) -> bool:
+    return any(not all(k.isdigit() for k in enc["layer"]) for _, enc in _find_layer_parent(params))
