@@ -65,10 +65,9 @@ class BertConfig:
             n = 2 if self.num_labels is None else self.num_labels
             id2label = {i: f"LABEL_{i}" for i in range(n)}
         id2label = {int(k): str(v) for k, v in id2label.items()}
-        label2id = self.label2id
-        if label2id is None:
+        label2id = {str(k): int(v) for k, v in (self.label2id or {}).items()}
+        if set(label2id) != set(id2label.values()):  # missing, or left over from other labels
             label2id = {v: k for k, v in id2label.items()}
-        label2id = {str(k): int(v) for k, v in label2id.items()}
         object.__setattr__(self, "id2label", id2label)
         object.__setattr__(self, "label2id", label2id)
         object.__setattr__(self, "num_labels", len(id2label))
@@ -119,6 +118,8 @@ class BertConfig:
         return self.extra.get("architectures")
 
     def replace(self, **changes) -> "BertConfig":
+        if "num_labels" in changes and "id2label" not in changes:
+            changes.update(id2label=None, label2id=None)  # relabel LABEL_0 .. LABEL_{n-1}
         return dataclasses.replace(self, **changes)
 
     # ---- config.json -------------------------------------------------------

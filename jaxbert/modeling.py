@@ -36,6 +36,9 @@ class BertEmbeddings(BertModule):
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         if self.config.position_embedding_type == "absolute":
             x = x + self.position_embeddings(position_ids)
+        else:
+            # Unused, but transformers' checkpoints hold it: create it so the trees match.
+            _ = self.position_embeddings.embedding
         x = self.LayerNorm(x)
         return self.dropout(x, deterministic=deterministic)
 
@@ -104,6 +107,9 @@ class BertLayer(BertModule):
         x, probs = self.attention(hidden_states, mask, None, layer_head_mask,
                                   deterministic, output_attentions)
         cross_probs = None
+        if encoder_hidden_states is None and self.config.add_cross_attention and self.is_initializing():
+            # init without encoder states must still create the crossattention params.
+            self.crossattention(x, jnp.ones((1, 1, 1, x.shape[1]), bool), x)
         if encoder_hidden_states is not None:
             if not self.config.add_cross_attention:
                 raise ValueError("encoder_hidden_states given but config.add_cross_attention is False")

@@ -235,7 +235,8 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         out = self._bert(False)(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
                                 deterministic=deterministic, output_hidden_states=output_hidden_states,
                                 output_attentions=output_attentions)
-        logits = self.dense(2, ("embed", None), "qa_outputs")(out.last_hidden_state)
+        # transformers sizes qa_outputs by num_labels (2 in practice) and reads columns 0 and 1.
+        logits = self.dense(self.config.num_labels, ("embed", None), "qa_outputs")(out.last_hidden_state)
         start, end = logits[..., 0], logits[..., 1]
         return out.replace(logits=logits, start_logits=start, end_logits=end)
 
