@@ -31,8 +31,12 @@ class BertEmbeddings(BertModule):
                                                 (None, "embed"), "token_type_embeddings")
         self.LayerNorm = self.layer_norm()
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        if self.decode:  # how many positions the cache holds already
+            self.position_index = self.variable("cache", "position_index", lambda: jnp.array(0, jnp.int32))
 
-    def __call__(self, input_ids, token_type_ids, position_ids, deterministic=True):
+    def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
+        if position_ids is None:
+            position_ids = self._default_positions(input_ids.shape)
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         if self.config.position_embedding_type == "absolute":
             x = x + self.position_embeddings(position_ids)
@@ -41,6 +45,15 @@ class BertEmbeddings(BertModule):
             _ = self.position_embeddings.embedding
         x = self.LayerNorm(x)
         return self.dropout(x, deterministic=deterministic)
+
+    def _default_positions(self, shape):
+        """0..L-1, or, when decoding, continuing from the tokens already cached."""
+        B, L = shape
+        positions = jnp.arange(L)
+        if self.decode and not self.is_initializing():
+            positions = positions + self.position_index.value
+            self.position_index.value = self.position_index.value + L
+        return jnp.broadcast_to(positions, (B, L))
 
 
 class BertSelfOutput(BertModule):
@@ -107,12 +120,15 @@ class BertLayer(BertModule):
         x, probs = self.attention(hidden_states, mask, None, layer_head_mask,
                                   deterministic, output_attentions)
         cross_probs = None
+        if encoder_hidden_states is not None and not self.config.add_cross_attention:
+            raise ValueError("encoder_hidden_states given but config.add_cross_attention is False")
         if encoder_hidden_states is None and self.config.add_cross_attention and self.is_initializing():
             # init without encoder states must still create the crossattention params.
-            self.crossattention(x, jnp.ones((1, 1, 1, x.shape[1]), bool), x)
-        if encoder_hidden_states is not None:
-            if not self.config.add_cross_attention:
-                raise ValueError("encoder_hidden_states given but config.add_cross_attention is False")
+            encoder_hidden_states = x
+        # Under decode, cross-attention reads the encoder keys/values from its cache.
+        if encoder_hidden_states is not None or (self.decode and self.config.add_cross_attention):
+            if encoder_mask is None:
+                encoder_mask = jnp.ones((1, 1, 1, 1), bool)
             x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
                                                  layer_head_mask, deterministic, output_attentions)
         y = self.output(self.intermediate(x), x, deterministic)
@@ -149,7 +165,7 @@ class BertEncoder(BertModule):
                                  static_argnums=(6, 7))
         if self.scan_layers:
             scanned = nn.scan(
-                layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                layer_cls, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=(0 if head_mask is not None else nn.broadcast,) + (nn.broadcast,) * 5,
                 length=L, metadata_params={nn.PARTITION_NAME: "layers"})
             hidden_states, (per_layer, (probs, cross)) = scanned(**self.options(), name="layer")(

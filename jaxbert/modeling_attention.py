@@ -46,17 +46,21 @@ def _project(x: Array, params: list[tuple[Array, Array]], dtype) -> list[Array]:
 
 
 class BertSelfAttention(BertModule):
-    """Multi-head attention: self-attention, or cross-attention when ``kv`` is given.
+    """Multi-head attention: self-attention, or cross-attention when ``is_cross``.
 
     Args:
       hidden_states: [B, T, H] queries (and keys/values for self-attention).
-      mask: bool [B, 1 or T, T or S] (broadcastable to [B, N, T, S]); True = attend.
-      kv: [B, S, H] encoder states for cross-attention, else None.
+      mask: bool padding mask broadcastable to [B, 1, T, S]; True = attend. The
+        causal part (config.is_decoder) is added here, where the cache offset is known.
+      kv: [B, S, H] encoder states for cross-attention; None reads them from the cache.
       layer_head_mask: [N] multiplier of the attention probabilities, or None.
-      is_cross: whether this is a cross-attention block (no relative positions there,
-        as transformers forces absolute for cross-attention).
     Returns:
       context [B, T, H] and the attention probabilities [B, N, T, S] (or None).
+
+    With ``decode`` set, keys and values live in the 'cache' collection: init
+    sizes the self-attention cache from its input [B, max_len, H]; each apply
+    writes the T new keys at cache_index and attends over the whole cache.
+    Cross-attention caches the projected encoder states once.
     """
 
     is_cross: bool = False
@@ -70,19 +74,25 @@ class BertSelfAttention(BertModule):
         q_p, k_p, v_p = (DenseParams(H, H, ("embed", "heads"), r, self.param_dtype, name=n)()
                          for n in ("query", "key", "value"))
         B, T, _ = hidden_states.shape
-        if kv is None:
-            q, k, v = _project(hidden_states, [q_p, k_p, v_p], self.dtype)
+        split_heads = lambda x: x.reshape(B, x.shape[1], N, D)  # [B, T, H] -> [B, T, N, D]
+        offset = 0  # position of the first query among the keys
+        if not self.is_cross:
+            q, k, v = map(split_heads, _project(hidden_states, [q_p, k_p, v_p], self.dtype))
+            if self.decode:
+                k, v, offset, valid = self._update_cache(k, v)
+                mask = mask & valid
         else:
-            (q,) = _project(hidden_states, [q_p], self.dtype)
-            k, v = _project(kv, [k_p, v_p], self.dtype)
+            (q,) = map(split_heads, _project(hidden_states, [q_p], self.dtype))
+            k, v = self._cross_kv(kv, k_p, v_p, split_heads)
         S = k.shape[1]
-        # [B, T, H] -> [B, T, N, D]
-        q, k, v = (x.reshape(B, x.shape[1], N, D) for x in (q, k, v))
+        if cfg.is_decoder and not self.is_cross:
+            mask = mask & (jnp.arange(T)[:, None] + offset >= jnp.arange(S)[None, :])
 
-        bias = None  # additive score bias [B or 1, N or 1, T, S], already scaled
+        bias = None  # additive score bias [1, N, T, S], already scaled
+        # transformers uses absolute positions (none in attention) for cross-attention.
         pos_type = "absolute" if self.is_cross else cfg.position_embedding_type
         if pos_type != "absolute":
-            bias = self._relative_scores(q, k, pos_type) / jnp.sqrt(jnp.float32(D)).astype(self.dtype)
+            bias = self._relative_scores(q, k, pos_type, offset) / jnp.sqrt(jnp.float32(D)).astype(self.dtype)
 
         dropout = cfg.attention_probs_dropout_prob
         needs_probs = (output_attentions or layer_head_mask is not None
@@ -106,7 +116,37 @@ class BertSelfAttention(BertModule):
         context = jnp.einsum("BNTS,BSND->BTND", probs, v)
         return context.reshape(B, T, H), (probs if output_attentions else None)
 
-    def _relative_scores(self, q, k, pos_type):
+    def _update_cache(self, k, v):
+        """Write k, v [B, T, N, D] at cache_index; return the whole cache, the
+        query offset and a bool [1, 1, 1, max_len] mask of filled slots."""
+        initializing = not self.has_variable("cache", "cached_key")
+        cached_k = self.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
+        cached_v = self.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
+        index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+        if initializing:  # init: the input's length is the cache's length
+            return k, v, 0, jnp.ones((1, 1, 1, k.shape[1]), bool)
+        start = index.value
+        T = k.shape[1]
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k.astype(cached_k.value.dtype), (0, start, 0, 0))
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v.astype(cached_v.value.dtype), (0, start, 0, 0))
+        index.value = start + T
+        valid = jnp.arange(cached_k.value.shape[1]) < start + T
+        return cached_k.value, cached_v.value, start, valid[None, None, None, :]
+
+    def _cross_kv(self, kv, k_p, v_p, split_heads):
+        """Project encoder states [B, S, H]; under decode, cache them and reuse when kv is None."""
+        if not self.decode:
+            return map(split_heads, _project(kv, [k_p, v_p], self.dtype))
+        if kv is None:
+            if not self.has_variable("cache", "cross_key"):
+                raise ValueError("cross-attention needs encoder_hidden_states on the first call")
+            return self.get_variable("cache", "cross_key"), self.get_variable("cache", "cross_value")
+        k, v = map(split_heads, _project(kv, [k_p, v_p], self.dtype))
+        self.put_variable("cache", "cross_key", k)
+        self.put_variable("cache", "cross_value", v)
+        return k, v
+
+    def _relative_scores(self, q, k, pos_type, offset):
         """transformers' relative_key(_query) scores [B, N, T, S], before scaling."""
         cfg = self.config
         P = cfg.max_position_embeddings
@@ -116,25 +156,18 @@ class BertSelfAttention(BertModule):
                 nn.initializers.normal(cfg.initializer_range), (None, None)),
             name="distance_embedding")
         T, S = q.shape[1], k.shape[1]
-        # Queries are the last T of the S positions (equal when there is no cache).
-        pos_q = jnp.arange(T)[:, None] + (S - T)
+        pos_q = jnp.arange(T)[:, None] + offset
         pos_k = jnp.arange(S)[None, :]
-        rel = distance_embedding(pos_q - pos_k + P - 1)  # [T, S, D]
+        rel = distance_embedding(jnp.clip(pos_q - pos_k + P - 1, 0, 2 * P - 2))  # [T, S, D]
         scores = jnp.einsum("BTND,TSD->BNTS", q, rel)
         if pos_type == "relative_key_query":
             scores = scores + jnp.einsum("BSND,TSD->BNTS", k, rel)
         return scores
 
 
-def attention_mask_bool(attention_mask: Optional[Array], shape, causal: bool) -> Array:
-    """[B, S] 0/1 mask (None = all ones) -> bool [B, 1, T, S], with the causal part."""
-    B, T = shape
+def padding_mask(attention_mask: Optional[Array], batch: int, length: int) -> Array:
+    """[B, S] 0/1 mask -> bool [B, 1, 1, S]; None attends everywhere ([B, 1, 1, 1]
+    broadcasts over any key length, the decode cache's included)."""
     if attention_mask is None:
-        mask = jnp.ones((B, 1, 1, T), bool)
-    else:
-        mask = attention_mask.astype(bool)[:, None, None, :]
-    if causal:
-        S = mask.shape[-1]
-        causal_mask = jnp.arange(T)[:, None] + (S - T) >= jnp.arange(S)[None, :]
-        mask = mask & causal_mask[None, None]
-    return mask
+        return jnp.ones((batch, 1, 1, 1), bool)
+    return attention_mask.astype(bool)[:, None, None, :]

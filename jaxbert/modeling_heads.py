@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from .modeling import (BertEmbeddings, BertEncoder, BertLMPredictionHead, BertPooler,
                        gather_positions)
-from .modeling_attention import attention_mask_bool
+from .modeling_attention import padding_mask
 from .modeling_utils import Array, BertModule, ModelOutput, validate_options
 
 
@@ -42,6 +42,8 @@ class BertModel(BertPreTrainedModel):
     When config.is_decoder is set, self-attention is causal; with
     add_cross_attention, encoder_hidden_states [B, S, H] (masked by
     encoder_attention_mask [B, S]) feed each layer's crossattention block.
+    With ``decode=True`` (see jaxbert.generate), keys and values are cached:
+    attention_mask then covers the whole cache [B, max_len].
     """
 
     add_pooling_layer: bool = True
@@ -56,13 +58,13 @@ class BertModel(BertPreTrainedModel):
         B, L = input_ids.shape
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(L), (B, L))
-        mask = attention_mask_bool(attention_mask, (B, L), causal=cfg.is_decoder)
+        # [B, 1, 1, S]; under decode S is the cache length, as the mask given must be.
+        mask = padding_mask(attention_mask, B, L)
         encoder_mask = None
-        if encoder_hidden_states is not None:
-            encoder_mask = attention_mask_bool(
-                encoder_attention_mask, (B, encoder_hidden_states.shape[1]), causal=False)
+        if encoder_attention_mask is not None or encoder_hidden_states is not None:
+            S = (encoder_hidden_states.shape[1] if encoder_hidden_states is not None
+                 else encoder_attention_mask.shape[1])
+            encoder_mask = padding_mask(encoder_attention_mask, B, S)
         if head_mask is not None:
             head_mask = jnp.asarray(head_mask)
             if head_mask.ndim == 1:  # the same mask for every layer

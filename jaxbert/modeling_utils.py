@@ -77,6 +77,8 @@ class BertModule(nn.Module):
       remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
       attention_impl: "einsum" (explicit softmax) or "dot_product"
         (jax.nn.dot_product_attention, cuDNN flash attention on GPU).
+      decode: autoregressive decoding with a key/value cache in the 'cache'
+        collection (decoder configs); init sizes the cache from its input.
     """
 
     config: BertConfig
@@ -85,12 +87,13 @@ class BertModule(nn.Module):
     scan_layers: bool = False
     remat_policy: str = "none"
     attention_impl: str = "einsum"
+    decode: bool = False
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments that hand this module's config and options to a child."""
         return dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype,
                     scan_layers=self.scan_layers, remat_policy=self.remat_policy,
-                    attention_impl=self.attention_impl)
+                    attention_impl=self.attention_impl, decode=self.decode)
 
     def dense(self, features: int, axes: tuple, name: str, use_bias: bool = True) -> nn.Dense:
         """A Dense with transformers' init: normal(initializer_range) kernel, zero bias."""
