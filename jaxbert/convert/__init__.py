@@ -1,0 +1,20 @@
+"""Checkpoint conversion: Hugging Face / PyTorch / Flax msgpack <-> jaxbert params.
+
+``from_pretrained`` / ``save_pretrained`` are the user-facing calls;
+``state_dict_to_params`` / ``params_to_state_dict`` are the pure mappings
+(through the key table in ``table.py``) that other tools build on.
+"""
+
+from .api import convert, from_pretrained, infer_class, load_checkpoint, resolve_dtype, save_pretrained
+from .load import plan, state_dict_to_params
+from .readers import open_source, tensor_to_numpy, torch_load
+from .report import ConversionError, ConversionReport, ConversionWarning
+from .table import Entry, Table
+from .writers import is_scanned_tree, iter_state_dict, params_to_state_dict, write_hf, write_jaxbert
+
+__all__ = [
+    "ConversionError", "ConversionReport", "ConversionWarning", "Entry", "Table", "convert",
+    "from_pretrained", "infer_class", "is_scanned_tree", "iter_state_dict", "load_checkpoint",
+    "open_source", "params_to_state_dict", "plan", "resolve_dtype", "save_pretrained",
+    "state_dict_to_params", "tensor_to_numpy", "torch_load", "write_hf", "write_jaxbert",
+]

@@ -1,0 +1,218 @@
+"""State dict -> jaxbert params, one tensor at a time, against the table.
+
+The key sets are matched before any tensor is read (so ``strict`` refuses a
+checkpoint without reading its data); then each tensor is shape-checked,
+transformed and placed, and dropped. Peak memory is the params plus about one
+tensor.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from ..config import BertConfig
+from .readers import tensor_to_numpy
+from .report import ConversionError, ConversionReport
+from .table import LEGACY_LEAVES, Table, to_flax
+
+_BASE_MODULES = ("embeddings.", "encoder.", "pooler.")
+
+
+def _normalise(key: str, table: Table, ckpt_has_prefix: bool) -> tuple[str | None, str]:
+    """A checkpoint key -> (key in the table's naming, or None, and why not)."""
+    head, _, leaf = key.rpartition(".")
+    if leaf in LEGACY_LEAVES:
+        key = f"{head}.{LEGACY_LEAVES[leaf]}"
+    if key.endswith("embeddings.position_ids") or key.endswith("embeddings.token_type_ids"):
+        return None, "buffer, recomputed by the model"
+    if table.prefix and not ckpt_has_prefix and key.startswith(_BASE_MODULES):
+        key = table.prefix + key  # a BertModel checkpoint into a head class
+    elif not table.prefix and key.startswith("bert."):
+        key = key[len("bert."):]  # a head checkpoint into BertModel
+    return key, ""
+
+
+def _unused_reason(key: str, table: Table) -> str:
+    if ".pooler." in f".{key}":
+        return f"{table.model_class} has no pooler"
+    if ".crossattention." in key:
+        return f"{table.model_class} has no cross-attention here (config.add_cross_attention or class)"
+    if ".distance_embedding." in key:
+        return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
+    if key.startswith("cls.predictions.decoder.weight"):
+        return "config ties the decoder to the word embeddings, and no MLM head uses it"
+    return f"no {table.model_class} param for it"
+
+
+def plan(keys: Iterable[str], table: Table) -> tuple[dict, list, list]:
+    """Match checkpoint keys to the table before reading data.
+
+    Returns (actions: ckpt key -> ("load" | "tie", table key), ignored, unused)
+    where "tie" means: check it equals the tensor loaded for the table key.
+    """
+    keys = list(keys)
+    has_prefix = any(k.startswith("bert.") for k in keys)
+    actions, ignored, unused, claimed = {}, [], [], {}
+    aliases = []
+    for key in keys:
+        norm, why = _normalise(key, table, has_prefix)
+        if norm is None:
+            ignored.append((key, why))
+        elif norm in table.by_key:
+            if norm in claimed:  # e.g. both gamma and weight: must agree
+                actions[key] = ("tie", norm)
+            else:
+                actions[key], claimed[norm] = ("load", norm), key
+        elif norm in table.aliases:
+            aliases.append((key, table.aliases[norm]))
+        else:
+            unused.append((key, _unused_reason(norm, table)))
+    for key, target in aliases:  # tied copies: checked, or the only source of their target
+        if target in claimed:
+            actions[key] = ("tie", target)
+        else:
+            actions[key], claimed[target] = ("load", target), key
+    return actions, ignored, unused
+
+
+def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, model_class: str, *,
+                         scan_layers: bool = False, dtype=None, strict: bool = False,
+                         add_pooling_layer: bool | None = None, keys: list[str] | None = None,
+                         source: str = "state dict", seed: int = 0) -> tuple[dict, ConversionReport]:
+    """transformers' state dict -> jaxbert params for ``model_class``.
+
+    Args:
+      state_dict: key -> array (NumPy, torch or anything np.asarray takes), or an
+        iterable of (key, array) pairs together with ``keys`` (streamed).
+      config: the model config; model_class: a name in jaxbert.MODEL_CLASSES.
+      scan_layers: build the scanned layout (layer params stacked on axis 0).
+      dtype: cast every param to it; None keeps each tensor's checkpoint dtype.
+      strict: refuse missing params and unused tensors instead of warning.
+      add_pooling_layer: BertModel without a pooler when False.
+    Returns:
+      (params, report): params is the nested dict of NumPy arrays that goes in
+      ``module.apply({'params': params}, ...)``; missing params are initialised
+      as ``module.init`` would (seeded) and listed in ``report.missing``.
+    Raises:
+      ConversionError: shape mismatches (all of them, with expected and found
+        shapes), tied tensors that differ, or under ``strict`` any missing/unused key.
+    """
+    t0 = time.perf_counter()
+    table = Table(config, model_class, scan_layers, add_pooling_layer)
+    if keys is None:
+        keys = list(state_dict.keys())
+        items = ((k, state_dict[k]) for k in keys)
+    else:
+        items = state_dict
+    actions, ignored, unused = plan(keys, table)
+    report = ConversionReport(source, model_class, ignored=ignored, unused=unused)
+    loaded_keys = {target for action, target in actions.values() if action == "load"}
+    missing = [e for e in table.entries if e.key not in loaded_keys]
+    if strict and (missing or unused):
+        lines = [f"{source} does not match {model_class} (strict=True):"]
+        lines += [f"  missing {e.key} -> {'/'.join(e.path)} {list(e.torch_shape)}" for e in missing]
+        lines += [f"  unused {k}: {why}" for k, why in unused]
+        raise ConversionError("\n".join(lines))
+
+    dtype = None if dtype is None else np.dtype(dtype)
+    flat, mismatches, pending, done = {}, [], {}, set()
+    for key, value in items:
+        if key not in actions:
+            continue
+        action, target = actions[key]
+        entry = table.by_key[target]
+        array = tensor_to_numpy(value)
+        if array.shape != entry.torch_shape:
+            mismatches.append(f"  {key}: checkpoint {list(array.shape)}, {model_class} expects "
+                              f"{list(entry.torch_shape)} ({'/'.join(entry.path)})")
+            continue
+        if action == "tie":
+            if target in done:
+                _check_tied(key, target, array, flat[entry.path], entry, source)
+                report.tied.append((key, target))
+            else:  # hold it until its target is read
+                pending.setdefault(target, []).append((key, array))
+            continue
+        report.dtypes[array.dtype.name] += 1
+        _place(flat, table, entry, to_flax(entry, array), dtype)
+        report.loaded.append(target)
+        done.add(target)
+        for tie_key, tie_array in pending.pop(target, []):
+            _check_tied(tie_key, target, tie_array, flat[entry.path], entry, source)
+            report.tied.append((tie_key, target))
+        del array, value
+    if mismatches:
+        raise ConversionError(f"shape mismatch between {source} and {model_class} "
+                              f"({config.hidden_size=}, {config.vocab_size=}):\n" + "\n".join(mismatches))
+    if missing:
+        fill_dtype = dtype or _dominant(report) or np.dtype(np.float32)
+        init = init_leaves(config, model_class, scan_layers, add_pooling_layer,
+                           {e.path for e in missing}, fill_dtype, seed)
+        for e in missing:
+            _place(flat, table, e, init[e.path][e.layer] if e.layer is not None else init[e.path], fill_dtype)
+        report.missing = [(p, table.leaf_shapes[p]) for p in dict.fromkeys(e.path for e in missing)]
+    report.seconds = time.perf_counter() - t0
+    return unflatten(flat), report
+
+
+def _place(flat: dict, table: Table, entry, array: np.ndarray, dtype) -> None:
+    if entry.layer is None:
+        # Reuse the array when it already has the right layout and dtype.
+        flat[entry.path] = np.ascontiguousarray(array).astype(dtype or array.dtype, copy=False)
+        return
+    if entry.path not in flat:
+        flat[entry.path] = np.empty(table.leaf_shapes[entry.path], dtype or array.dtype)
+    flat[entry.path][entry.layer] = array
+
+
+def _check_tied(key, target, array, param, entry, source):
+    param = param[entry.layer] if entry.layer is not None else param
+    if not np.array_equal(to_flax(entry, array).astype(param.dtype), param):
+        hint = (" Set tie_word_embeddings to false in config.json to load the decoder as its own weight."
+                if key.endswith("decoder.weight") else "")
+        raise ConversionError(f"{source}: {key} is tied to {target} but holds different values.{hint}")
+
+
+def _dominant(report: ConversionReport):
+    floats = [(n, d) for d, n in report.dtypes.items() if d.startswith(("float", "bfloat"))]
+    return np.dtype(max(floats)[1]) if floats else None
+
+
+def unflatten(flat: dict) -> dict:
+    tree: dict = {}
+    for path, value in flat.items():
+        node = tree
+        for name in path[:-1]:
+            node = node.setdefault(name, {})
+        node[path[-1]] = value
+    return tree
+
+
+def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtype, seed=0) -> dict:
+    """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
+    import jax
+    import jax.numpy as jnp
+    from ..modeling_heads import MODEL_CLASSES, dummy_inputs
+    options = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
+    module = MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
+    ids, types = dummy_inputs(model_class, 1, 4)
+    kwargs = {}
+    if config.add_cross_attention and model_class in ("BertModel", "BertForMaskedLM", "BertLMHeadModel"):
+        kwargs["encoder_hidden_states"] = jnp.zeros((1, 4, config.hidden_size), jnp.float32)
+    paths = sorted(paths)
+
+    def pick(key):
+        params = module.init(key, ids, types, **kwargs)["params"]
+        out = []
+        for path in paths:
+            node = params
+            for name in path:
+                node = node[name]
+            out.append(node)
+        return out
+
+    values = jax.jit(pick)(jax.random.PRNGKey(seed))
+    return {p: np.asarray(v) for p, v in zip(paths, values)}

@@ -1,0 +1,190 @@
+"""The declarative table between transformers' BERT state-dict keys and jaxbert params.
+
+jaxbert names its modules exactly as transformers does, so a row is one
+PyTorch module path and the kind of module it is; the kind says which tensors
+the module holds, what each is called on the Flax side, and how it is
+transformed:
+
+    PyTorch                      Flax                  transform
+    Linear.weight [out, in]      Dense.kernel [in, out] transpose
+    Linear.bias                  Dense.bias             copy
+    LayerNorm.weight (gamma)     LayerNorm.scale        copy
+    LayerNorm.bias (beta)        LayerNorm.bias         copy
+    Embedding.weight [N, H]      Embed.embedding [N, H] copy
+
+The Flax path is the PyTorch module path split on dots, except that
+``encoder.layer.{i}`` becomes ``encoder/layer`` with a leading layer axis when
+the layers are scanned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterator
+
+from ..config import BertConfig
+
+LINEAR = "transpose"  # [out, in] <-> [in, out]
+COPY = "copy"
+
+# kind -> ((torch leaf, flax leaf, transform, shape from the row's dims), ...)
+_LEAVES = {
+    "dense": (("weight", "kernel", LINEAR, lambda i, o: (i, o)), ("bias", "bias", COPY, lambda i, o: (o,))),
+    "dense_nobias": (("weight", "kernel", LINEAR, lambda i, o: (i, o)),),
+    "norm": (("weight", "scale", COPY, lambda h: (h,)), ("bias", "bias", COPY, lambda h: (h,))),
+    "embed": (("weight", "embedding", COPY, lambda n, h: (n, h)),),
+    "bias": (("bias", "bias", COPY, lambda v: (v,)),),  # a bare parameter on the module itself
+}
+_FLAX_TO_TORCH_LEAF = {"kernel": "weight", "scale": "weight", "embedding": "weight", "bias": "bias"}
+LEGACY_LEAVES = {"gamma": "weight", "beta": "bias"}  # TF-era LayerNorm names
+
+# Classes that can take encoder_hidden_states, and so hold crossattention params.
+CROSS_ATTENTION_CLASSES = ("BertModel", "BertForMaskedLM", "BertLMHeadModel")
+
+
+def _embeddings(c: BertConfig) -> list:
+    H = c.hidden_size
+    return [("embeddings.word_embeddings", "embed", (c.vocab_size, H)),
+            ("embeddings.position_embeddings", "embed", (c.max_position_embeddings, H)),
+            ("embeddings.token_type_embeddings", "embed", (c.type_vocab_size, H)),
+            ("embeddings.LayerNorm", "norm", (H,))]
+
+
+def _attention(c: BertConfig, block: str, relative: bool) -> list:
+    H = c.hidden_size
+    rows = [(f"{block}.self.{n}", "dense", (H, H)) for n in ("query", "key", "value")]
+    if relative:
+        rows.append((f"{block}.self.distance_embedding", "embed",
+                     (2 * c.max_position_embeddings - 1, c.head_dim)))
+    return rows + [(f"{block}.output.dense", "dense", (H, H)),
+                   (f"{block}.output.LayerNorm", "norm", (H,))]
+
+
+def _layer(c: BertConfig, cross: bool) -> list:
+    """Rows of one encoder layer, relative to ``encoder.layer.{i}``."""
+    H, I = c.hidden_size, c.intermediate_size
+    rows = _attention(c, "attention", c.position_embedding_type != "absolute")
+    if cross:
+        rows += _attention(c, "crossattention", relative=False)  # transformers forces absolute there
+    return rows + [("intermediate.dense", "dense", (H, I)),
+                   ("output.dense", "dense", (I, H)),
+                   ("output.LayerNorm", "norm", (H,))]
+
+
+def _mlm(c: BertConfig) -> list:
+    H = c.hidden_size
+    rows = [("cls.predictions.transform.dense", "dense", (H, H)),
+            ("cls.predictions.transform.LayerNorm", "norm", (H,)),
+            ("cls.predictions", "bias", (c.vocab_size,))]
+    if not c.tie_word_embeddings:
+        rows.append(("cls.predictions.decoder", "dense_nobias", (H, c.vocab_size)))
+    return rows
+
+
+# class -> (pooler?, head rows). Every class but BertModel keeps the encoder under "bert".
+HEADS = {
+    "BertModel": (True, lambda c: []),
+    "BertForMaskedLM": (False, _mlm),
+    "BertLMHeadModel": (False, _mlm),
+    "BertForPreTraining": (True, lambda c: _mlm(c) + [("cls.seq_relationship", "dense", (c.hidden_size, 2))]),
+    "BertForNextSentencePrediction": (True, lambda c: [("cls.seq_relationship", "dense", (c.hidden_size, 2))]),
+    "BertForSequenceClassification": (True, lambda c: [("classifier", "dense", (c.hidden_size, c.num_labels))]),
+    "BertForTokenClassification": (False, lambda c: [("classifier", "dense", (c.hidden_size, c.num_labels))]),
+    "BertForMultipleChoice": (True, lambda c: [("classifier", "dense", (c.hidden_size, 1))]),
+    "BertForQuestionAnswering": (False, lambda c: [("qa_outputs", "dense", (c.hidden_size, c.num_labels))]),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One tensor. ``key``: state-dict key; ``path``: param path (scanned paths
+    have no layer level); ``shape``: the Flax shape of one layer's slice;
+    ``layer``: its index on the leading axis when scanned, else None."""
+
+    key: str
+    path: tuple
+    transform: str
+    shape: tuple
+    layer: int | None = None
+
+    @property
+    def torch_shape(self) -> tuple:
+        return self.shape[::-1] if self.transform == LINEAR else self.shape
+
+
+class Table:
+    """Every tensor of one model class under one config and layout.
+
+    Attributes:
+      entries: the Entry of every param leaf (per layer when scanned).
+      prefix: "bert." for the heads, "" for BertModel.
+      aliases: tied state-dict keys -> the key whose tensor they must equal.
+      leaf_shapes: param path -> full leaf shape (with the layer axis when scanned).
+    """
+
+    def __init__(self, config: BertConfig, model_class: str, scan_layers: bool = False,
+                 add_pooling_layer: bool | None = None):
+        if model_class not in HEADS:
+            raise KeyError(f"unknown model class {model_class!r}; expected one of {sorted(HEADS)}")
+        self.config, self.model_class, self.scan_layers = config, model_class, scan_layers
+        pooler, head = HEADS[model_class]
+        if add_pooling_layer is not None:
+            pooler = add_pooling_layer
+        self.prefix = "" if model_class == "BertModel" else "bert."
+        cross = config.add_cross_attention and model_class in CROSS_ATTENTION_CLASSES
+        base = _embeddings(config)
+        if pooler:
+            base.append(("pooler.dense", "dense", (config.hidden_size, config.hidden_size)))
+        rows = [(self.prefix + m, k, d, None) for m, k, d in base]
+        for i in range(config.num_hidden_layers):
+            rows += [(f"{self.prefix}encoder.layer.{i}.{m}", k, d, i) for m, k, d in _layer(config, cross)]
+        rows += [(m, k, d, None) for m, k, d in head(config)]
+        self.entries = [e for row in rows for e in self._expand(*row)]
+        self.by_key = {e.key: e for e in self.entries}
+        self.aliases = {}
+        if model_class in ("BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining"):
+            # transformers ties decoder.bias to predictions.bias always, and the
+            # decoder weight to the word embeddings unless the config unties it.
+            self.aliases["cls.predictions.decoder.bias"] = "cls.predictions.bias"
+            if config.tie_word_embeddings:
+                self.aliases["cls.predictions.decoder.weight"] = self.prefix + "embeddings.word_embeddings.weight"
+        self.leaf_shapes = {}
+        for e in self.entries:
+            self.leaf_shapes[e.path] = ((config.num_hidden_layers,) + e.shape) if e.layer is not None else e.shape
+
+    def _expand(self, module: str, kind: str, dims: tuple, layer: int | None) -> Iterator[Entry]:
+        path = tuple(module.split("."))
+        scanned = layer is not None and self.scan_layers
+        if scanned:  # encoder.layer.{i}.x -> encoder/layer/x
+            i = path.index("layer")
+            path = path[:i + 1] + path[i + 2:]
+        for torch_leaf, flax_leaf, transform, shape in _LEAVES[kind]:
+            yield Entry(f"{module}.{torch_leaf}", path + (flax_leaf,), transform, shape(*dims),
+                        layer if scanned else None)
+
+    def leaf_bytes(self, itemsize: int) -> int:
+        return sum(math.prod(s) for s in self.leaf_shapes.values()) * itemsize
+
+
+# ---- transforms -----------------------------------------------------------------
+
+def to_flax(entry: Entry, tensor):
+    """A state-dict tensor -> the Flax array of this entry (a view where possible)."""
+    return tensor.T if entry.transform == LINEAR else tensor
+
+
+def to_torch(entry: Entry, array):
+    return array.T if entry.transform == LINEAR else array
+
+
+def flax_name_to_key(path: tuple) -> tuple[str, bool]:
+    """A per-layer Flax param path -> (state-dict key, whether to transpose).
+
+    HF Flax msgpack files and jaxbert trees use transformers' module names, so
+    only the leaf name and the kernel layout change.
+    """
+    *module, leaf = path
+    if leaf not in _FLAX_TO_TORCH_LEAF:
+        return ".".join(path), False
+    return ".".join([*module, _FLAX_TO_TORCH_LEAF[leaf]]), leaf == "kernel"

@@ -1,0 +1,196 @@
+"""jaxbert params -> a transformers state dict, a Hugging Face directory, or a jaxbert directory."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..config import BertConfig
+from .load import unflatten
+from .readers import JAXBERT_META, PARAMS_DIR
+from .report import ConversionError
+from .safetensors_io import write_safetensors
+from .table import Table, to_torch
+
+SAFE_NAME = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors$")
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(size: int | str) -> int:
+    """``"5GB"`` (10**9, as transformers counts), ``"500MiB"``, or a byte count."""
+    if isinstance(size, int):
+        return size
+    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(size))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"max_shard_size {size!r} is not a size such as '5GB' or '500MiB'")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _unwrap(params) -> dict:
+    params = dict(params)
+    return dict(params["params"]) if set(params) == {"params"} else params
+
+
+def _flatten(tree, path=()) -> Iterator[tuple[tuple, object]]:
+    for name, value in tree.items():
+        if hasattr(value, "items"):
+            yield from _flatten(value, path + (name,))
+        else:
+            yield path + (name,), value
+
+
+def is_scanned_tree(params) -> bool:
+    """Whether an encoder's 'layer' dict is stacked (no '0', '1', ... level)."""
+    for path, _ in _flatten(_unwrap(params)):
+        if "layer" in path:
+            return not path[path.index("layer") + 1].isdigit()
+    return False
+
+
+def check_params(params, table: Table) -> dict:
+    """Flat {path: leaf}, after checking the tree has exactly the table's leaves and shapes."""
+    flat = dict(_flatten(_unwrap(params)))
+    problems = [f"  missing {'/'.join(p)} {list(s)}" for p, s in table.leaf_shapes.items() if p not in flat]
+    problems += [f"  unexpected {'/'.join(p)} {list(np.shape(v))}" for p, v in flat.items()
+                 if p not in table.leaf_shapes]
+    problems += [f"  {'/'.join(p)}: params {list(np.shape(v))}, {table.model_class} expects "
+                 f"{list(table.leaf_shapes[p])}" for p, v in flat.items()
+                 if p in table.leaf_shapes and tuple(np.shape(v)) != table.leaf_shapes[p]]
+    if problems:
+        raise ConversionError(f"params do not fit {table.model_class} with this config:\n" + "\n".join(problems))
+    return flat
+
+
+def _table(params, config, model_class, add_pooling_layer=None) -> Table:
+    if add_pooling_layer is None and model_class == "BertModel":
+        add_pooling_layer = "pooler" in _unwrap(params)  # BertModel(add_pooling_layer=False) has none
+    return Table(config, model_class, is_scanned_tree(params), add_pooling_layer)
+
+
+def iter_state_dict(params, config: BertConfig, model_class: str, *, tied: bool = False,
+                    add_pooling_layer: bool | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """Yield (state-dict key, NumPy array in PyTorch layout), one tensor at a time.
+
+    Either param layout is accepted. With ``tied``, the tied copies transformers
+    also lists in ``state_dict()`` (cls.predictions.decoder.weight/.bias) are
+    yielded too; files leave them out, as transformers' own save does.
+    """
+    table = _table(params, config, model_class, add_pooling_layer)
+    flat = check_params(params, table)
+    for e in table.entries:
+        leaf = flat[e.path]
+        # Slicing before np.asarray moves one layer, not the stack, off an accelerator.
+        yield e.key, to_torch(e, np.asarray(leaf if e.layer is None else leaf[e.layer]))
+    if tied:
+        for alias, target in table.aliases.items():
+            e = table.by_key[target]
+            yield alias, to_torch(e, np.asarray(flat[e.path]))
+
+
+def params_to_state_dict(params, config: BertConfig, model_class: str, *, tied: bool = False,
+                         add_pooling_layer: bool | None = None) -> dict[str, np.ndarray]:
+    """jaxbert params (either layout) -> {state-dict key: NumPy array [PyTorch layout]}.
+
+    The arrays are contiguous copies in the params' dtype (bf16 as ml_dtypes.bfloat16).
+    """
+    return {k: np.ascontiguousarray(v) for k, v in
+            iter_state_dict(params, config, model_class, tied=tied, add_pooling_layer=add_pooling_layer)}
+
+
+def hf_config(config: BertConfig, model_class: str, dtype_name: str | None) -> dict:
+    data = config.to_dict()
+    data["architectures"] = [model_class]
+    if dtype_name:
+        # transformers 4.56+ writes "dtype", older ones "torch_dtype"; keep whichever is there.
+        data["dtype" if "dtype" in data else "torch_dtype"] = dtype_name
+    return data
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _dtype_name(flat: dict) -> str | None:
+    dtypes = {np.dtype(v.dtype).name for v in flat.values()}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def write_hf(directory: str | Path, config: BertConfig, model_class: str, params, *,
+             max_shard_size: int | str = "5GB", add_pooling_layer: bool | None = None) -> list[Path]:
+    """A transformers directory: config.json + model.safetensors, or shards and an index.
+
+    Tensors stream from the params to disk one at a time. Returns the weight files.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    limit = parse_size(max_shard_size)
+    table = _table(params, config, model_class, add_pooling_layer)
+    flat = check_params(params, table)
+    specs = []
+    for e in table.entries:
+        leaf = flat[e.path]
+        specs.append((e.key, e.torch_shape, np.dtype(leaf.dtype)))
+    shards, size = [[]], 0
+    for spec in specs:
+        nbytes = math.prod(spec[1]) * spec[2].itemsize
+        if shards[-1] and size + nbytes > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += nbytes
+    names = ([SAFE_NAME] if len(shards) == 1 else
+             [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))])
+    tensors = iter_state_dict(params, config, model_class, add_pooling_layer=add_pooling_layer)
+    total = 0
+    for name, shard in zip(names, shards):
+        write_safetensors(directory / name, shard, itertools.islice(tensors, len(shard)))
+        total += sum(math.prod(s) * d.itemsize for _, s, d in shard)
+    if len(shards) > 1:
+        weight_map = {k: name for name, shard in zip(names, shards) for k, _, _ in shard}
+        _write_json(directory / SAFE_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
+    for old in directory.iterdir():  # stale weights would shadow or mix with the new ones
+        if old.name not in names and (old.name == SAFE_INDEX and len(shards) == 1 or
+                                      old.name == SAFE_NAME or _SHARD.match(old.name)):
+            old.unlink()
+    _write_json(directory / "config.json", hf_config(config, model_class, _dtype_name(flat)))
+    return [directory / n for n in names]
+
+
+def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, params, *,
+                  add_pooling_layer: bool | None = None) -> Path:
+    """A jaxbert directory: config.json, jaxbert.json (class, layout) and params/ (Orbax)."""
+    import orbax.checkpoint as ocp
+    directory = Path(directory).absolute()
+    directory.mkdir(parents=True, exist_ok=True)
+    table = _table(params, config, model_class, add_pooling_layer)
+    flat = check_params(params, table)
+    tmp = directory / f".{PARAMS_DIR}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    with ocp.PyTreeCheckpointer() as ckpt:
+        ckpt.save(tmp, unflatten(flat))
+    old = directory / f".{PARAMS_DIR}.old-{os.getpid()}"
+    if (directory / PARAMS_DIR).exists():
+        os.replace(directory / PARAMS_DIR, old)
+    os.replace(tmp, directory / PARAMS_DIR)
+    shutil.rmtree(old, ignore_errors=True)
+    meta = {"format": "jaxbert", "version": 1, "model_class": model_class,
+            "scan_layers": table.scan_layers, "dtype": _dtype_name(flat)}
+    if add_pooling_layer is not None:
+        meta["add_pooling_layer"] = add_pooling_layer
+    _write_json(directory / "config.json", hf_config(config, model_class, _dtype_name(flat)))
+    _write_json(directory / JAXBERT_META, meta)
+    return directory
