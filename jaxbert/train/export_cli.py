@@ -1,0 +1,74 @@
+"""`jaxbert export WORKDIR DST`: a Hugging Face directory from a training run.
+
+DST gets config.json + model.safetensors (transformers' from_pretrained loads
+it) and the run's tokenizer files beside them, so that
+``AutoTokenizer.from_pretrained(DST)`` works too.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def tokenizer_dir_of(recipe, workdir: str | Path) -> Path | None:
+    """Where a run's tokenizer lives (None for synthetic data)."""
+    d = recipe.data
+    if d.source == "synthetic":
+        return None
+    if d.tokenizer:
+        return Path(d.tokenizer)
+    return Path(d.dir) / "tokenizer" if d.dir else Path(workdir) / "tokenizer"
+
+
+def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None) -> Path:
+    """Writes params as a Hugging Face directory, built beside DST and renamed into place."""
+    import jaxbert
+    from ..modeling_heads import MODEL_CLASSES
+    dst = Path(dst)
+    tmp = dst.parent / f".{dst.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    jaxbert.save_pretrained(tmp, MODEL_CLASSES[model_class](cfg), params, format="hf")
+    if tokenizer_dir is not None:
+        for name in TOKENIZER_FILES:
+            if (Path(tokenizer_dir) / name).exists():
+                shutil.copy2(Path(tokenizer_dir) / name, tmp / name)
+    if dst.exists():
+        shutil.rmtree(dst)
+    tmp.rename(dst)
+    return dst
+
+
+def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None) -> Path:
+    """The newest (or given) checkpoint of WORKDIR -> a Hugging Face directory at DST."""
+    from .checkpoint import restore_params
+    from .recipe import from_dict
+    params, meta = restore_params(workdir, step)
+    recipe = from_dict(meta["recipe"])
+    if recipe.data.dir is None and not Path(workdir, "tokenizer").exists() and recipe.data.source != "synthetic":
+        raise FileNotFoundError(f"{workdir} has no tokenizer/ directory")
+    vocab = _word_embeddings(params).shape[0]
+    cfg = recipe.bert_config(vocab)
+    return export_params(dst, cfg, recipe.model.model_class, params, tokenizer_dir_of(recipe, workdir))
+
+
+def _word_embeddings(params):
+    return params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("workdir", help="a training workdir (holds checkpoints/)")
+    parser.add_argument("dst", help="output directory for the Hugging Face model")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest readable)")
+
+
+def run(args) -> int:
+    try:
+        path = export_workdir(args.workdir, args.dst, args.step)
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"jaxbert export: {e}")
+        return 2
+    print(f"wrote {path}")
+    return 0

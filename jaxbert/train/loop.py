@@ -1,0 +1,262 @@
+"""train_and_evaluate(recipe, workdir): the MLM pretraining driver.
+
+Resumes from the newest readable checkpoint in the workdir without being
+told. The host reads each step's metrics one step late, so the device queue
+stays full; a save, an evaluation or a log line first checks the step's own
+metrics, so a NaN or Inf never reaches a checkpoint. SIGTERM saves and
+returns normally (the CLI exits 0).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from tqdm import tqdm
+
+from ..modeling_heads import MODEL_CLASSES
+from . import parallel, sources
+from .checkpoint import Checkpoints
+from .metrics_io import MetricsWriter, flops_per_token, peak_flops
+from .optim import make_optimizer
+from .recipe import Recipe, save_effective
+from .step import summarize
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss, a gradient or a param became NaN or Inf; the message names the step."""
+
+
+def build_model(recipe: Recipe, cfg):
+    m = recipe.model
+    return MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
+                                        scan_layers=m.scan_layers, remat_policy=m.remat_policy,
+                                        attention_impl=m.attention_impl)
+
+
+def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
+    """Trains recipe.train.steps optimizer steps; returns a summary with the last metrics."""
+    t0 = time.time()
+    if jax.process_count() == 1:  # no-op when the caller already joined a multi-host run
+        parallel.initialize_distributed(recipe.parallel)
+    primary, workdir = jax.process_index() == 0, Path(workdir)
+    log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
+    if primary:
+        save_effective(recipe, workdir)
+    data_dir, tok_dir, vocab = None, None, None
+    if recipe.data.source == "prepared":
+        if primary:
+            sources.ensure_data(recipe, workdir, log)
+        _barrier("data")
+        data_dir, tok_dir = sources.ensure_data(recipe, workdir, log)
+        from .tokenizer import load_tokenizer
+        vocab = load_tokenizer(tok_dir).get_vocab_size()
+    cfg = recipe.bert_config(vocab)
+    model = build_model(recipe, cfg)
+    runner = parallel.make_runner(recipe.parallel)
+    total, tr = recipe.train.steps, recipe.train
+    tx, schedule = make_optimizer(recipe.optim, total)
+    init_rng, rng = jax.random.split(jax.random.PRNGKey(tr.seed))
+    dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
+    runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule)
+    log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
+        f"{cfg.vocab_size}, T={recipe.data.seq_len}; {parallel.describe(runner)}; global batch "
+        f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
+        f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
+
+    ckpt = Checkpoints(workdir, recipe.checkpoint.every_steps, recipe.checkpoint.keep,
+                       recipe.checkpoint.async_save, log)
+    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
+    restored = ckpt.restore_latest(_saved(runner.abstract, rng_abstract)) if ckpt.steps() else None
+    source = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner),
+                                 process_index=jax.process_index(), process_count=jax.process_count(),
+                                 vocab_size=cfg.vocab_size)
+    if restored is not None:
+        start, tree, meta = restored
+        state = runner.from_saved(runner.abstract.replace(
+            step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
+        rng = tree["rng"]
+        source.restore(meta["loader"][jax.process_index()])
+        log(f"resumed from {ckpt.directory / str(start)}")
+    else:
+        start, state = 0, runner.create_state()
+        if recipe.model.init_from:
+            from . import warmstart
+            fresh = jax.device_get(runner.to_saved(state).params)
+            loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
+            state = state.replace(params=runner.place_params(
+                warmstart.merge(fresh, loaded, recipe.model.scan_layers, log)))
+
+    train_fn, eval_fn = runner.compile_train(), runner.compile_eval(model.apply)
+    tokens_per_step = parallel.global_batch_size(recipe, runner) * recipe.data.seq_len
+    m_frac = (recipe.data.max_predictions or round(recipe.data.seq_len * recipe.data.mask_rate)) / recipe.data.seq_len
+    flops = flops_per_token(cfg, jax.eval_shape(lambda: runner.abstract.params), recipe.data.seq_len, m_frac)
+    peak = peak_flops(jax.devices()[0].device_kind)
+    writer = MetricsWriter(workdir, active=primary)
+    stop = _SigtermFlag()
+    bar = tqdm(total=total, initial=start, disable=None if primary else True, dynamic_ncols=True,
+               mininterval=1.0, desc=recipe.name)
+    window, last_eval, status, step = _Window(), {}, "finished", start
+
+    def evaluate():
+        src = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner) // tr.accum_steps,
+                                  split="validation", process_index=jax.process_index(),
+                                  process_count=jax.process_count(), fixed_masking=True,
+                                  vocab_size=cfg.vocab_size)
+        sums = {}
+        for _, host in zip(range(tr.eval_batches), src):
+            m = parallel.metrics_to_host(runner, eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
+            sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
+        return summarize(sums, "eval_") if sums else {}
+
+    try:
+        batches = _device_batches(source, runner, tr.accum_steps)
+        pending = None
+        while step < total:
+            batch, loader_state = next(batches)
+            state, metrics = train_fn(state, batch, rng)
+            step += 1
+            bar.update(1)
+            if pending is not None:
+                window.add(*pending)  # the previous step's metrics: ready by now
+            pending = (step, parallel.metrics_to_host, runner, metrics)
+            eval_due = step == total or (tr.eval_every and step % tr.eval_every == 0)
+            save_due = ckpt.due(step) or step == total
+            preempted = stop.requested(step % tr.log_every == 0)
+            if step % tr.log_every == 0 or eval_due or save_due or preempted:
+                window.add(*pending)
+                pending = None
+            if step % tr.log_every == 0 or step == total:
+                scalars = window.flush(tokens_per_step, recipe.data.seq_len, flops, peak, runner.num_devices)
+                scalars["elapsed_s"] = round(time.time() - t0, 1)
+                writer.write(step, scalars)
+                bar.set_postfix(loss=f"{scalars['loss']:.3f}", acc=f"{scalars['mlm_accuracy']:.3f}",
+                                lr=f"{scalars['learning_rate']:.2e}", tok_s=f"{scalars.get('tokens_per_s', 0):.0f}")
+                log(f"step {step}: " + " ".join(f"{k} {v:.4g}" for k, v in scalars.items()))
+            if save_due or preempted:
+                ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, source, loader_state))
+            if eval_due:
+                last_eval = evaluate()
+                window.t = time.time()  # evaluation time is not training throughput
+                writer.write(step, last_eval)
+                log(f"step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in last_eval.items()))
+            if preempted:
+                status = "preempted"
+                log(f"SIGTERM: saved step {step} to {ckpt.directory}; exiting")
+                break
+    except TrainingDiverged as e:
+        ckpt.wait()  # the saves already started hold good states: let them land
+        good = ckpt.latest_step()
+        where = (f"the last good checkpoint, step {good} in {ckpt.directory}, is intact" if good is not None
+                 else "no checkpoint was written")
+        raise TrainingDiverged(f"{e}; {where}") from None
+    finally:
+        bar.close()
+        ckpt.close()
+        writer.close()
+        stop.restore()
+    summary = {"status": status, "step": step, "wall_s": round(time.time() - t0, 1),
+               "train": window.last, "eval": last_eval, "workdir": str(workdir), "tokenizer": tok_dir}
+    if primary and status == "finished":
+        from .outputs import finish
+        finish(recipe, workdir, model, jax.device_get(runner.to_saved(state).params), tok_dir, log)
+    return summary
+
+
+def _saved(state, rng) -> dict:
+    """What a checkpoint holds as arrays; everything else goes in _meta's JSON."""
+    return {"step": state.step, "params": state.params, "opt_state": state.opt_state, "rng": rng}
+
+
+def _meta(recipe: Recipe, step: int, source, loader_state) -> dict:
+    return {"step": step, "loader": _allgather_json(loader_state), "recipe": recipe.to_dict()}
+
+
+def _allgather_json(value) -> list:
+    """Every process's JSON-able `value`, in process order."""
+    if jax.process_count() == 1:
+        return [json.loads(json.dumps(value, default=int))]
+    data = np.frombuffer(json.dumps(value, default=int).encode(), np.uint8)
+    n = int(np.max(multihost_utils.process_allgather(np.array([data.size]))))
+    rows = multihost_utils.process_allgather(np.pad(data, (0, n - data.size), constant_values=32))
+    return [json.loads(bytes(r).decode()) for r in np.asarray(rows).reshape(jax.process_count(), n)]
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"jaxbert-{name}")
+
+
+def _device_batches(source, runner, accum: int):
+    """(device batch [A, B, ...], loader state after it) pairs, one transfer ahead of the step."""
+    def host():
+        for b in source:
+            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, source.state()
+    it = host()
+    nxt = None
+    while True:
+        if nxt is None:
+            b, s = next(it)
+            nxt = (runner.shard_batch(b), s)
+        cur = nxt
+        b, s = next(it)
+        nxt = (runner.shard_batch(b), s)  # starts the next copy while the step runs
+        yield cur
+
+
+class _Window:
+    """Metric sums over the steps since the last log line."""
+
+    def __init__(self):
+        self.sums, self.n, self.t, self.last = {}, 0, None, {}
+
+    def add(self, step, to_host, runner, metrics):
+        m = to_host(runner, metrics)
+        if not m.pop("finite"):
+            raise TrainingDiverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
+                                   f"it (metrics: {summarize(m)})")
+        for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
+            self.sums.setdefault("_last", {})[key] = m.pop(key)
+        for k, v in m.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.n += 1
+
+    def flush(self, tokens_per_step, seq_len, flops_per_token, peak, devices) -> dict:
+        now = time.time()
+        last = self.sums.pop("_last", {})
+        out = summarize({**self.sums, **last})
+        if self.t is not None and self.n:
+            tps = tokens_per_step * self.n / (now - self.t)
+            out.update(tokens_per_s=tps, sequences_per_s=tps / seq_len,
+                       gflops_per_s=tps * flops_per_token / 1e9)
+            if peak:
+                out["mfu"] = tps * flops_per_token / (peak * devices)
+        self.sums, self.n, self.t, self.last = {}, 0, now, out
+        return out
+
+
+class _SigtermFlag:
+    """SIGTERM (preemption) sets a flag the loop polls; multi-host runs agree at log steps."""
+
+    def __init__(self):
+        self.flag = False
+        self._old = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.flag = True
+
+    def requested(self, sync_point: bool) -> bool:
+        if jax.process_count() == 1:
+            return self.flag
+        if not sync_point:
+            return False
+        return bool(np.any(multihost_utils.process_allgather(np.array([self.flag]))))
+
+    def restore(self):
+        signal.signal(signal.SIGTERM, self._old)

@@ -1,0 +1,273 @@
+"""Devices, hosts and shardings for training.
+
+``initialize_distributed`` joins a multi-host run. ``make_runner`` returns one
+of two runners with the same interface, chosen by ``parallel.strategy``:
+
+* ``MeshRunner``: one 1-D mesh with axis ``data``; the step is jitted with
+  explicit in/out shardings and the state donated. Params and optimizer state
+  are replicated, or with ``parallel.fsdp`` sharded over ``data`` along the
+  logical axes named in ``parallel.fsdp_axes`` (from the modules'
+  nn.with_logical_partitioning names, read with jax.eval_shape, so nothing is
+  allocated before the shardings are known).
+* ``PmapRunner``: the same step under jax.pmap with gradients lax.pmean-ed, as
+  transformers' run_mlm_flax did.
+
+Host batches arrive as NumPy dicts holding this process's share of the global
+batch, [A, B_host, ...] for training and [B_host, ...] for evaluation.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+import optax
+from flax import jax_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from .recipe import ParallelSection, RecipeError
+from .step import TrainState, eval_step, train_step
+
+LOGICAL_AXES = ("vocab", "embed", "heads", "mlp", "layers")
+
+
+def initialize_distributed(p: ParallelSection) -> None:
+    """Joins a multi-host run before any other JAX call.
+
+    TPU pods (and clusters JAX detects itself) need no settings; elsewhere the
+    coordinator, process count and id come from the recipe (``--coordinator``
+    etc.) or JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID.
+    """
+    env = os.environ
+    address = p.coordinator_address or env.get("JAX_COORDINATOR_ADDRESS")
+    count = p.num_processes if p.num_processes is not None else env.get("JAX_NUM_PROCESSES")
+    pid = p.process_id if p.process_id is not None else env.get("JAX_PROCESS_ID")
+    tpu_pod = "," in env.get("TPU_WORKER_HOSTNAMES", "")
+    if address == "auto" or (address is None and tpu_pod):
+        jax.distributed.initialize()  # cluster auto-detection (TPU pod, SLURM, ...)
+        return
+    if address is None:
+        if count not in (None, 1, "1"):
+            raise RecipeError("parallel.num_processes > 1 needs parallel.coordinator_address")
+        return
+    if count is None or pid is None:
+        raise RecipeError("parallel.coordinator_address needs parallel.num_processes and parallel.process_id")
+    if env.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator_env():
+        # CPU processes exchange collectives through gloo (the default has none across processes).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(address, int(count), int(pid))
+
+
+def _has_accelerator_env() -> bool:
+    return any(k in os.environ for k in ("CUDA_VISIBLE_DEVICES", "TPU_NAME", "TPU_WORKER_ID"))
+
+
+def make_runner(p: ParallelSection):
+    return PmapRunner(p) if p.strategy == "pmap" else MeshRunner(p)
+
+
+def param_specs(boxed_params, p: ParallelSection, mesh_size: int):
+    """PartitionSpecs over mesh axis 'data' for a tree of boxed (abstract) params.
+
+    A dim whose logical name is in fsdp_axes is sharded when FSDP is on and the
+    dim divides by the mesh size; anything else is replicated.
+    """
+    rules = [(name, "data" if p.fsdp and name in p.fsdp_axes else None) for name in LOGICAL_AXES]
+    logical = nn.get_partition_spec(boxed_params)
+
+    def to_mesh(spec, leaf):
+        value = leaf.value if isinstance(leaf, nn.meta.AxisMetadata) else leaf
+        if not isinstance(spec, P):
+            return P()
+        mesh_spec = nn.logical_to_mesh_axes(tuple(spec), rules)
+        dims = [axis if axis is None or value.shape[i] % mesh_size == 0 else None
+                for i, axis in enumerate(mesh_spec)]
+        # Shard only one dim per param: FSDP splits each tensor once over the data axis.
+        seen, out = False, []
+        for axis in dims:
+            out.append(None if seen else axis)
+            seen = seen or axis is not None
+        return P(*out)
+
+    is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
+    return jax.tree_util.tree_map(to_mesh, logical, boxed_params,
+                                  is_leaf=lambda x: isinstance(x, P) or x is None or is_box(x))
+
+
+class MeshRunner:
+    """Data parallel (and FSDP) over one mesh spanning every process's devices."""
+
+    strategy = "mesh"
+
+    def __init__(self, p: ParallelSection):
+        devices = jax.devices()
+        if p.num_devices is not None:
+            if jax.process_count() > 1 and p.num_devices != len(devices):
+                raise RecipeError("parallel.num_devices must cover every device in a multi-host run")
+            if not 0 < p.num_devices <= len(devices):
+                raise RecipeError(f"parallel.num_devices={p.num_devices} but {len(devices)} devices exist")
+            devices = devices[:p.num_devices]
+        self.p = p
+        self.mesh = jax.make_mesh((len(devices),), ("data",), devices=devices,
+                                  axis_types=(jax.sharding.AxisType.Auto,))  # GSPMD propagation
+        self.num_devices = len(devices)
+        self.local_devices = [d for d in devices if d.process_index == jax.process_index()]
+        self.replicated = NamedSharding(self.mesh, P())
+        self.state_sharding = None
+
+    def prepare(self, model, init_params_fn, tx, schedule) -> None:
+        """Works out the state's shapes and shardings; allocates nothing.
+
+        init_params_fn() -> boxed params (nn.LogicallyPartitioned leaves).
+        """
+        abstract_boxed = jax.eval_shape(init_params_fn)
+        specs = param_specs(abstract_boxed, self.p, self.num_devices)
+
+        def create():
+            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule)
+
+        self._create = create
+        self.state_sharding = self._state_sharding(jax.eval_shape(create), specs, tx)
+        self.abstract = jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            jax.eval_shape(create), self.state_sharding)
+
+    def create_state(self) -> TrainState:
+        """A fresh state, each array made directly with its sharding."""
+        return jax.jit(self._create, out_shardings=self.state_sharding)()
+
+    def _state_sharding(self, abstract_state, specs, tx):
+        opt_specs = optax.tree_map_params(
+            tx, lambda _, spec: spec, abstract_state.opt_state, specs,
+            transform_non_params=lambda _: P(), is_leaf=lambda x: isinstance(x, P))
+        named = lambda spec: NamedSharding(self.mesh, spec)
+        is_spec = lambda x: isinstance(x, P)
+        return abstract_state.replace(
+            step=self.replicated,
+            params=jax.tree_util.tree_map(named, specs, is_leaf=is_spec),
+            opt_state=jax.tree_util.tree_map(named, opt_specs, is_leaf=is_spec))
+
+    def place_params(self, params):
+        """Host params (same tree as state.params) -> arrays with the state's param shardings."""
+        return jax.tree_util.tree_map(
+            lambda x, s: jax.make_array_from_callback(np.shape(x), s, lambda idx: np.asarray(x)[idx]),
+            params, self.state_sharding.params)
+
+    def compile_train(self):
+        batch_sharding = NamedSharding(self.mesh, P(None, "data"))
+        return jax.jit(train_step, in_shardings=(self.state_sharding, batch_sharding, self.replicated),
+                       out_shardings=(self.state_sharding, self.replicated), donate_argnums=0)
+
+    def compile_eval(self, apply_fn):
+        fn = functools.partial(eval_step, apply_fn=apply_fn)
+        return jax.jit(fn, in_shardings=(self.state_sharding.params, NamedSharding(self.mesh, P("data"))),
+                       out_shardings=self.replicated)
+
+    def shard_batch(self, host_batch: dict, eval: bool = False) -> dict:
+        """This process's rows [A, B_host, ...] (or [B_host, ...]) -> global arrays."""
+        spec = P("data") if eval else P(None, "data")
+        sharding = NamedSharding(self.mesh, spec)
+        axis = 0 if eval else 1
+        n = jax.process_count()
+
+        def put(x):
+            shape = list(x.shape)
+            shape[axis] *= n
+            return jax.make_array_from_process_local_data(sharding, x, tuple(shape))
+        return {k: put(v) for k, v in host_batch.items()}
+
+    def to_saved(self, state: TrainState) -> TrainState:
+        return state
+
+    def from_saved(self, state: TrainState) -> TrainState:
+        return state
+
+    def params_of(self, state):
+        return state.params
+
+
+class PmapRunner:
+    """jax.pmap over this process's devices; the state has a leading device axis."""
+
+    strategy = "pmap"
+
+    def __init__(self, p: ParallelSection):
+        devices = jax.local_devices()
+        if p.num_devices is not None:
+            if jax.process_count() > 1:
+                raise RecipeError("parallel.num_devices is for one process; leave it unset")
+            devices = devices[:p.num_devices]
+        self.p = p
+        self.local_devices = devices
+        self.num_devices = len(devices) * jax.process_count()
+        self._one = jax.sharding.SingleDeviceSharding(devices[0])
+        self.replicated = self._one  # where saved scalars (step, rng) live
+
+    def prepare(self, model, init_params_fn, tx, schedule) -> None:
+        def create():
+            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule)
+        self._create = create
+        self.abstract = jax.tree_util.tree_map(  # the saved (unreplicated) layout
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self._one), jax.eval_shape(create))
+
+    def create_state(self) -> TrainState:
+        return self.from_saved(jax.jit(self._create, out_shardings=self._one)())
+
+    def place_params(self, params):
+        return jax_utils.replicate(jax.device_put(params, self._one), self.local_devices)
+
+    def compile_train(self):
+        step = functools.partial(train_step, axis_name="batch")
+        return jax.pmap(step, axis_name="batch", in_axes=(0, 0, None), donate_argnums=0,
+                        devices=self.local_devices)
+
+    def compile_eval(self, apply_fn):
+        fn = functools.partial(eval_step, apply_fn=apply_fn, axis_name="batch")
+        return jax.pmap(fn, axis_name="batch", devices=self.local_devices)
+
+    def shard_batch(self, host_batch: dict, eval: bool = False) -> dict:
+        """[A, B_host, ...] -> [devices, A, B_host / devices, ...] (device d gets a contiguous block)."""
+        n = len(self.local_devices)
+
+        def split(x):
+            if eval:
+                return x.reshape(n, x.shape[0] // n, *x.shape[1:])
+            a, b = x.shape[:2]
+            return np.swapaxes(x.reshape(a, n, b // n, *x.shape[2:]), 0, 1)
+        return {k: split(np.asarray(v)) for k, v in host_batch.items()}
+
+    def to_saved(self, state: TrainState) -> TrainState:
+        return jax.tree_util.tree_map(lambda x: x[0], state)
+
+    def from_saved(self, state: TrainState) -> TrainState:
+        return jax_utils.replicate(state, self.local_devices)
+
+    def params_of(self, state):
+        return state.params  # replicated [devices, ...]; eval is pmapped too
+
+
+def metrics_to_host(runner, metrics: dict) -> dict:
+    """Device metric sums -> NumPy scalars (one value of pmap's replicated copies)."""
+    out = jax.device_get(metrics)
+    if runner.strategy == "pmap":
+        out = {k: v[0] for k, v in out.items()}
+    return {k: np.asarray(v).item() for k, v in out.items()}
+
+
+def global_batch_size(recipe, runner) -> int:
+    return recipe.train.per_device_batch_size * runner.num_devices * recipe.train.accum_steps
+
+
+def host_batch_size(recipe, runner) -> int:
+    """Sequences this process reads per optimizer step (all its micro-batches)."""
+    return global_batch_size(recipe, runner) // jax.process_count()
+
+
+def describe(runner) -> str:
+    kind = jax.devices()[0].platform
+    return (f"{runner.strategy}: {runner.num_devices} {kind} device(s) over "
+            f"{jax.process_count()} process(es)" + (" with FSDP" if runner.p.fsdp else ""))
+

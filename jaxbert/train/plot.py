@@ -1,0 +1,53 @@
+"""`jaxbert plot WORKDIR [--out PNG]`: loss and MLM accuracy curves of a training run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .metrics_io import read_metrics
+
+
+def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
+    """Writes train and held-out (eval_*) loss and accuracy against step; returns the PNG path."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(workdir)
+    out = Path(out) if out else Path(workdir) / "curves.png"
+
+    def series(key):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((ax_loss, "loss", "loss"), (ax_acc, "mlm_accuracy", "MLM accuracy")):
+        for prefix, style in (("", "-"), ("eval_", "o-")):
+            xs, ys = series(prefix + key)
+            if xs:
+                ax.plot(xs, ys, style, label=("held-out" if prefix else "train"), markersize=3)
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(Path(workdir).resolve().name)
+    fig.tight_layout()
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    return tmp.replace(out)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("workdir", help="a training workdir (holds metrics.jsonl)")
+    parser.add_argument("--out", default=None, help="PNG path (default: WORKDIR/curves.png)")
+
+
+def run(args) -> int:
+    try:
+        path = plot_workdir(args.workdir, args.out)
+    except FileNotFoundError as e:
+        print(f"jaxbert plot: {e}")
+        return 2
+    print(path)
+    return 0

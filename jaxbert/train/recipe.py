@@ -1,0 +1,268 @@
+"""Training recipes: a YAML file mapped onto typed dataclasses.
+
+A recipe has seven sections (model, data, optim, train, parallel, checkpoint,
+outputs).
+Every key is checked: an unknown key or a value of the wrong type is a
+``RecipeError`` that names the key (``optim.learning_rate``). ``--set
+key=value`` overrides are parsed as YAML scalars and checked the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from ..config import BertConfig, ConfigError
+
+DEFAULT_RECIPE = "tiny-demo"
+
+
+class RecipeError(ValueError):
+    """A bad recipe key or value; the message names the key."""
+
+
+@dataclasses.dataclass
+class ModelSection:
+    preset: str = "bert-tiny"  # preset name, config.json or a directory holding one
+    config: dict = dataclasses.field(default_factory=dict)  # BertConfig fields over the preset
+    model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss)
+    init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
+    dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
+    param_dtype: str = "float32"
+    scan_layers: bool = False
+    remat_policy: str = "none"
+    attention_impl: str = "einsum"
+
+
+@dataclasses.dataclass
+class DataSection:
+    source: str = "prepared"  # prepared (jaxbert data prepare) | synthetic (random tokens, tests)
+    dir: Optional[str] = None  # prepared data; None = built from the embedded corpus in WORKDIR/data
+    tokenizer: Optional[str] = None  # tokenizer dir; None = the one beside the data
+    vocab_size: int = 4096  # of the tokenizer trained when dir is None
+    seq_len: int = 128
+    mask_rate: float = 0.15
+    max_predictions: Optional[int] = None  # masked positions per sequence (M)
+    whole_word_mask: bool = False
+    validation_fraction: float = 0.02  # held out when the data is built here
+    nsp: bool = False  # sentence pairs with next-sentence labels (BertForPreTraining)
+
+
+@dataclasses.dataclass
+class OptimSection:
+    name: str = "adamw"  # adamw | lamb
+    learning_rate: float = 1e-4  # peak
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    weight_decay: float = 0.01  # never applied to biases and LayerNorm params
+    schedule: str = "linear"  # linear | polynomial | wsd | constant (all after linear warmup)
+    warmup_steps: int = 0
+    decay_power: float = 1.0  # polynomial decay exponent
+    end_lr_factor: float = 0.0  # final lr = learning_rate * end_lr_factor
+    decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
+    clip_norm: Optional[float] = 1.0  # global-norm clipping; None = off
+
+
+@dataclasses.dataclass
+class TrainSection:
+    steps: int = 1000  # optimizer steps
+    per_device_batch_size: int = 32  # sequences per device per micro-batch
+    accum_steps: int = 1  # micro-batches per optimizer step
+    seed: int = 0
+    log_every: int = 50
+    eval_every: int = 500  # 0 = only at the end
+    eval_batches: int = 8  # held-out batches per evaluation (fixed masking)
+
+
+@dataclasses.dataclass
+class ParallelSection:
+    strategy: str = "mesh"  # mesh (jit + NamedSharding) | pmap (as run_mlm_flax)
+    fsdp: bool = False  # shard params and optimizer state over the data axis
+    num_devices: Optional[int] = None  # None = every device
+    # Logical axis -> mesh axis when fsdp is on ("data") or off (None).
+    fsdp_axes: list = dataclasses.field(default_factory=lambda: ["embed"])
+    coordinator_address: Optional[str] = None  # multi-host off TPU: host:port of process 0
+    num_processes: Optional[int] = None
+    process_id: Optional[int] = None
+
+
+@dataclasses.dataclass
+class CheckpointSection:
+    every_steps: int = 1000
+    keep: int = 3
+    async_save: bool = True
+
+
+@dataclasses.dataclass
+class OutputsSection:
+    """What a finished run leaves beside its checkpoints (primary process only)."""
+    plot: bool = True  # WORKDIR/curves.png
+    export: bool = False  # a Hugging Face directory in WORKDIR/hf, tokenizer beside it
+    fill_mask: list = dataclasses.field(default_factory=list)  # sentences with [MASK] to complete
+
+
+@dataclasses.dataclass
+class Recipe:
+    name: str = "custom"
+    model: ModelSection = dataclasses.field(default_factory=ModelSection)
+    data: DataSection = dataclasses.field(default_factory=DataSection)
+    optim: OptimSection = dataclasses.field(default_factory=OptimSection)
+    train: TrainSection = dataclasses.field(default_factory=TrainSection)
+    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
+    checkpoint: CheckpointSection = dataclasses.field(default_factory=CheckpointSection)
+    outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def bert_config(self, vocab_size: int | None = None) -> BertConfig:
+        """The model's BertConfig: the preset, then model.config, then the tokenizer's vocabulary size."""
+        try:
+            base = BertConfig.from_pretrained(self.model.preset).to_dict()
+        except ConfigError as e:
+            raise RecipeError(f"model.preset: {e}") from e
+        known = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
+        for key in self.model.config:
+            if key not in known:
+                raise RecipeError(f"model.config.{key}: not a BertConfig field")
+        base.update(self.model.config)
+        if vocab_size is not None and "vocab_size" not in self.model.config:
+            base["vocab_size"] = vocab_size
+        base.setdefault("architectures", [self.model.model_class])
+        base["architectures"] = [self.model.model_class]
+        try:
+            return BertConfig.from_dict(base)
+        except (ConfigError, TypeError) as e:
+            raise RecipeError(f"model.config: {e}") from e
+
+
+# ---- loading and checking --------------------------------------------------
+
+def _check(value: Any, tp: Any, key: str) -> Any:
+    """Returns value converted to type tp, or raises RecipeError naming key."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check(value, inner, key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RecipeError(f"{key}: expected a mapping, got {value!r}")
+        return _build(tp, value, key + ".")
+    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+                dict: "a mapping", list: "a list"}[origin or tp]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # PyYAML reads 1e-3 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    ok = isinstance(value, origin or tp) and not (tp in (int, float) and isinstance(value, bool))
+    if not ok:
+        raise RecipeError(f"{key}: expected {expected}, got {value!r}")
+    return value
+
+
+def _build(cls, data: dict, prefix: str = ""):
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise RecipeError(f"{prefix}{key}: unknown key; expected one of {sorted(names)}")
+    kwargs = {k: _check(v, hints[k], prefix + k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def _validate(r: Recipe) -> None:
+    choices = {"model.model_class": (r.model.model_class, ("BertForMaskedLM", "BertForPreTraining")),
+               "model.dtype": (r.model.dtype, ("float32", "bfloat16", "float16")),
+               "model.param_dtype": (r.model.param_dtype, ("float32", "bfloat16")),
+               "data.source": (r.data.source, ("prepared", "synthetic")),
+               "optim.name": (r.optim.name, ("adamw", "lamb")),
+               "optim.schedule": (r.optim.schedule, ("linear", "polynomial", "wsd", "constant")),
+               "parallel.strategy": (r.parallel.strategy, ("mesh", "pmap"))}
+    for key, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise RecipeError(f"{key}: {value!r} is not one of {allowed}")
+    positive = {"data.seq_len": r.data.seq_len, "train.steps": r.train.steps,
+                "train.per_device_batch_size": r.train.per_device_batch_size,
+                "train.accum_steps": r.train.accum_steps, "train.log_every": r.train.log_every,
+                "checkpoint.every_steps": r.checkpoint.every_steps, "checkpoint.keep": r.checkpoint.keep,
+                "optim.learning_rate": r.optim.learning_rate}
+    for key, value in positive.items():
+        if value <= 0:
+            raise RecipeError(f"{key}: must be > 0, got {value!r}")
+    if not 0 < r.data.mask_rate < 1:
+        raise RecipeError(f"data.mask_rate: must be in (0, 1), got {r.data.mask_rate!r}")
+    if r.parallel.strategy == "pmap" and r.parallel.fsdp:
+        raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
+    if r.data.nsp and r.model.model_class != "BertForPreTraining":
+        raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
+
+
+def from_dict(data: dict) -> Recipe:
+    if not isinstance(data, dict):
+        raise RecipeError(f"a recipe is a mapping of sections, got {type(data).__name__}")
+    recipe = _build(Recipe, data)
+    _validate(recipe)
+    return recipe
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """A file path, or the name of a recipe shipped in configs/train/."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or os.sep in str(name_or_path):
+        return path
+    return Path(str(resources.files("jaxbert.configs").joinpath("train", f"{name_or_path}.yaml")))
+
+
+def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recipe:
+    """Reads a recipe and applies ``key=value`` overrides (dotted keys)."""
+    path = recipe_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise RecipeError(f"cannot read recipe {path}: {e}") from e
+    except yaml.YAMLError as e:
+        raise RecipeError(f"recipe {path} is not valid YAML: {e}") from e
+    data.setdefault("name", path.stem)
+    for item in overrides:
+        apply_override(data, item)
+    try:
+        return from_dict(data)
+    except RecipeError as e:
+        raise RecipeError(f"{path}: {e}") from e
+
+
+def apply_override(data: dict, item: str) -> None:
+    """``optim.learning_rate=3e-3`` -> data['optim']['learning_rate'] = 0.003 (in place)."""
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise RecipeError(f"--set {item!r}: expected key=value")
+    value = yaml.safe_load(text) if text else None
+    *parents, leaf = key.split(".")
+    node = data
+    for i, part in enumerate(parents):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"--set {key}: {'.'.join(parents[:i + 1])} is not a section")
+    node[leaf] = value
+
+
+def save_effective(recipe: Recipe, workdir: str | Path) -> Path:
+    """Writes the recipe as run (overrides applied) to WORKDIR/recipe.yaml."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp = workdir / "recipe.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    return tmp.replace(workdir / "recipe.yaml")

@@ -1,0 +1,117 @@
+"""Where training batches come from.
+
+``make_source`` returns an iterator of NumPy batch dicts with ``state()`` and
+``restore(state)``: the prepared-data loader (jaxbert.train.loader.MLMLoader)
+or ``SyntheticMLM``, a learnable in-memory source for tests and benchmarks
+that needs no tokenizer. ``ensure_data`` builds the tokenizer and the prepared
+data from the embedded corpus into the workdir when a recipe names no data
+directory (the tiny-demo case), and reuses them on the next run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .recipe import Recipe
+
+# Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
+PAD, UNK, CLS, SEP, MASK = range(5)
+
+
+class SyntheticMLM:
+    """Sequences ``(start + stride * t) mod (V - 5) + 5``: every masked token is
+    predictable from its neighbours, so a model can learn it. Example i of the
+    stream depends only on (seed, split, i), so P processes reading shards of
+    the global batch see exactly the rows one process would see.
+
+    Yields int32 input_ids/token_type_ids/attention_mask [B, L], masked_positions/
+    masked_labels [B, M], float32 masked_weights [B, M] (+ next_sentence_labels [B]).
+    """
+
+    def __init__(self, vocab_size: int, batch_size: int, seq_len: int, *, seed: int = 0,
+                 split: str = "train", mask_rate: float = 0.15, max_predictions: int | None = None,
+                 process_index: int = 0, process_count: int = 1, fixed_masking: bool = False,
+                 nsp: bool = False):
+        self.vocab_size, self.batch_size, self.seq_len = vocab_size, batch_size, seq_len
+        self.seed, self.mask_rate, self.nsp = seed, mask_rate, nsp
+        self.split_id = 0 if split == "train" else 1
+        self.max_predictions = max_predictions or max(1, int(round(seq_len * mask_rate)))
+        self.process_index, self.process_count = process_index, process_count
+        self.fixed_masking = fixed_masking
+        self._batch = 0
+
+    def state(self) -> list[int]:
+        return [self._batch]
+
+    def restore(self, state) -> None:
+        self._batch = int(state[0])
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        first = (self._batch * self.process_count + self.process_index) * self.batch_size
+        rows = [self._example(first + r) for r in range(self.batch_size)]
+        self._batch += 1
+        return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+    def _example(self, index: int) -> dict:
+        rng = np.random.default_rng([self.seed, self.split_id, index])
+        L, M, V = self.seq_len, self.max_predictions, self.vocab_size
+        length = int(rng.integers(L // 2, L + 1))
+        start, stride = rng.integers(0, V - 5), rng.integers(1, 4)
+        ids = np.full(L, PAD, np.int32)
+        ids[1:length - 1] = (start + stride * np.arange(length - 2)) % (V - 5) + 5
+        ids[0], ids[length - 1] = CLS, SEP
+        n = min(M, max(1, int(round((length - 2) * self.mask_rate))))
+        pos = np.sort(rng.choice(np.arange(1, length - 1), n, replace=False)).astype(np.int32)
+        labels = ids[pos].copy()
+        ids[pos] = MASK
+        out = {"input_ids": ids, "token_type_ids": np.zeros(L, np.int32),
+               "attention_mask": (np.arange(L) < length).astype(np.int32),
+               "masked_positions": np.pad(pos, (0, M - n)),
+               "masked_labels": np.pad(labels, (0, M - n)),
+               "masked_weights": np.pad(np.ones(n, np.float32), (0, M - n))}
+        if self.nsp:
+            out["next_sentence_labels"] = np.int32(stride % 2)
+        return out
+
+
+def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, str]:
+    """(data dir, tokenizer dir) for a 'prepared' recipe, building both in
+    WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset."""
+    d = recipe.data
+    if d.dir is not None:
+        tok = d.tokenizer or str(Path(d.dir) / "tokenizer")
+        return d.dir, tok
+    from . import prepare, tokenizer  # the data pipeline is only needed for real data
+    workdir = Path(workdir)
+    tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
+    data_dir = workdir / "data"
+    if not (tok_dir / "tokenizer.json").exists() and d.tokenizer is None:
+        log(f"training a WordPiece tokenizer (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
+        tokenizer.train_tokenizer(None, d.vocab_size, tok_dir)
+    if not data_dir.exists():
+        log(f"preparing the embedded corpus at T={d.seq_len} -> {data_dir}")
+        prepare.prepare(inputs=None, tokenizer=str(tok_dir), output=str(data_dir), max_length=d.seq_len,
+                        format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction)
+    return str(data_dir), str(tok_dir)
+
+
+def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split: str = "train",
+                process_index: int = 0, process_count: int = 1, fixed_masking: bool = False,
+                vocab_size: int | None = None):
+    """A batch iterator with state()/restore() for this process's rows."""
+    d, seed = recipe.data, recipe.train.seed
+    if d.source == "synthetic":
+        return SyntheticMLM(vocab_size, batch_size, d.seq_len, seed=seed, split=split,
+                            mask_rate=d.mask_rate, max_predictions=d.max_predictions,
+                            process_index=process_index, process_count=process_count,
+                            fixed_masking=fixed_masking, nsp=d.nsp)
+    from .loader import MLMLoader
+    return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=d.mask_rate,
+                     max_predictions=d.max_predictions, whole_word_mask=d.whole_word_mask,
+                     process_index=process_index, process_count=process_count,
+                     fixed_masking=fixed_masking)

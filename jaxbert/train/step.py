@@ -1,0 +1,152 @@
+"""The pure train and eval steps.
+
+``train_step(state, batch, rng) -> (state, metrics)`` does one optimizer update
+from a batch of ``accum`` micro-batches (a lax.scan sums their gradients).
+The MLM loss is taken only at the masked positions: the model gathers them
+before the vocabulary projection. Metrics come back as sums with their
+denominators, normalised on the host by ``summarize``.
+
+Batch keys (NumPy or jax arrays; the train batch has a leading accum axis):
+  input_ids, token_type_ids, attention_mask  int32 [A, B, L]
+  masked_positions, masked_labels            int32 [A, B, M]
+  masked_weights                              float32 [A, B, M] (0 = padding slot)
+  next_sentence_labels                        int32 [A, B] (NSP recipes only)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 [], optimizer updates done
+    params: Any
+    opt_state: Any
+    apply_fn: Callable = flax.struct.field(pytree_node=False)
+    tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
+    schedule: Callable = flax.struct.field(pytree_node=False)
+
+    @classmethod
+    def create(cls, apply_fn, params, tx, schedule) -> "TrainState":
+        return cls(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                   apply_fn=apply_fn, tx=tx, schedule=schedule)
+
+
+def _sums(params, apply_fn, mb, rng, deterministic):
+    """Weighted loss sums for one micro-batch [B, ...]: (mlm_sum + nsp_sum, metric sums)."""
+    out = apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
+                   attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
+                   deterministic=deterministic, rngs={"dropout": rng})
+    logits = out.logits.astype(jnp.float32)  # [B, M, V]
+    labels, weights = mb["masked_labels"], mb["masked_weights"].astype(jnp.float32)
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [B, M]
+    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
+         "mlm_weight": jnp.sum(weights)}
+    if "next_sentence_labels" in mb:
+        nsp_logits = out.seq_relationship_logits.astype(jnp.float32)  # [B, 2]
+        nsp_labels = mb["next_sentence_labels"]
+        m["nsp_loss_sum"] = jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels))
+        m["nsp_correct"] = jnp.sum((jnp.argmax(nsp_logits, -1) == nsp_labels).astype(jnp.float32))
+        m["nsp_count"] = jnp.asarray(nsp_labels.shape[0], jnp.float32)
+    return m
+
+
+def _global_sum(x, axis_name):
+    x = jnp.sum(x)
+    return x if axis_name is None else jax.lax.psum(x, axis_name)
+
+
+def _l2(tree) -> jax.Array:
+    return optax.global_norm(jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree))
+
+
+def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | None = None):
+    """One optimizer update. Under jax.pmap pass axis_name: gradients are pmean-ed over it.
+
+    The objective is mean MLM loss over every masked token of the global batch
+    (all micro-batches, all devices) plus, with NSP data, the mean NSP loss.
+    """
+    step_rng = jax.random.fold_in(rng, state.step)
+    if axis_name is not None:  # each pmap device draws its own dropout masks
+        step_rng = jax.random.fold_in(step_rng, jax.lax.axis_index(axis_name))
+    n_dev = 1 if axis_name is None else jax.lax.psum(1, axis_name)
+    # Denominators over the whole global batch, known before any forward pass.
+    # pmean of the gradients divides by n_dev, so local objectives carry n_dev.
+    mlm_den = jnp.maximum(_global_sum(batch["masked_weights"].astype(jnp.float32), axis_name), 1.0) / n_dev
+    has_nsp = "next_sentence_labels" in batch
+    # Sequences per device shard: every pmap device holds an equal share.
+    nsp_den = float(batch["input_ids"].shape[0] * batch["input_ids"].shape[1])
+
+    def objective(params, mb, mb_rng):
+        m = _sums(params, state.apply_fn, mb, mb_rng, deterministic=False)
+        loss = m["mlm_loss_sum"] / mlm_den
+        if has_nsp:
+            loss = loss + m["nsp_loss_sum"] / nsp_den
+        return loss, m
+
+    grad_fn = jax.grad(objective, has_aux=True)
+
+    def micro(carry, xs):
+        grads, sums = carry
+        i, mb = xs
+        g, m = grad_fn(state.params, mb, jax.random.fold_in(step_rng, i))
+        grads = jax.tree_util.tree_map(jnp.add, grads, g)
+        sums = jax.tree_util.tree_map(jnp.add, sums, m)
+        return (grads, sums), None
+
+    accum = batch["input_ids"].shape[0]
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+    first = jax.tree_util.tree_map(lambda x: x[0], batch)
+    sum_zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
+        lambda: _sums(state.params, state.apply_fn, first, step_rng, True)))
+    (grads, sums), _ = jax.lax.scan(micro, (zeros, sum_zeros), (jnp.arange(accum), batch))
+    if axis_name is not None:
+        grads = jax.lax.pmean(grads, axis_name)
+        sums = jax.lax.psum(sums, axis_name)
+
+    updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(sums)
+    metrics["grad_norm"] = _l2(grads)
+    metrics["update_norm"] = _l2(updates)
+    metrics["param_norm"] = _l2(params)
+    metrics["learning_rate"] = jnp.asarray(state.schedule(state.step), jnp.float32)
+    # A non-finite loss, gradient or new param stops the run (checked on the host).
+    metrics["finite"] = jnp.isfinite(sums["mlm_loss_sum"] + sums.get("nsp_loss_sum", 0.0)
+                                     + metrics["grad_norm"] + metrics["param_norm"]).astype(jnp.float32)
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    return new_state, metrics
+
+
+def eval_step(params, batch: dict, apply_fn, axis_name: str | None = None) -> dict:
+    """Metric sums on one held-out batch [B, ...] (no accum axis), dropout off."""
+    m = _sums(params, apply_fn, batch, jax.random.key(0), deterministic=True)
+    if axis_name is not None:
+        m = jax.lax.psum(m, axis_name)
+    return m
+
+
+def summarize(sums: dict, prefix: str = "") -> dict:
+    """Host side: metric sums -> means. Takes NumPy / Python numbers."""
+    out = {}
+    w = max(float(sums["mlm_weight"]), 1e-9)
+    out[prefix + "mlm_loss"] = float(sums["mlm_loss_sum"]) / w
+    out[prefix + "mlm_accuracy"] = float(sums["mlm_correct"]) / w
+    loss = out[prefix + "mlm_loss"]
+    if "nsp_count" in sums:
+        n = max(float(sums["nsp_count"]), 1e-9)
+        out[prefix + "nsp_loss"] = float(sums["nsp_loss_sum"]) / n
+        out[prefix + "nsp_accuracy"] = float(sums["nsp_correct"]) / n
+        loss += out[prefix + "nsp_loss"]
+    out[prefix + "loss"] = loss
+    for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
+        if key in sums:
+            out[prefix + key] = float(sums[key])
+    return out

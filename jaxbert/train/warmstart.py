@@ -1,0 +1,61 @@
+"""Continued pretraining: start from existing weights instead of transformers' init.
+
+``model.init_from`` may name anything ``jaxbert.from_pretrained`` reads (a
+Hugging Face or jaxbert directory, a safetensors / PyTorch / msgpack file) or
+a jaxbert training workdir (its newest checkpoint; this is how
+bert-base-phase2 starts from phase 1). Params the source lacks, such as the
+MLM head of a plain BertModel checkpoint, keep their fresh initialisation;
+the run says which.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from flax import traverse_util
+
+from ..modeling_utils import scan_params, unscan_params
+
+
+def load_source_params(path: str, model_class: str) -> dict:
+    """Host params of `path` in the per-layer (unscanned) layout."""
+    p = Path(path)
+    if (p / "checkpoints").is_dir():
+        from .checkpoint import restore_params
+        params, _ = restore_params(p)
+    else:
+        import jaxbert
+        _, params = jaxbert.from_pretrained(str(p), model_class=model_class, strict=False)
+    return unscan_params(params)
+
+
+def merge(fresh: dict, loaded: dict, scanned: bool, log=print) -> dict:
+    """fresh (the model's initialised params) with every leaf `loaded` has at the same path.
+
+    A leaf of a different shape is an error naming it. Returns host (NumPy) params
+    in fresh's layout (scanned or not).
+    """
+    fresh_flat = traverse_util.flatten_dict(unscan_params(fresh) if scanned else fresh, sep="/")
+    loaded_flat = traverse_util.flatten_dict(loaded, sep="/")
+    if "bert/embeddings/word_embeddings/embedding" not in loaded_flat and "embeddings/word_embeddings/embedding" in loaded_flat:
+        # A bare BertModel checkpoint has no 'bert/' prefix.
+        loaded_flat = {f"bert/{k}": v for k, v in loaded_flat.items()}
+    out, kept_fresh = {}, []
+    for key, value in fresh_flat.items():
+        if key in loaded_flat:
+            src = np.asarray(loaded_flat[key])
+            if src.shape != tuple(value.shape):
+                raise ValueError(f"init_from: param {key} has shape {src.shape}, the model wants "
+                                 f"{tuple(value.shape)} (check model.preset / model.config / vocab)")
+            out[key] = src.astype(np.asarray(value).dtype)
+        else:
+            out[key] = np.asarray(value)
+            kept_fresh.append(key)
+    ignored = sorted(set(loaded_flat) - set(fresh_flat))
+    log(f"init_from: loaded {len(fresh_flat) - len(kept_fresh)} params"
+        + (f"; freshly initialised {len(kept_fresh)}: {', '.join(kept_fresh[:6])}"
+           + (" ..." if len(kept_fresh) > 6 else "") if kept_fresh else "")
+        + (f"; ignored {len(ignored)} the model lacks: {', '.join(ignored[:4])}" if ignored else ""))
+    tree = traverse_util.unflatten_dict(out, sep="/")
+    return scan_params(tree) if scanned else tree

@@ -1,0 +1,107 @@
+"""Helpers shared by the tests/test_train*.py modules: a 1-layer recipe and child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+# A 1-layer model on the synthetic source: its sequences are arithmetic progressions, so a
+# masked token is predictable from its neighbours and the loss can fall within a few steps.
+TINY = {
+    "name": "tiny-test",
+    "model": {"preset": "bert-tiny", "config": {
+        "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+        "vocab_size": 64, "max_position_embeddings": 32,
+        "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}},
+    "data": {"source": "synthetic", "seq_len": 16, "mask_rate": 0.25},
+    "optim": {"learning_rate": 3e-3, "warmup_steps": 2, "schedule": "linear"},
+    "train": {"steps": 12, "per_device_batch_size": 8, "log_every": 1, "eval_every": 0, "eval_batches": 2},
+    "checkpoint": {"every_steps": 4, "keep": 5},
+    "outputs": {"plot": False},
+}
+
+
+def write_recipe(path: Path, **sections) -> Path:
+    """TINY with sections updated key by key, e.g. train={"steps": 20}."""
+    data = json.loads(json.dumps(TINY))
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            data.setdefault(section, {}).update(values)
+        else:
+            data[section] = values
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def child_env(cache_dir: Path | None = None, devices: int | None = None) -> dict:
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    if devices:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    if cache_dir is not None:  # compiled steps are shared between the children of one test module
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir)
+        env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+        env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+# Runs `jaxbert train ARGV`, each batch delayed by DELAY seconds so that a test can signal it mid-run.
+SLOW_TRAIN = textwrap.dedent("""
+    import sys, time
+    from jaxbert.train import sources
+    delay = float(sys.argv[1])
+    make = sources.make_source
+    class Slow:
+        def __init__(self, inner): self.inner = inner
+        def __iter__(self): return self
+        def __next__(self):
+            time.sleep(delay)
+            return next(self.inner)
+        def state(self): return self.inner.state()
+        def restore(self, s): self.inner.restore(s)
+    sources.make_source = lambda *a, **k: Slow(make(*a, **k))
+    from jaxbert.cli import main
+    sys.exit(main(["train"] + sys.argv[2:]))
+""")
+
+
+def train_child(argv: list[str], env: dict, delay: float = 0.0, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", SLOW_TRAIN, str(delay), *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def run_train(argv: list[str], env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jaxbert.cli", "train", *argv], env=env, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def metric_rows(workdir: Path) -> list[dict]:
+    path = Path(workdir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def train_losses(workdir: Path) -> np.ndarray:
+    return np.array([r["loss"] for r in metric_rows(workdir) if "loss" in r])
+
+
+def checkpoint_steps(workdir: Path) -> list[int]:
+    d = Path(workdir) / "checkpoints"
+    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit()) if d.exists() else []
+
+
+def final_params(workdir: Path, step: int | None = None) -> dict:
+    """Flat {path: ndarray} of a checkpoint's params."""
+    from flax import traverse_util
+    from jaxbert.train.checkpoint import restore_params
+    params, _ = restore_params(workdir, step)
+    return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}

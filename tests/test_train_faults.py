@@ -1,0 +1,121 @@
+"""Faults: SIGKILL + resume is exact, SIGTERM saves and exits 0, NaN stops, corrupt checkpoints are skipped.
+
+Every run is a child process (one CPU device) of a 1-layer model on synthetic data;
+the children share a compilation cache, so only the first one compiles.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from _train_util import (checkpoint_steps, child_env, final_params, metric_rows, run_train, train_child,
+                         write_recipe)
+
+STEPS = 12  # checkpoints every 4 steps: 4, 8, 12
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    env = child_env(cache_dir=root / "jax-cache")
+    recipe = write_recipe(root / "tiny.yaml")
+    reference = root / "reference"
+    r = run_train(["--config", str(recipe), "--workdir", str(reference)], env)
+    assert r.returncode == 0, r.stdout
+    assert checkpoint_steps(reference) == [4, 8, 12]
+    return {"root": root, "env": env, "recipe": recipe, "reference": reference}
+
+
+def _args(setup, workdir):
+    return ["--config", str(setup["recipe"]), "--workdir", str(workdir)]
+
+
+def _wait_for(predicate, proc, timeout=120.0):
+    end = time.time() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"child ended early (rc {proc.returncode}): {proc.stdout.read()}")
+        if time.time() > end:
+            proc.kill()
+            raise AssertionError("timed out waiting for the child")
+        time.sleep(0.05)
+
+
+def _assert_same_params(a, b):
+    pa, pb = final_params(a), final_params(b)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert np.array_equal(pa[k], pb[k]), f"{k} differs: max abs {np.max(np.abs(pa[k] - pb[k]))}"
+
+
+def test_sigkill_mid_run_then_resume_is_bit_exact(setup, tmp_path):
+    wd = tmp_path / "killed"
+    proc = train_child(_args(setup, wd), setup["env"], delay=0.3)
+    _wait_for(lambda: 4 in checkpoint_steps(wd), proc)
+    proc.kill()  # SIGKILL: no handler runs, an async save may be cut off half-written
+    proc.wait()
+    assert max(checkpoint_steps(wd)) < STEPS, "the child finished before it was killed"
+    r = run_train(_args(setup, wd), setup["env"])
+    assert r.returncode == 0, r.stdout
+    assert "resumed from" in r.stdout
+    _assert_same_params(wd, setup["reference"])
+    # the resumed run logs every step once more from its checkpoint on; the last losses agree
+    ref = [row["loss"] for row in metric_rows(setup["reference"]) if "loss" in row]
+    got = [row["loss"] for row in metric_rows(wd) if "loss" in row]
+    assert got[-1] == ref[-1]
+
+
+def test_sigterm_saves_and_exits_zero_then_resumes_exactly(setup, tmp_path):
+    wd = tmp_path / "preempted"
+    proc = train_child(_args(setup, wd), setup["env"], delay=0.3)
+    _wait_for(lambda: len(metric_rows(wd)) >= 5, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert "SIGTERM: saved step" in out
+    stopped_at = max(r["step"] for r in metric_rows(wd))
+    assert 5 <= stopped_at < STEPS
+    assert checkpoint_steps(wd)[-1] == stopped_at  # saved where it stopped, not at the last periodic save
+    r = run_train(_args(setup, wd), setup["env"])
+    assert r.returncode == 0, r.stdout
+    assert f"checkpoints/{stopped_at}" in r.stdout
+    _assert_same_params(wd, setup["reference"])
+
+
+def test_nan_stops_with_step_number_and_keeps_last_good_checkpoint(setup, tmp_path):
+    wd = tmp_path / "nan"
+    # lr 1e4 without clipping: params explode, then the loss overflows to inf/NaN a few steps in.
+    r = run_train(_args(setup, wd) + ["--set", "optim.learning_rate=1e4", "--set", "optim.clip_norm=null",
+                                      "--set", "optim.warmup_steps=0", "--set", "checkpoint.every_steps=1"],
+                  setup["env"])
+    assert r.returncode == 3, r.stdout
+    import re
+    m = re.search(r"NaN/Inf at step (\d+)", r.stdout)
+    assert m, r.stdout
+    bad = int(m.group(1))
+    steps = checkpoint_steps(wd)
+    assert steps and max(steps) == bad - 1, (bad, steps)
+    assert f"last good checkpoint, step {bad - 1}" in r.stdout
+    params = final_params(wd)
+    assert all(np.all(np.isfinite(v)) for v in params.values())
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_one_before(setup, tmp_path):
+    wd = tmp_path / "corrupt"
+    shutil.copytree(setup["reference"], wd)
+    # truncate every data file of step 12: its metadata still looks complete
+    for f in (wd / "checkpoints" / "12" / "state").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(b"")
+    r = run_train(_args(setup, wd), setup["env"])
+    assert r.returncode == 0, r.stdout
+    assert "checkpoints/12 is corrupt or incomplete" in r.stdout
+    assert "resumed from" in r.stdout and "checkpoints/8" in r.stdout
+    assert list((wd / "checkpoints.corrupt").iterdir())[0].name.startswith("12-")
+    assert checkpoint_steps(wd) == [4, 8, 12]
+    _assert_same_params(wd, setup["reference"])  # steps 9..12 redone exactly
