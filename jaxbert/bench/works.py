@@ -1,0 +1,157 @@
+"""The work each contender does: a callable that runs one unit and blocks until done.
+
+jaxbert runs its real train step (jaxbert.train.step.train_step: MLM loss at
+the masked positions only, AdamW); transformers runs BertForMaskedLM with
+labels (its head covers every position) and torch.optim.AdamW.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..config import BertConfig
+from ..modeling_heads import BertForMaskedLM
+
+MASK_RATE = 0.15
+
+
+def masked_count(seq_len: int) -> int:
+    """M: masked slots per sequence, as the data loader sizes them."""
+    return math.ceil(MASK_RATE * seq_len)
+
+
+def _batch(cfg: BertConfig, batch: int, seq_len: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    M = masked_count(seq_len)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, seq_len - 1), M, replace=False)
+                                  for _ in range(batch)]), axis=1)
+    return dict(
+        input_ids=rng.integers(5, cfg.vocab_size, (batch, seq_len)).astype(np.int32),
+        token_type_ids=np.zeros((batch, seq_len), np.int32),
+        attention_mask=np.ones((batch, seq_len), np.int32),
+        masked_positions=positions.astype(np.int32),
+        masked_labels=rng.integers(5, cfg.vocab_size, (batch, M)).astype(np.int32),
+        masked_weights=np.ones((batch, M), np.float32))
+
+
+def no_dropout(cfg: BertConfig) -> BertConfig:
+    # Benchmarks compare compute; dropout RNG differs between frameworks.
+    return cfg.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+# ---- jaxbert ------------------------------------------------------------------------
+
+def jax_matmul(n: int = 2048):
+    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    f = jax.jit(jnp.dot)
+    return lambda: f(a, b).block_until_ready()
+
+
+def jax_forward(cfg: BertConfig, batch: int, seq_len: int, **options):
+    model = BertForMaskedLM(cfg, **options)
+    data = _batch(cfg, batch, seq_len)
+    params = jax.jit(model.init)(jax.random.key(0), data["input_ids"])
+    fwd = jax.jit(lambda p, ids, tt, am: model.apply(p, ids, tt, attention_mask=am).logits)
+    args = (params, data["input_ids"], data["token_type_ids"], data["attention_mask"])
+    return lambda: fwd(*args).block_until_ready()
+
+
+def _train_state(cfg: BertConfig, options: dict):
+    from ..train.step import TrainState
+    model = BertForMaskedLM(cfg, **options)
+    schedule = optax.constant_schedule(1e-4)
+    tx = optax.adamw(schedule, weight_decay=0.01)
+    return model, tx, schedule, TrainState
+
+
+def jax_train(cfg: BertConfig, batch: int, seq_len: int, **options):
+    """The jitted, donated train step; returns (run_one_step, memory_stats_fn)."""
+    from ..train.step import train_step
+    model, tx, schedule, TrainState = _train_state(cfg, options)
+    data = {k: v[None] for k, v in _batch(cfg, batch, seq_len).items()}  # accum axis of 1
+    params = jax.jit(model.init)(jax.random.key(0), data["input_ids"][0])["params"]
+    state = {"s": TrainState.create(model.apply, params, tx, schedule)}
+    step = jax.jit(train_step, donate_argnums=0)
+    data = jax.device_put(data)
+    rng = jax.random.key(1)
+
+    def run():
+        state["s"], metrics = step(state["s"], data, rng)
+        jax.block_until_ready(metrics)
+    return run
+
+
+def jax_compile_seconds(cfg: BertConfig, batch: int, seq_len: int, **options) -> float:
+    """Lower and compile the train step from abstract shapes; nothing is allocated."""
+    from ..train.step import train_step
+    model, tx, schedule, TrainState = _train_state(cfg, options)
+    data = {k: jax.ShapeDtypeStruct((1,) + v.shape, v.dtype) for k, v in _batch(cfg, batch, seq_len).items()}
+    ids = jnp.zeros((batch, seq_len), jnp.int32)
+    state = jax.eval_shape(lambda: TrainState.create(
+        model.apply, model.init(jax.random.key(0), ids)["params"], tx, schedule))
+    t0 = time.perf_counter()
+    jax.jit(train_step, donate_argnums=0).lower(state, data, jax.random.key(0)).compile()
+    return time.perf_counter() - t0
+
+
+def jax_peak_memory() -> float | None:
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return None if peak is None else peak / 2**20
+
+
+# ---- transformers (PyTorch) ------------------------------------------------------------
+
+def _torch_model(cfg: BertConfig, compile_: bool):
+    import torch
+    import transformers
+    hf_cfg = transformers.BertConfig(**no_dropout(cfg).to_dict())
+    hf_cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(hf_cfg)
+    run = torch.compile(model) if compile_ else model
+    return model, run
+
+
+def torch_matmul(n: int = 2048):
+    import torch
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    return lambda: torch.mm(a, b)
+
+
+def torch_forward(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False):
+    import torch
+    model, run = _torch_model(cfg, compile_)
+    model.eval()
+    data = {k: torch.from_numpy(v).long() for k, v in _batch(cfg, batch, seq_len).items()
+            if k in ("input_ids", "token_type_ids", "attention_mask")}
+
+    def step():
+        with torch.no_grad():
+            run(**data).logits
+    return step
+
+
+def torch_train(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False):
+    import torch
+    model, run = _torch_model(cfg, compile_)
+    model.train()
+    b = _batch(cfg, batch, seq_len)
+    labels = np.full((batch, seq_len), -100, np.int64)
+    np.put_along_axis(labels, b["masked_positions"], b["masked_labels"], axis=1)
+    data = {k: torch.from_numpy(b[k]).long() for k in ("input_ids", "token_type_ids", "attention_mask")}
+    data["labels"] = torch.from_numpy(labels)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        run(**data).loss.backward()
+        opt.step()
+    return step
