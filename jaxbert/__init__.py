@@ -11,7 +11,7 @@ from .modeling_heads import (MODEL_CLASSES, BertForMaskedLM, BertForMultipleChoi
                              BertForTokenClassification, BertLMHeadModel, BertModel,
                              BertPreTrainedModel, dummy_inputs, param_count)
 from .modeling_utils import ModelOutput, is_scanned, scan_params, unscan_params
-
-__version__ = "0.1.0"
 from .convert import (from_pretrained, params_to_state_dict, save_pretrained,
                       state_dict_to_params)
+
+__version__ = "0.1.0"

@@ -108,6 +108,11 @@ def test_relative_positions_cross_attention_and_untied_decoder(tmp_path):
         np.testing.assert_allclose(np.asarray(out.logits), ref, atol=1e-5, rtol=0)
         jaxbert.save_pretrained(tmp_path / f"out{scan}", module, params)
         _assert_same_files(tmp_path / "hf", tmp_path / f"out{scan}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        back, info = transformers.BertLMHeadModel.from_pretrained(tmp_path / "outTrue", output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert torch.equal(back.cls.predictions.decoder.weight, hf.cls.predictions.decoder.weight)
 
 
 def test_table_matches_the_model_param_tree_for_every_class_and_layout():

@@ -85,7 +85,8 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
-        strict=strict, add_pooling_layer=add_pooling_layer, source=src.description, seed=seed)
+        strict=strict, add_pooling_layer=add_pooling_layer, source=src.description, seed=seed,
+        adopt_buffers=True)
     return config, name, params, report
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from ..config import BertConfig
 from .readers import tensor_to_numpy
 from .report import ConversionError, ConversionReport
+from .safetensors_io import aligned_empty, is_aligned
 from .table import LEGACY_LEAVES, Table, to_flax
 
 _BASE_MODULES = ("embeddings.", "encoder.", "pooler.")
@@ -42,6 +43,8 @@ def _unused_reason(key: str, table: Table) -> str:
         return f"{table.model_class} has no cross-attention here (config.add_cross_attention or class)"
     if ".distance_embedding." in key:
         return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
+    if key.startswith("lm_head."):
+        return "a BertGeneration head (decoder without a transform layer); no jaxbert class has it"
     if key.startswith("cls.predictions.decoder.weight"):
         return "config ties the decoder to the word embeddings, and no MLM head uses it"
     return f"no {table.model_class} param for it"
@@ -81,7 +84,8 @@ def plan(keys: Iterable[str], table: Table) -> tuple[dict, list, list]:
 def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, model_class: str, *,
                          scan_layers: bool = False, dtype=None, strict: bool = False,
                          add_pooling_layer: bool | None = None, keys: list[str] | None = None,
-                         source: str = "state dict", seed: int = 0) -> tuple[dict, ConversionReport]:
+                         source: str = "state dict", seed: int = 0,
+                         adopt_buffers: bool = False) -> tuple[dict, ConversionReport]:
     """transformers' state dict -> jaxbert params for ``model_class``.
 
     Args:
@@ -92,6 +96,8 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
       dtype: cast every param to it; None keeps each tensor's checkpoint dtype.
       strict: refuse missing params and unused tensors instead of warning.
       add_pooling_layer: BertModel without a pooler when False.
+      adopt_buffers: let params take over the given arrays where their layout
+        allows instead of copying (for freshly read tensors nobody else holds).
     Returns:
       (params, report): params is the nested dict of NumPy arrays that goes in
       ``module.apply({'params': params}, ...)``; missing params are initialised
@@ -137,7 +143,7 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
                 pending.setdefault(target, []).append((key, array))
             continue
         report.dtypes[array.dtype.name] += 1
-        _place(flat, table, entry, to_flax(entry, array), dtype)
+        _place(flat, table, entry, to_flax(entry, array), dtype, adopt_buffers)
         report.loaded.append(target)
         done.add(target)
         for tie_key, tie_array in pending.pop(target, []):
@@ -152,19 +158,25 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
         init = init_leaves(config, model_class, scan_layers, add_pooling_layer,
                            {e.path for e in missing}, fill_dtype, seed)
         for e in missing:
-            _place(flat, table, e, init[e.path][e.layer] if e.layer is not None else init[e.path], fill_dtype)
+            _place(flat, table, e, init[e.path][e.layer] if e.layer is not None else init[e.path], fill_dtype,
+                   False)
         report.missing = [(p, table.leaf_shapes[p]) for p in dict.fromkeys(e.path for e in missing)]
     report.seconds = time.perf_counter() - t0
     return unflatten(flat), report
 
 
-def _place(flat: dict, table: Table, entry, array: np.ndarray, dtype) -> None:
+def _place(flat: dict, table: Table, entry, array: np.ndarray, dtype, adopt: bool) -> None:
+    """Put one tensor (Flax layout) into its leaf; every leaf is 64-byte aligned (see aligned_empty)."""
+    dtype = dtype or array.dtype
     if entry.layer is None:
-        # Reuse the array when it already has the right layout and dtype.
-        flat[entry.path] = np.ascontiguousarray(array).astype(dtype or array.dtype, copy=False)
+        if adopt and array.dtype == dtype and is_aligned(array):
+            flat[entry.path] = array  # a fresh read buffer in the right layout: adopt it
+        else:
+            flat[entry.path] = aligned_empty(array.shape, dtype)
+            flat[entry.path][...] = array
         return
     if entry.path not in flat:
-        flat[entry.path] = np.empty(table.leaf_shapes[entry.path], dtype or array.dtype)
+        flat[entry.path] = aligned_empty(table.leaf_shapes[entry.path], dtype)
     flat[entry.path][entry.layer] = array
 
 

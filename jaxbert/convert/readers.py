@@ -140,30 +140,32 @@ class TreeSource(Source):
 
 
 def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray]]:
+    """(state-dict key, array) of a Flax tree; a scanned layer stack is split leaf by
+    leaf, all layers of one leaf together, so each stacked array is released
+    as soon as its last layer is consumed."""
+    for name, value in tree.items():
+        if not isinstance(value, dict):
+            yield _as_state_dict_item(path + (name,), np.asarray(value))
+        elif name == "layer" and value and not all(k.isdigit() for k in value):
+            for sub, stacked in _flatten_per_layer_paths(value):
+                stacked = np.asarray(stacked)
+                for i in range(stacked.shape[0]):
+                    yield _as_state_dict_item(path + (name, str(i)) + sub, stacked[i])
+        else:
+            yield from _flatten_per_layer(value, path + (name,))
+
+
+def _flatten_per_layer_paths(tree, path=()):
     for name, value in tree.items():
         if isinstance(value, dict):
-            if name == "layer" and value and not all(k.isdigit() for k in value):
-                n = next(_leaves(value)).shape[0]  # scanned: a leading layer axis
-                for i in range(n):
-                    yield from _flatten_per_layer(_index(value, i), path + (name, str(i)))
-            else:
-                yield from _flatten_per_layer(value, path + (name,))
+            yield from _flatten_per_layer_paths(value, path + (name,))
         else:
-            key, transpose = flax_name_to_key(path + (name,))
-            value = np.asarray(value)
-            yield key, (value.T if transpose and value.ndim == 2 else value)
+            yield path + (name,), value
 
 
-def _leaves(tree):
-    for v in tree.values():
-        if isinstance(v, dict):
-            yield from _leaves(v)
-        else:
-            yield v
-
-
-def _index(tree, i):
-    return {k: _index(v, i) if isinstance(v, dict) else v[i] for k, v in tree.items()}
+def _as_state_dict_item(path: tuple, value: np.ndarray) -> tuple[str, np.ndarray]:
+    key, transpose = flax_name_to_key(path)
+    return key, (value.T if transpose and value.ndim == 2 else value)
 
 
 def read_msgpack(path: Path) -> dict:
@@ -178,14 +180,20 @@ def read_msgpack(path: Path) -> dict:
 
 
 def read_orbax(directory: Path) -> dict:
-    """A jaxbert params tree, restored as NumPy arrays in the saved dtypes."""
+    """A jaxbert params tree in the saved dtypes, as NumPy views of host (CPU) jax Arrays.
+
+    Restoring jax Arrays onto the CPU device and viewing them costs no copy, and
+    their buffers are aligned so the loader can adopt them as params.
+    """
     import orbax.checkpoint as ocp
     import jax
+    cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
     try:
         with ocp.PyTreeCheckpointer() as ckpt:
             meta = ckpt.metadata(directory.absolute()).item_metadata.tree
-            args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
-            return ckpt.restore(directory.absolute(), restore_args=args)
+            args = jax.tree_util.tree_map(lambda _: ocp.ArrayRestoreArgs(sharding=cpu), meta)
+            tree = ckpt.restore(directory.absolute(), restore_args=args)
+        return jax.tree_util.tree_map(np.asarray, tree)
     except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise many types
         raise ConversionError(f"{directory}: cannot restore the Orbax params ({type(e).__name__}: {e})") from e
 

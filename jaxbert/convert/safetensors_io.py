@@ -30,6 +30,23 @@ _NAMES = {v: k for k, v in DTYPES.items()}
 _MAX_HEADER = 100 * 2**20
 
 
+def aligned_empty(shape, dtype, align: int = 64) -> np.ndarray:
+    """np.empty whose data starts on a 64-byte boundary.
+
+    XLA's CPU client adopts such a buffer in jax.device_put instead of copying
+    it, so NumPy params become jax params without a second copy of the model.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    buf = np.empty(nbytes + align, np.uint8)
+    start = -buf.ctypes.data % align
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def is_aligned(array: np.ndarray, align: int = 64) -> bool:
+    return array.flags.c_contiguous and array.ctypes.data % align == 0
+
+
 class SafetensorsError(OSError):
     """A safetensors file that cannot be read; the message names the file."""
 
@@ -87,7 +104,7 @@ class SafetensorsReader:
     def get(self, name: str) -> np.ndarray:
         """A fresh array holding the tensor (no mmap)."""
         dtype, shape, begin = self.entries[name]
-        out = np.empty(shape, dtype)
+        out = aligned_empty(shape, dtype)
         self._f.seek(self._start + begin)
         got = self._f.readinto(out.reshape(-1).view(np.uint8)) if out.size else 0
         if got != out.nbytes:

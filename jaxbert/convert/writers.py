@@ -172,6 +172,7 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
 def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, params, *,
                   add_pooling_layer: bool | None = None) -> Path:
     """A jaxbert directory: config.json, jaxbert.json (class, layout) and params/ (Orbax)."""
+    import jax
     import orbax.checkpoint as ocp
     directory = Path(directory).absolute()
     directory.mkdir(parents=True, exist_ok=True)
@@ -180,8 +181,13 @@ def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, p
     tmp = directory / f".{PARAMS_DIR}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    with ocp.PyTreeCheckpointer() as ckpt:
-        ckpt.save(tmp, unflatten(flat))
+    # Orbax writes jax Arrays with far less host memory than NumPy ones (on CPU,
+    # device_put adopts the 64-byte-aligned buffers the loaders make), and
+    # without OCDBT it streams each leaf to its own directory.
+    tree = unflatten({p: jax.device_put(v) if isinstance(v, np.ndarray) else v for p, v in flat.items()})
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False)) as ckpt:
+        ckpt.save(tmp, args=ocp.args.PyTreeSave(tree))
+    del tree
     old = directory / f".{PARAMS_DIR}.old-{os.getpid()}"
     if (directory / PARAMS_DIR).exists():
         os.replace(directory / PARAMS_DIR, old)
