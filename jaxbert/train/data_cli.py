@@ -1,0 +1,54 @@
+"""`jaxbert data prepare ...` (tokenize a corpus into shards) and `jaxbert data inspect DIR`."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = sub.add_parser("prepare", help="tokenize a corpus into packed, memory-mappable shards")
+    q.add_argument("--input", nargs="+", default=None, metavar="PATH",
+                   help="text/jsonl/parquet files, globs, folders or datasets.save_to_disk folders "
+                        "(default: the embedded Python documentation corpus)")
+    q.add_argument("--tokenizer", required=True, help="tokenizer.json, vocab.txt or a model folder")
+    q.add_argument("--output", required=True, help="folder to write (replaced only when complete)")
+    q.add_argument("--max-length", type=int, default=128)
+    q.add_argument("--format", choices=("mlm", "nsp"), default="mlm",
+                   help="mlm: documents packed into full rows; nsp: sentence pairs for BertForPreTraining")
+    q.add_argument("--validation-fraction", type=float, default=0.01)
+    q.add_argument("--text-field", default="text", help="field/column holding the text (jsonl, parquet, arrow)")
+    q.add_argument("--seed", type=int, default=0, help="seed of the nsp pairing")
+    q.add_argument("--num-workers", type=int, default=None, help="processes (default: every core)")
+    q.add_argument("--short-seq-prob", type=float, default=0.1, help="nsp: share of pairs with a shorter target")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    i = sub.add_parser("inspect", help="print a prepared folder's metadata and its first rows decoded")
+    i.add_argument("dir")
+    i.add_argument("--rows", type=int, default=2)
+
+
+def run(args) -> int:
+    if args.action == "prepare":
+        from .prepare import prepare
+
+        meta = prepare(args.input, args.tokenizer, args.output, max_length=args.max_length,
+                       format=args.format, validation_fraction=args.validation_fraction,
+                       text_field=args.text_field, seed=args.seed, num_workers=args.num_workers,
+                       short_seq_prob=args.short_seq_prob, progress=not args.quiet)
+        c, s = meta["counts"], meta["splits"]
+        print(f"{args.output}: {c['documents']:,} documents, {c['tokens']:,} tokens -> "
+              f"{s['train']['examples']:,} train and {s['validation']['examples']:,} validation rows of "
+              f"{meta['max_length']} ({meta['format']}, {meta['dtype']}, vocab {meta['vocab_size']:,})")
+        return 0
+    import numpy as np
+    from tokenizers import Tokenizer
+
+    from .loader import metadata
+
+    meta = metadata(args.dir)
+    print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))
+    tok = Tokenizer.from_file(f"{args.dir}/tokenizer.json")
+    rows = np.load(f"{args.dir}/{meta['splits']['train']['shards'][0]['file']}", mmap_mode="r")
+    for row in rows[: args.rows]:
+        print(repr(tok.decode(row.tolist(), skip_special_tokens=False)))
+    return 0

@@ -1,0 +1,256 @@
+"""Masked batches from a prepared folder: deterministic from (seed, step), sharded by host.
+
+Step s of epoch e = s // steps_per_epoch reads the global batch perm_e[j*G:(j+1)*G], where perm_e
+is a seeded permutation of the split, j = s % steps_per_epoch and G = batch_size * process_count;
+process p takes the p-th slice of B rows. The remainder of an epoch that fills no global batch
+is dropped, the same on every host. Masking depends only on (seed, epoch, example index) (see
+masking.py), so a batch is a pure function of (seed, step, process_index, process_count), the
+global batch does not depend on how it is split across hosts, and a resumed loader repeats
+exactly what an uninterrupted one would have produced.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .masking import default_max_predictions, mask_tokens, row_keys
+
+SUPPORTED_FORMAT_VERSIONS = (1,)
+
+
+class DataCompatibilityError(ValueError):
+    """Prepared data that this code, or this model, cannot use."""
+
+
+def metadata(data_dir: str | Path) -> dict:
+    """The metadata.json of a prepared folder (vocab_size, special_ids, tokenizer_hash, format, ...)."""
+    path = Path(data_dir) / "metadata.json"
+    if not path.is_file():
+        raise DataCompatibilityError(f"{data_dir} is not a prepared dataset ({path.name} missing); "
+                                     f"run `jaxbert data prepare` first")
+    meta = json.loads(path.read_text())
+    if meta.get("format_version") not in SUPPORTED_FORMAT_VERSIONS:
+        raise DataCompatibilityError(f"{path}: format_version {meta.get('format_version')} is not one of "
+                                     f"{SUPPORTED_FORMAT_VERSIONS}; prepare the data again")
+    return meta
+
+
+def _padded(data_vocab: int, model_vocab: int) -> bool:
+    """Whether model_vocab is data_vocab rounded up to a multiple of 8..256 (a padded embedding)."""
+    return model_vocab > data_vocab and any(model_vocab == -(-data_vocab // m) * m for m in (8, 16, 32, 64, 128, 256))
+
+
+def check_compatible(data_dir: str | Path, vocab_size: int | None = None,
+                     tokenizer_hash: str | None = None) -> dict:
+    """Raise DataCompatibilityError unless a model with `vocab_size` (equal, or padded up to a
+    multiple of 8..256) and a tokenizer hashing to `tokenizer_hash` can train on this data.
+    Returns the metadata."""
+    meta = metadata(data_dir)
+    data_vocab, data_hash = meta["vocab_size"], meta["tokenizer_hash"]
+    if vocab_size is not None and vocab_size != data_vocab and not _padded(data_vocab, vocab_size):
+        raise DataCompatibilityError(
+            f"{data_dir} was prepared with a {data_vocab}-token vocabulary (tokenizer {meta['tokenizer']}, "
+            f"sha256 {data_hash[:12]}), but the model has vocab_size {vocab_size}: prepare the data with "
+            f"the model's tokenizer, or set vocab_size to {data_vocab}")
+    if tokenizer_hash is not None and tokenizer_hash != data_hash:
+        raise DataCompatibilityError(
+            f"{data_dir} was prepared with tokenizer {meta['tokenizer']} (sha256 {data_hash[:12]}), which "
+            f"differs from the model's (sha256 {tokenizer_hash[:12]}): prepare the data with the model's tokenizer")
+    return meta
+
+
+def continuation_table(data_dir: str | Path, vocab_size: int) -> np.ndarray:
+    """bool [V]: True for WordPiece continuation pieces (`##...`) of the data's tokenizer."""
+    spec = json.loads((Path(data_dir) / "tokenizer.json").read_text(encoding="utf-8"))
+    model = spec.get("model", {})
+    if model.get("type") != "WordPiece":
+        raise DataCompatibilityError(f"whole-word masking needs a WordPiece tokenizer; {data_dir} used "
+                                     f"{model.get('type')}")
+    prefix = model.get("continuing_subword_prefix") or "##"
+    table = np.zeros(vocab_size, bool)
+    for token, i in model["vocab"].items():
+        if token.startswith(prefix) and len(token) > len(prefix) and i < vocab_size:
+            table[i] = True
+    return table
+
+
+class MLMLoader:
+    """Iterate dicts of NumPy arrays for this process (B = batch_size rows):
+
+    input_ids, token_type_ids, attention_mask: int32 [B, L]; masked_positions, masked_labels:
+    int32 [B, M]; masked_weights: float32 [B, M]; nsp data also next_sentence_labels int32 [B]
+    (0: B follows A, 1: random). Iteration never ends; `steps_per_epoch` says where epochs turn.
+    """
+
+    def __init__(self, data_dir, batch_size: int, seq_len: int | None = None, *, seed: int = 0,
+                 split: str = "train", mask_rate: float = 0.15, max_predictions: int | None = None,
+                 whole_word_mask: bool = False, process_index: int = 0, process_count: int = 1,
+                 fixed_masking: bool = False, state: dict | None = None, shuffle: bool = True,
+                 replace_rate: float = 0.8, random_rate: float = 0.1):
+        self.data_dir = Path(data_dir)
+        self.meta = meta = metadata(data_dir)
+        L = meta["max_length"]
+        if seq_len is not None and seq_len != L:
+            raise DataCompatibilityError(f"{data_dir} holds rows of {L} tokens, not {seq_len}: prepare "
+                                         f"it again with --max-length {seq_len}")
+        if split not in meta["splits"]:
+            raise DataCompatibilityError(f"{data_dir} has no split {split!r} (has {sorted(meta['splits'])})")
+        if not 0 <= process_index < process_count:
+            raise ValueError(f"process_index {process_index} is not in [0, {process_count})")
+        if not 0.0 <= mask_rate <= 1.0:
+            raise ValueError(f"mask_rate must be in [0, 1], got {mask_rate}")
+        self.seq_len, self.batch_size, self.seed, self.split = L, batch_size, seed, split
+        self.process_index, self.process_count = process_index, process_count
+        self.mask_rate, self.fixed_masking, self.shuffle = mask_rate, fixed_masking, shuffle
+        self.replace_rate, self.random_rate = replace_rate, random_rate
+        self.nsp = meta["format"] == "nsp"
+        self.max_predictions = max_predictions or default_max_predictions(L, mask_rate, whole_word_mask)
+
+        shards = meta["splits"][split]["shards"]
+        self._rows = [np.load(self.data_dir / s["file"], mmap_mode="r") for s in shards]
+        self._pairs = [np.load(self.data_dir / s["file"].replace(".npy", "-pairs.npy")) for s in shards] \
+            if self.nsp else None
+        sizes = np.array([len(r) for r in self._rows], np.int64)
+        self._ends = np.cumsum(sizes)
+        self.num_examples = int(sizes.sum())
+        self.global_batch_size = batch_size * process_count
+        self.steps_per_epoch = self.num_examples // self.global_batch_size
+        if self.steps_per_epoch == 0:
+            raise DataCompatibilityError(
+                f"split {split!r} of {data_dir} has {self.num_examples} examples, fewer than one global batch "
+                f"of {self.global_batch_size}")
+
+        V, ids = meta["vocab_size"], meta["special_ids"]
+        self._never = np.zeros(V, bool)
+        self._never[[ids["cls"], ids["sep"], ids["pad"]]] = True
+        self._random_ids = np.setdiff1d(np.arange(V), list(ids.values())).astype(np.int32)
+        self._continuation = continuation_table(data_dir, V) if whole_word_mask else None
+        self._perm_epoch, self._perm = None, None
+        self.step = 0
+        if state is not None:
+            self.restore(state)
+
+    # ---- state ----
+    def state(self, step: int | None = None) -> dict:
+        """A few ints for a checkpoint. With prefetching, pass the number of batches consumed."""
+        step = self.step if step is None else int(step)
+        return {"step": step, "epoch": step // self.steps_per_epoch, "seed": self.seed,
+                "global_batch_size": self.global_batch_size}
+
+    def restore(self, state: dict) -> None:
+        for key in ("seed", "global_batch_size"):
+            if key in state and int(state[key]) != getattr(self, key):
+                raise ValueError(f"loader state has {key}={state[key]}, this loader {getattr(self, key)}: "
+                                 f"the batches would differ from the run being resumed")
+        self.step = int(state["step"])
+
+    # ---- batches ----
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        batch = self.batch_at(self.step)
+        self.step += 1
+        return batch
+
+    def epoch_batches(self, epoch: int = 0):
+        """The steps_per_epoch batches of one epoch (e.g. for evaluation); leaves `step` alone."""
+        for j in range(self.steps_per_epoch):
+            yield self.batch_at(epoch * self.steps_per_epoch + j)
+
+    def example_indices(self, step: int) -> np.ndarray:
+        """int64 [B]: indices into the split of the rows this process reads at `step`."""
+        epoch, j = divmod(int(step), self.steps_per_epoch)
+        if self._perm_epoch != epoch:
+            self._perm = np.random.default_rng([self.seed, epoch, 0x5EED]).permutation(self.num_examples) \
+                if self.shuffle else np.arange(self.num_examples)
+            self._perm_epoch = epoch
+        start = j * self.global_batch_size + self.process_index * self.batch_size
+        return self._perm[start:start + self.batch_size]
+
+    def _gather(self, index: np.ndarray, tables: list[np.ndarray]) -> np.ndarray:
+        """Rows of the split at `index`, read shard by shard in ascending order (memmap friendly)."""
+        shard = np.searchsorted(self._ends, index, side="right")
+        local = index - (self._ends - [len(t) for t in tables])[shard]
+        out = np.empty((len(index),) + tables[0].shape[1:], tables[0].dtype)
+        for s in np.unique(shard):
+            sel = np.flatnonzero(shard == s)
+            order = np.argsort(local[sel])
+            out[sel[order]] = tables[s][local[sel][order]]
+        return out
+
+    def batch_at(self, step: int) -> dict:
+        """The batch this process gets at `step`; a pure function of the constructor arguments."""
+        index = self.example_indices(step)
+        epoch = int(step) // self.steps_per_epoch
+        ids = self._gather(index, self._rows).astype(np.int32)
+        keys = row_keys(self.seed, 0 if self.fixed_masking else epoch, index)
+        batch = mask_tokens(ids, keys, mask_rate=self.mask_rate, mask_id=self.meta["special_ids"]["mask"],
+                            never_mask=self._never, random_ids=self._random_ids,
+                            max_predictions=self.max_predictions, continuation=self._continuation,
+                            replace_rate=self.replace_rate, random_rate=self.random_rate)
+        batch["attention_mask"] = (ids != self.meta["special_ids"]["pad"]).astype(np.int32)
+        if self.nsp:
+            pairs = self._gather(index, self._pairs).astype(np.int32)
+            # segment B (and its [SEP]) starts after [CLS] A [SEP]
+            second = np.arange(self.seq_len)[None, :] >= (pairs[:, :1] + 2)
+            batch["token_type_ids"] = (second & (batch["attention_mask"] > 0)).astype(np.int32)
+            batch["next_sentence_labels"] = pairs[:, 1].copy()
+        else:
+            batch["token_type_ids"] = np.zeros_like(ids)
+        return batch
+
+
+def prefetch_to_device(iterator, size: int = 2, sharding=None):
+    """Yield batches already on device, `size` ahead, produced and transferred in a thread.
+
+    `sharding`: None (default device), a jax.sharding.Sharding for every array, or a dict of
+    them by key. With several JAX processes each one passes its local rows and gets global
+    arrays (jax.make_array_from_process_local_data).
+    """
+    import jax
+
+    def put(batch):
+        if sharding is None:
+            return jax.device_put(batch)
+        shard_of = (lambda k: sharding[k]) if isinstance(sharding, dict) else (lambda k: sharding)
+        if jax.process_count() > 1:
+            return {k: jax.make_array_from_process_local_data(shard_of(k), v) for k, v in batch.items()}
+        return {k: jax.device_put(v, shard_of(k)) for k, v in batch.items()}
+
+    q: queue.Queue = queue.Queue(maxsize=size)
+    stop = threading.Event()
+    done = object()
+
+    def produce():
+        try:
+            for batch in iterator:
+                item = put(batch)
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # handed to the consumer, raised there
+            q.put(e)
+
+    threading.Thread(target=produce, daemon=True, name="prefetch_to_device").start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()

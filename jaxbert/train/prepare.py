@@ -1,0 +1,273 @@
+"""`prepare`: corpus -> tokenizer -> fixed-length rows in memory-mappable .npy shards.
+
+Output folder:
+  metadata.json              format version, tokenizer hash, vocab size, special ids, counts, shards
+  tokenizer.json             the tokenizer used (the loader reads `##` pieces from it)
+  train-00000.npy ...        uint16 (vocab <= 65,536) or uint32 token ids, [rows, max_length]
+  train-00000-pairs.npy ...  nsp only: uint16 [rows, 2] = (tokens in segment A, label)
+  validation-00000.npy ...   the same for the held-out documents
+
+Documents are read in order and cut into chunks (a fixed size, whatever the number of workers);
+workers tokenize chunks in parallel and the results are consumed in chunk order, so the files
+depend only on the inputs, the tokenizer and the arguments. Every ~1/validation_fraction-th
+document (systematic sampling by document index) goes to the validation split.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .corpus import Corpus
+from .packing import MLMPacker, nsp_examples, split_sentences
+from .tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
+
+FORMAT_VERSION = 1
+FORMATS = ("mlm", "nsp")
+SPLITS = ("train", "validation")
+CHUNK_CHARS = 1 << 19  # documents per work unit: ~512k characters, or
+CHUNK_DOCS = 2048
+
+_worker: dict = {}
+
+
+class PrepareError(ValueError):
+    """Bad arguments or an output that cannot be written."""
+
+
+def is_validation(doc_index: np.ndarray, fraction: float) -> np.ndarray:
+    """bool per document: systematic sampling, exactly round(n * fraction) of the first n."""
+    i = np.asarray(doc_index, np.float64)
+    return np.floor((i + 1) * fraction + 0.5) > np.floor(i * fraction + 0.5)
+
+
+def _init_worker(config: dict) -> None:
+    from tokenizers import Tokenizer
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
+    _worker.clear()
+    _worker.update(config, tokenizer=Tokenizer.from_str(config["tokenizer_json"]))
+
+
+def _encode_chunk(task):
+    """Tokenize one chunk; per split, mlm: (tokens, doc lengths); nsp: (rows, a_lengths, labels)."""
+    index, docs, first_doc, units = task
+    w = _worker
+    tok, dtype, fmt = w["tokenizer"], np.dtype(w["dtype"]), w["format"]
+    val = is_validation(np.arange(first_doc, first_doc + len(docs)), w["validation_fraction"])
+    out = {"index": index, "units": units, "documents": len(docs)}
+    for split, mine in zip(SPLITS, (~val, val)):
+        texts = [d for d, m in zip(docs, mine) if m]
+        if fmt == "mlm":
+            encs = tok.encode_batch(texts, add_special_tokens=False) if texts else []
+            lengths = np.fromiter((len(e.ids) for e in encs), np.int64, len(encs))
+            tokens = np.fromiter(itertools.chain.from_iterable(e.ids for e in encs), dtype, int(lengths.sum()))
+            out[split] = (tokens, lengths)
+        else:
+            sentences = [split_sentences(t) for t in texts]
+            flat = [s for doc in sentences for s in doc]
+            encs = tok.encode_batch(flat, add_special_tokens=False) if flat else []
+            ids = [np.asarray(e.ids, dtype) for e in encs]
+            bounds = np.cumsum([0] + [len(s) for s in sentences])
+            per_doc = [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+            rng = np.random.default_rng([w["seed"], index, SPLITS.index(split)])
+            s = w["special_ids"]
+            rows, a_len, labels = nsp_examples(per_doc, w["max_length"], rng, s["cls"], s["sep"], s["pad"],
+                                               w["short_seq_prob"], dtype)
+            out[split] = (rows, a_len, labels, sum(len(i) for i in ids), sum(map(bool, per_doc)))
+    return out
+
+
+def _chunks(corpus: Corpus):
+    """(chunk index, documents, index of its first document, progress units)."""
+    docs, chars, units, first, index = [], 0, 0, 0, 0
+    for doc, u in corpus:
+        docs.append(doc)
+        chars += len(doc)
+        units += u
+        if chars >= CHUNK_CHARS or len(docs) >= CHUNK_DOCS:
+            yield index, docs, first, units
+            index, first = index + 1, first + len(docs)
+            docs, chars, units = [], 0, 0
+    if docs:
+        yield index, docs, first, units
+
+
+def _run(tasks, config: dict, num_workers: int):
+    """Results in task order, at most 2 chunks per worker in flight (memory stays bounded).
+
+    Workers are forked where the OS can (no re-import of the caller's script, which `spawn`
+    would run again); they use only NumPy and tokenizers, never JAX. A worker that dies raises
+    BrokenProcessPool here instead of hanging.
+    """
+    if num_workers <= 1:
+        _init_worker(config)
+        yield from map(_encode_chunk, tasks)
+        return
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(num_workers, mp.get_context(method), _init_worker, (config,)) as pool:
+        pending = deque()
+        for task in tasks:
+            pending.append(pool.submit(_encode_chunk, task))
+            if len(pending) >= 2 * num_workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+class _ShardWriter:
+    """Buffers rows of one split and writes `{split}-{i:05d}.npy` every `rows_per_shard` rows."""
+
+    def __init__(self, folder: Path, split: str, rows_per_shard: int, nsp: bool):
+        self.folder, self.split, self.rows_per_shard, self.nsp = folder, split, rows_per_shard, nsp
+        self.rows, self.pairs, self.buffered, self.shards = [], [], 0, []
+        self.documents = self.tokens = self.examples = self.padding = self.random_next = 0
+
+    def add(self, rows: np.ndarray, pairs: np.ndarray | None = None) -> None:
+        self.rows.append(rows)
+        if pairs is not None:
+            self.pairs.append(pairs)
+        self.buffered += len(rows)
+        while self.buffered >= self.rows_per_shard:
+            self._write(self.rows_per_shard)
+
+    def _write(self, n: int) -> None:
+        rows = np.concatenate(self.rows)
+        name = f"{self.split}-{len(self.shards):05d}"
+        np.save(self.folder / f"{name}.npy", rows[:n])
+        self.rows = [rows[n:]]
+        if self.nsp:
+            pairs = np.concatenate(self.pairs)
+            np.save(self.folder / f"{name}-pairs.npy", pairs[:n])
+            self.pairs = [pairs[n:]]
+        self.buffered -= n
+        self.examples += n
+        self.shards.append({"file": f"{name}.npy", "rows": n})
+
+    def close(self) -> dict:
+        if self.buffered:
+            self._write(self.buffered)
+        info = {"examples": self.examples, "documents": self.documents, "tokens": self.tokens,
+                "shards": self.shards}
+        if self.nsp:
+            info["random_next"] = self.random_next
+        else:
+            info["padding_tokens"] = self.padding
+        return info
+
+
+def _output_folder(output: str | os.PathLike) -> tuple[Path, Path]:
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"output {out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "metadata.json").is_file():
+        raise PrepareError(f"output {out} is a non-empty folder that is not a prepared dataset; "
+                           f"refusing to write over it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return out, tmp
+
+
+def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: int = 128,
+            format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
+            seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
+            rows_per_shard: int | None = None, progress: bool = True) -> dict:
+    """Tokenize `inputs` (None: the embedded Python-docs corpus) into shards in `output`.
+
+    Returns the metadata dict also written to `output/metadata.json`. The output folder is
+    built beside `output` and renamed into place only when complete.
+    """
+    if format not in FORMATS:
+        raise PrepareError(f"format must be one of {FORMATS}, got {format!r}")
+    if not 0.0 <= validation_fraction < 1.0:
+        raise PrepareError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    if max_length < (3 if format == "mlm" else 5) or max_length > 65535:
+        raise PrepareError(f"max_length {max_length} is out of range for format {format!r}")
+    tok = load_tokenizer(tokenizer)
+    specials = special_token_ids(tok, tokenizer)
+    vocab_size = tok.get_vocab_size(with_added_tokens=True)
+    dtype = np.uint16 if vocab_size <= 1 << 16 else np.uint32
+    corpus = Corpus(inputs, text_field)
+    total = corpus.total()
+    if num_workers is None:
+        num_workers = os.cpu_count() or 1
+    if total < 2 * CHUNK_CHARS:  # starting processes would cost more than it saves
+        num_workers = 1
+    config = {"tokenizer_json": tok.to_str(), "dtype": np.dtype(dtype).name, "format": format,
+              "max_length": max_length, "validation_fraction": validation_fraction, "seed": seed,
+              "special_ids": specials, "short_seq_prob": short_seq_prob}
+    rows_per_shard = rows_per_shard or max(1, (1 << 27) // (max_length * np.dtype(dtype).itemsize))
+    out, tmp = _output_folder(output)
+    try:
+        nsp = format == "nsp"
+        writers = {s: _ShardWriter(tmp, s, rows_per_shard, nsp) for s in SPLITS}
+        packers = {s: MLMPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype)
+                   for s in SPLITS}
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress,
+                   file=sys.stderr, dynamic_ncols=True)
+        for res in _run(_chunks(corpus), config, num_workers):
+            for split, w in writers.items():
+                if nsp:
+                    rows, a_len, labels, ntok, ndocs = res[split]
+                    w.add(rows, np.stack([a_len, labels], 1).astype(np.uint16))
+                    w.random_next += int(labels.sum())
+                else:
+                    tokens, lengths = res[split]
+                    w.add(packers[split].add(tokens, lengths))
+                    ntok, ndocs = int(lengths.sum()), int((lengths > 0).sum())
+                w.tokens += ntok
+                w.documents += ndocs
+            bar.update(res["units"])
+            bar.set_postfix(docs=sum(w.documents for w in writers.values()),
+                            rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
+        bar.update(max(0, total - bar.n))
+        bar.close()
+        if not nsp:
+            for split, w in writers.items():
+                w.add(packers[split].finish())
+                w.padding = packers[split].padding
+        splits = {s: w.close() for s, w in writers.items()}
+        if splits["train"]["examples"] == 0:
+            raise PrepareError("no training examples: the corpus tokenized to nothing, or "
+                               "validation_fraction took every document")
+        meta = {
+            "format_version": FORMAT_VERSION, "format": format, "max_length": max_length,
+            "dtype": np.dtype(dtype).name, "vocab_size": vocab_size, "special_ids": specials,
+            "tokenizer_hash": tokenizer_hash(tok), "tokenizer": str(tokenizer),
+            "inputs": None if inputs is None else [str(i) for i in inputs],
+            "text_field": text_field, "seed": seed, "validation_fraction": validation_fraction,
+            "counts": {k: sum(s[k] for s in splits.values()) for k in ("documents", "tokens", "examples")},
+            "splits": splits, "sources": [s.as_dict() for s in corpus.stats], "warnings": corpus.warnings(),
+        }
+        if nsp:
+            meta["short_seq_prob"] = short_seq_prob
+        (tmp / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
+        (tmp / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _swap_into_place(tmp, out)
+    if progress:
+        for line in meta["warnings"]:
+            print(f"warning: {line}", file=sys.stderr)
+    return meta
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        out.rename(old)
+    tmp.rename(out)
+    shutil.rmtree(old, ignore_errors=True)

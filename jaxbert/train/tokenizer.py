@@ -1,0 +1,185 @@
+"""WordPiece tokenizers for pretraining: load one from any common form, train a new one, hash it.
+
+`load_tokenizer` returns a `tokenizers.Tokenizer` (the Rust tokenizer behind BertTokenizerFast)
+with truncation and padding switched off, whatever the file said, because the data pipeline
+packs raw ids itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+# Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
+SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
+DEFAULT_SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+
+
+class TokenizerError(ValueError):
+    """A tokenizer file is missing, unreadable or lacks a token the pipeline needs."""
+
+
+def _bert_tokenizer(vocab: dict[str, int] | None, lowercase: bool, specials: dict[str, str]) -> Tokenizer:
+    """A BERT WordPiece pipeline (BertNormalizer, BertPreTokenizer, [CLS] A [SEP] template)."""
+    model = models.WordPiece(vocab, unk_token=specials["unk"], continuing_subword_prefix="##") if vocab \
+        else models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##")
+    tok = Tokenizer(model)
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                strip_accents=None, lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    if vocab:
+        _add_template(tok, specials)
+    return tok
+
+
+def _add_template(tok: Tokenizer, specials: dict[str, str]) -> None:
+    cls, sep = specials["cls"], specials["sep"]
+    ids = {t: tok.token_to_id(t) for t in (cls, sep)}
+    if None not in ids.values():
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=list(ids.items()))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"cannot read {path}: {e}") from e
+
+
+def special_token_names(path: str | os.PathLike | None) -> dict[str, str]:
+    """Role -> token string, from special_tokens_map.json / tokenizer_config.json beside `path`."""
+    names = dict(DEFAULT_SPECIAL_TOKENS)
+    if path is None:
+        return names
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    for fname in ("tokenizer_config.json", "special_tokens_map.json"):
+        if (folder / fname).is_file():
+            cfg = _read_json(folder / fname)
+            for role in SPECIAL_ROLES:
+                value = cfg.get(f"{role}_token")
+                if isinstance(value, dict):  # AddedToken serialised as a dict
+                    value = value.get("content")
+                if isinstance(value, str):
+                    names[role] = value
+    return names
+
+
+def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
+    """Load a tokenizer.json, a WordPiece vocab.txt or a model directory holding either.
+
+    For a vocab.txt, lower-casing follows `do_lower_case` of a neighbouring
+    tokenizer_config.json (True, BERT's default, when there is none).
+    """
+    p = Path(path)
+    if p.is_dir():
+        for name in ("tokenizer.json", "vocab.txt"):
+            if (p / name).is_file():
+                return load_tokenizer(p / name)
+        raise TokenizerError(f"{p} holds neither tokenizer.json nor vocab.txt")
+    if not p.is_file():
+        raise TokenizerError(f"tokenizer not found: {p}")
+    if p.suffix == ".json":
+        try:
+            tok = Tokenizer.from_file(str(p))
+        except Exception as e:  # the Rust side raises plain Exception
+            raise TokenizerError(f"{p} is not a tokenizers JSON file: {e}") from e
+    else:
+        vocab = {}
+        with open(p, encoding="utf-8") as f:
+            for line in f:
+                token = line.rstrip("\r\n")
+                if token and token not in vocab:
+                    vocab[token] = len(vocab)
+        if not vocab:
+            raise TokenizerError(f"{p} is an empty vocabulary")
+        lowercase = True
+        if (p.parent / "tokenizer_config.json").is_file():
+            lowercase = bool(_read_json(p.parent / "tokenizer_config.json").get("do_lower_case", True))
+        tok = _bert_tokenizer(vocab, lowercase, special_token_names(p))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+def special_token_ids(tok: Tokenizer, path: str | os.PathLike | None = None) -> dict[str, int]:
+    """Role (pad/unk/cls/sep/mask) -> id; an error naming the token when one is missing."""
+    ids = {}
+    for role, token in special_token_names(path).items():
+        i = tok.token_to_id(token)
+        if i is None:
+            where = f" ({path})" if path else ""
+            raise TokenizerError(f"tokenizer{where} lacks the {role} token {token!r}, which BERT pretraining needs")
+        ids[role] = int(i)
+    return ids
+
+
+def tokenizer_hash(tok: Tokenizer | str | os.PathLike) -> str:
+    """sha256 of what decides the ids: vocabulary in id order, normalizer, pre-tokenizer, model type.
+
+    The same vocabulary loaded from vocab.txt or tokenizer.json hashes the same, so prepared
+    data can be matched against a model's tokenizer in whatever form it ships.
+    """
+    if not isinstance(tok, Tokenizer):
+        tok = load_tokenizer(tok)
+    spec = json.loads(tok.to_str())
+    vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    model = spec.get("model") or {}
+    key = {"vocab": [t for t, _ in vocab], "normalizer": spec.get("normalizer"),
+           "pre_tokenizer": spec.get("pre_tokenizer"), "model": model.get("type"),
+           "prefix": model.get("continuing_subword_prefix")}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase: bool,
+                        model_max_length: int = 512) -> Path:
+    """Write tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
+    if [i for _, i in vocab] != list(range(len(vocab))):
+        raise TokenizerError("vocabulary ids are not contiguous; cannot write vocab.txt")
+    specials = {f"{r}_token": t for r, t in DEFAULT_SPECIAL_TOKENS.items()}
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "tokenize_chinese_chars": True,
+              "strip_accents": None, "model_max_length": model_max_length,
+              "clean_up_tokenization_spaces": True, **specials}
+    _atomic_write(out / "tokenizer.json", tok.to_str(pretty=True))
+    _atomic_write(out / "vocab.txt", "".join(t + "\n" for t, _ in vocab))
+    _atomic_write(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    _atomic_write(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
+    return out
+
+
+def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str | os.PathLike,
+                    lowercase: bool = True, *, text_field: str = "text", min_frequency: int = 2,
+                    progress: bool = False) -> Path:
+    """Train a BERT WordPiece tokenizer on `inputs` (None: the embedded default corpus).
+
+    Returns the output directory, which transformers' BertTokenizerFast loads as it is.
+    """
+    from .corpus import iter_documents
+
+    if vocab_size < len(SPECIAL_ROLES) + 1:
+        raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
+    tok = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=progress,
+        special_tokens=[DEFAULT_SPECIAL_TOKENS[r] for r in SPECIAL_ROLES], continuing_subword_prefix="##")
+    docs = (doc for doc, _ in iter_documents(inputs, text_field=text_field))
+    tok.train_from_iterator(docs, trainer=trainer)
+    _add_template(tok, DEFAULT_SPECIAL_TOKENS)
+    return save_bert_tokenizer(tok, output_dir, lowercase)

@@ -1,0 +1,26 @@
+"""`jaxbert tokenizer train --input ... --vocab-size N --output DIR`: a BERT WordPiece tokenizer."""
+
+from __future__ import annotations
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    t = sub.add_parser("train", help="train a WordPiece vocabulary that BertTokenizerFast loads")
+    t.add_argument("--input", nargs="+", default=None, metavar="PATH",
+                   help="text/jsonl/parquet files, globs, folders (default: the embedded Python docs corpus)")
+    t.add_argument("--vocab-size", type=int, required=True)
+    t.add_argument("--output", required=True, help="folder for tokenizer.json, vocab.txt and configs")
+    t.add_argument("--cased", action="store_true", help="keep case (default: lower-case, like bert-base-uncased)")
+    t.add_argument("--text-field", default="text")
+    t.add_argument("--min-frequency", type=int, default=2)
+
+
+def run(args) -> int:
+    from .tokenizer import load_tokenizer, train_tokenizer
+
+    out = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
+                          text_field=args.text_field, min_frequency=args.min_frequency, progress=True)
+    tok = load_tokenizer(out)
+    print(f"{out}: WordPiece vocabulary of {tok.get_vocab_size():,} tokens "
+          f"({'cased' if args.cased else 'lower-cased'})")
+    return 0
