@@ -40,7 +40,7 @@ def _class_name(model_class) -> str | None:
     return name
 
 
-def infer_class(config: BertConfig, keys: list[str], shapes=None) -> str:
+def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
     from ..modeling_heads import MODEL_CLASSES
     for arch in config.architectures or ():
@@ -58,9 +58,7 @@ def infer_class(config: BertConfig, keys: list[str], shapes=None) -> str:
         return "BertForNextSentencePrediction"
     if has("qa_outputs."):
         return "BertForQuestionAnswering"
-    if has("classifier."):
-        if config.num_labels != 1 and (shapes or {}).get("classifier.weight", (0,))[0] == 1:
-            return "BertForMultipleChoice"
+    if has("classifier."):  # multiple choice looks like sequence classification; name it if so
         return "BertForSequenceClassification" if has("bert.pooler.") else "BertForTokenClassification"
     return "BertModel"
 
