@@ -106,15 +106,17 @@ def _chunks(corpus: Corpus):
 def _run(tasks, config: dict, num_workers: int):
     """Results in task order, at most 2 chunks per worker in flight (memory stays bounded).
 
-    Workers are forked where the OS can (no re-import of the caller's script, which `spawn`
-    would run again); they use only NumPy and tokenizers, never JAX. A worker that dies raises
-    BrokenProcessPool here instead of hanging.
+    Workers are forked where the OS can (fast, and no re-import of the caller's script, which
+    `spawn` runs again), unless this process has started JAX, whose threads make fork unsafe.
+    Workers use only NumPy and tokenizers. A worker that dies raises BrokenProcessPool here
+    instead of hanging.
     """
     if num_workers <= 1:
         _init_worker(config)
         yield from map(_encode_chunk, tasks)
         return
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    jax_started = bool(getattr(sys.modules.get("jax._src.xla_bridge"), "_backends", None))
+    method = "fork" if "fork" in mp.get_all_start_methods() and not jax_started else "spawn"
     with ProcessPoolExecutor(num_workers, mp.get_context(method), _init_worker, (config,)) as pool:
         pending = deque()
         for task in tasks:
