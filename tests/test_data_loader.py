@@ -159,7 +159,8 @@ def test_nsp_batches(data):
 
 
 def test_compatibility_checks(data):
-    meta = check_compatible(data / "mlm", vocab_size=len(VOCAB), tokenizer_hash=metadata(data / "mlm")["tokenizer_hash"])
+    digest = metadata(data / "mlm")["tokenizer_hash"]
+    meta = check_compatible(data / "mlm", vocab_size=len(VOCAB), tokenizer_hash=digest)
     assert meta["vocab_size"] == 34
     check_compatible(data / "mlm", vocab_size=40)  # padded to a multiple of 8
     with pytest.raises(DataCompatibilityError, match="34-token vocabulary.*vocab_size 30522"):

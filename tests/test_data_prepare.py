@@ -138,8 +138,8 @@ def test_validation_split_is_systematic():
 def test_prepare_is_deterministic_for_any_worker_count(vocab, tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     words = VOCAB[5:31]
-    text = "\n\n".join(" ".join(" ".join(rng.choice(words, rng.integers(1, 8))) + " ." for _ in range(rng.integers(1, 6)))
-                       for _ in range(300))
+    sentence = lambda: " ".join(rng.choice(words, rng.integers(1, 8))) + " ."  # noqa: E731
+    text = "\n\n".join(" ".join(sentence() for _ in range(rng.integers(1, 6))) for _ in range(300))
     (tmp_path / "c.txt").write_text(text)
     monkeypatch.setattr(prepare_mod, "CHUNK_CHARS", 2000)  # many chunks, so workers share them
     outs = []

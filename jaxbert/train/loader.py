@@ -113,8 +113,10 @@ class MLMLoader:
 
         shards = meta["splits"][split]["shards"]
         self._rows = [np.load(self.data_dir / s["file"], mmap_mode="r") for s in shards]
-        self._pairs = [np.load(self.data_dir / s["file"].replace(".npy", "-pairs.npy")) for s in shards] \
-            if self.nsp else None
+        self._pairs = None
+        if self.nsp:  # (tokens in A, label) per row
+            self._pairs = [np.load(self.data_dir / s["file"].replace(".npy", "-pairs.npy"), mmap_mode="r")
+                           for s in shards]
         sizes = np.array([len(r) for r in self._rows], np.int64)
         self._ends = np.cumsum(sizes)
         self.num_examples = int(sizes.sum())
@@ -164,11 +166,13 @@ class MLMLoader:
             yield self.batch_at(epoch * self.steps_per_epoch + j)
 
     def example_indices(self, step: int) -> np.ndarray:
-        """int64 [B]: indices into the split of the rows this process reads at `step`."""
+        """int [B]: indices into the split of the rows this process reads at `step`."""
         epoch, j = divmod(int(step), self.steps_per_epoch)
         if self._perm_epoch != epoch:
-            self._perm = np.random.default_rng([self.seed, epoch, 0x5EED]).permutation(self.num_examples) \
-                if self.shuffle else np.arange(self.num_examples)
+            # int32 where it fits: 4 bytes per example, held for the whole epoch
+            self._perm = np.arange(self.num_examples, dtype=np.int32 if self.num_examples < 2**31 else np.int64)
+            if self.shuffle:
+                np.random.default_rng([self.seed, epoch, 0x5EED]).shuffle(self._perm)
             self._perm_epoch = epoch
         start = j * self.global_batch_size + self.process_index * self.batch_size
         return self._perm[start:start + self.batch_size]

@@ -110,8 +110,8 @@ def nsp_examples(docs: list[list[np.ndarray]], max_length: int, rng: np.random.G
     if cap < 2:
         raise ValueError(f"max_length must be at least 5 for sentence pairs, got {max_length}")
     piece = max(1, cap // 2)  # an over-long sentence becomes pieces, so a pair can still be formed
-    docs = [[part for s in d if len(s) for part in ([s] if len(s) <= cap else np.split(s, range(piece, len(s), piece)))]
-            for d in docs]
+    docs = [[part for s in d if len(s)
+             for part in ([s] if len(s) <= cap else np.split(s, range(piece, len(s), piece)))] for d in docs]
     rows, a_lens, labels = [], [], []
 
     def emit(a, b, label):
