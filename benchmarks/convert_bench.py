@@ -2,6 +2,7 @@
 
     python benchmarks/convert_bench.py                 # bert-base-uncased BertForMaskedLM, fp32
     python benchmarks/convert_bench.py --preset bert-small --repeat 3 --flax
+    python benchmarks/convert_bench.py --checkpoint DIR      # an existing HF directory
 
 A random checkpoint (model.safetensors + config.json) is written once, tensor by
 tensor. Each contender then runs in its own fresh subprocess: it imports its
@@ -38,24 +39,24 @@ import jaxbert.convert
 {measure_start}
 jaxbert.convert.convert(PATH, OUT, "hf", max_shard_size="100MB")
 """,
-    "transformers BertForMaskedLM (torch)": """
+    "transformers {arch} (torch)": """
 import torch, transformers
 transformers.logging.set_verbosity_error()
 {measure_start}
-model = transformers.BertForMaskedLM.from_pretrained(PATH)
+model = getattr(transformers, ARCH).from_pretrained(PATH)
 """,
-    "transformers 4.57 FlaxBertForMaskedLM (from_pt)": """
+    "transformers 4.57 Flax{arch} (from_pt)": """
 import jax, torch, transformers
 transformers.logging.set_verbosity_error()
 {measure_start}
-model = transformers.FlaxBertForMaskedLM.from_pretrained(PATH, from_pt=True)
+model = getattr(transformers, "Flax" + ARCH).from_pretrained(PATH, from_pt=True)
 jax.block_until_ready(model.params)
 """,
 }
 
 _CHILD = """
 import json, resource, sys, time
-PATH, OUT = sys.argv[1], sys.argv[2]
+PATH, OUT, ARCH = sys.argv[1], sys.argv[2], sys.argv[3]
 def rss_mb(field):
     for line in open("/proc/self/status"):
         if line.startswith(field):
@@ -93,10 +94,10 @@ def write_checkpoint(directory: Path, preset: str) -> int:
     return size
 
 
-def run_contender(name: str, ckpt: Path, out: Path) -> dict:
+def run_contender(name: str, ckpt: Path, out: Path, arch: str) -> dict:
     body = CONTENDERS[name].format(measure_start=_MEASURE_START)
     code = _CHILD.format(body=body)
-    proc = subprocess.run([sys.executable, "-c", code, str(ckpt), str(out)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code, str(ckpt), str(out), arch], capture_output=True, text=True)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -108,24 +109,32 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per contender; the median is shown")
     parser.add_argument("--flax", action="store_true", help="also time transformers 4.57's Flax port")
     parser.add_argument("--workdir", default=None, help="where to write the checkpoint (default: a temp dir)")
+    parser.add_argument("--checkpoint", default=None, help="use this HF directory instead of a random one")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        ckpt = Path(tmp) / "ckpt"
-        size = write_checkpoint(ckpt, args.preset)
+        if args.checkpoint:
+            ckpt = Path(args.checkpoint)
+            arch = json.loads((ckpt / "config.json").read_text())["architectures"][0]
+            size = sum(f.stat().st_size for f in ckpt.glob("*.safetensors"))
+            print(f"checkpoint: {ckpt} ({arch}), {size / 2**20:.0f} MB")
+        else:
+            ckpt, arch = Path(tmp) / "ckpt", "BertForMaskedLM"
+            size = write_checkpoint(ckpt, args.preset)
+            print(f"checkpoint: {args.preset} BertForMaskedLM, fp32 safetensors, {size / 2**20:.0f} MB")
         size_mb = size / 2**20
-        print(f"checkpoint: {args.preset} BertForMaskedLM, fp32 safetensors, {size_mb:.0f} MB")
         names = [n for n in CONTENDERS if args.flax or "Flax" not in n]
         print(f"{'contender':<50} {'time s':>7} {'base MB':>8} {'peak MB':>8} {'above base':>11} {'/ ckpt':>7}")
         for name in names:
-            runs = [run_contender(name, ckpt, Path(tmp) / f"out{i}") for i in range(args.repeat)]
+            runs = [run_contender(name, ckpt, Path(tmp) / f"out{i}", arch) for i in range(args.repeat)]
             ok = [r for r in runs if "error" not in r]
+            label = name.format(arch=arch)
             if not ok:
-                print(f"{name:<50} error: {runs[0]['error']}")
+                print(f"{label:<50} error: {runs[0]['error']}")
                 continue
             med = {k: statistics.median(r[k] for r in ok) for k in ok[0]}
             above = med["peak_mb"] - med["base_mb"]
-            print(f"{name:<50} {med['seconds']:7.2f} {med['base_mb']:8.0f} {med['peak_mb']:8.0f} "
+            print(f"{label:<50} {med['seconds']:7.2f} {med['base_mb']:8.0f} {med['peak_mb']:8.0f} "
                   f"{above:11.0f} {above / size_mb:7.2f}")
     return 0
 

@@ -142,6 +142,7 @@ def test_cli_converts_both_ways_and_fails_loudly(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "loaded: 39 tensors (39 float32)" in out and "time:" in out
     assert cli_main(["convert", str(tmp_path / "jx"), str(tmp_path / "back"), "--to", "hf", "--dtype", "bf16"]) == 0
+    assert "loaded: 39 tensors (39 float32), cast to bfloat16" in capsys.readouterr().out
     back = transformers.BertModel.from_pretrained(tmp_path / "back", torch_dtype=torch.bfloat16)
     assert torch.equal(back.pooler.dense.weight, hf.pooler.dense.weight.to(torch.bfloat16))
 

@@ -124,6 +124,7 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
         raise ConversionError("\n".join(lines))
 
     dtype = None if dtype is None else np.dtype(dtype)
+    report.cast = None if dtype is None else dtype.name
     flat, mismatches, pending, done = {}, [], {}, set()
     for key, value in items:
         if key not in actions:

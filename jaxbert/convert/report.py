@@ -27,6 +27,7 @@ class ConversionReport:
       unused: (key, reason) for checkpoint tensors the class has no param for.
       missing: (param path, shape) of params the checkpoint lacked, initialised.
       dtypes: count of loaded tensors per dtype name, as stored in the checkpoint.
+      cast: the dtype name params were cast to (``dtype=``), or None.
       seconds: wall time of the conversion.
     """
 
@@ -38,6 +39,7 @@ class ConversionReport:
     unused: list = dataclasses.field(default_factory=list)
     missing: list = dataclasses.field(default_factory=list)
     dtypes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    cast: str | None = None
     seconds: float = 0.0
 
     @property
@@ -64,7 +66,8 @@ class ConversionReport:
         """A few lines for the command line: counts, then every skip with its reason."""
         dtypes = ", ".join(f"{n} {d}" for d, n in sorted(self.dtypes.items()))
         lines = [f"source: {self.source}", f"model class: {self.model_class}",
-                 f"loaded: {len(self.loaded)} tensors ({dtypes or 'none'})"]
+                 f"loaded: {len(self.loaded)} tensors ({dtypes or 'none'})"
+                 + (f", cast to {self.cast}" if self.cast else "")]
         lines += [f"tied: {a} == {k}" for a, k in self.tied]
         lines += [f"ignored: {k} ({why})" for k, why in self.ignored]
         lines += [f"unused: {k} ({why})" for k, why in self.unused]
