@@ -23,7 +23,7 @@ TINY = {
         "vocab_size": 64, "max_position_embeddings": 32,
         "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}},
     "data": {"source": "synthetic", "seq_len": 16, "mask_rate": 0.25},
-    "optim": {"learning_rate": 3e-3, "warmup_steps": 2, "schedule": "linear"},
+    "optim": {"learning_rate": 1e-2, "warmup_steps": 2, "schedule": "linear"},
     "train": {"steps": 12, "per_device_batch_size": 8, "log_every": 1, "eval_every": 0, "eval_batches": 2},
     "checkpoint": {"every_steps": 4, "keep": 5},
     "outputs": {"plot": False},

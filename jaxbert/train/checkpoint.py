@@ -10,12 +10,14 @@ with a message, and the one before it is tried.
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
@@ -92,24 +94,27 @@ class Checkpoints:
 
 
 def restore_params(workdir: str | Path, step: int | None = None):
-    """(params as NumPy arrays, meta) from a workdir's newest (or given) checkpoint,
-    without the optimizer state and without knowing the layout in advance."""
-    mngr = ocp.CheckpointManager(Path(workdir).resolve() / "checkpoints",
-                                 item_names=("state", "meta"))
-    steps = sorted(mngr.all_steps(), reverse=True) if step is None else [step]
+    """(params as NumPy arrays, meta) from a workdir's newest readable (or given) checkpoint.
+
+    Reads only the params, on the host, without knowing their layout in advance:
+    enough for export, fill-mask and continued pretraining on any machine.
+    """
+    root = Path(workdir).resolve() / "checkpoints"
+    steps = [step] if step is not None else sorted(
+        (int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
     if not steps:
-        raise FileNotFoundError(f"no checkpoint in {Path(workdir) / 'checkpoints'}")
+        raise FileNotFoundError(f"no checkpoint in {root}")
     last_error = None
     for s in steps:
         try:
-            meta = mngr.restore(s, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-            restored = mngr.restore(s, args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(restore_args=None)))
-            tree = jax.device_get(restored.state)
-            mngr.close()
-            return tree["params"], meta
-        except Exception as e:  # noqa: BLE001
+            meta = json.loads((root / str(s) / "meta" / "metadata").read_text())
+            reader = ocp.PyTreeCheckpointer()
+            tree = reader.metadata(root / str(s) / "state").item_metadata.tree
+            as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
+            restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
+                item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
+            return restored["params"], meta
+        except Exception as e:  # noqa: BLE001 - try the one before
             last_error = e
-            print(f"checkpoint step {s} of {workdir} is unreadable ({type(e).__name__}); trying the one before")
-    mngr.close()
-    raise RuntimeError(f"no readable checkpoint in {workdir}: {last_error}")
+            print(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
+    raise RuntimeError(f"no readable checkpoint in {root}: {last_error}")

@@ -43,7 +43,7 @@ def build_model(recipe: Recipe, cfg):
 def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     """Trains recipe.train.steps optimizer steps; returns a summary with the last metrics."""
     t0 = time.time()
-    if jax.process_count() == 1:  # no-op when the caller already joined a multi-host run
+    if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
     primary, workdir = jax.process_index() == 0, Path(workdir)
     log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
@@ -63,6 +63,8 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     total, tr = recipe.train.steps, recipe.train
     tx, schedule = make_optimizer(recipe.optim, total)
     init_rng, rng = jax.random.split(jax.random.PRNGKey(tr.seed))
+    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
+    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
     runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule)
     log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
@@ -110,7 +112,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                                   process_count=jax.process_count(), fixed_masking=True,
                                   vocab_size=cfg.vocab_size)
         sums = {}
-        for _, host in zip(range(tr.eval_batches), src):
+        for _, host in zip(range(tr.eval_batches or getattr(src, "steps_per_epoch", 1)), src):
             m = parallel.metrics_to_host(runner, eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
             sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
         return summarize(sums, "eval_") if sums else {}

@@ -78,7 +78,7 @@ class TrainSection:
     seed: int = 0
     log_every: int = 50
     eval_every: int = 500  # 0 = only at the end
-    eval_batches: int = 8  # held-out batches per evaluation (fixed masking)
+    eval_batches: int = 8  # held-out batches per evaluation (fixed masking); 0 = the whole split
 
 
 @dataclasses.dataclass

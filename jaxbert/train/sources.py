@@ -21,8 +21,10 @@ PAD, UNK, CLS, SEP, MASK = range(5)
 
 
 class SyntheticMLM:
-    """Sequences ``(start + stride * t) mod (V - 5) + 5``: every masked token is
-    predictable from its neighbours, so a model can learn it. Example i of the
+    """Each sequence mixes two tokens drawn with Zipf weights: a model first
+    learns the skewed unigram distribution (the loss leaves log(V) within a few
+    steps), then that a masked token is one of the two the sequence shows
+    (towards log 2). Example i of the
     stream depends only on (seed, split, i), so P processes reading shards of
     the global batch see exactly the rows one process would see.
 
@@ -61,9 +63,10 @@ class SyntheticMLM:
         rng = np.random.default_rng([self.seed, self.split_id, index])
         L, M, V = self.seq_len, self.max_predictions, self.vocab_size
         length = int(rng.integers(L // 2, L + 1))
-        start, stride = rng.integers(0, V - 5), rng.integers(1, 4)
+        zipf = 1.0 / np.arange(1, V - 4)  # token 5 + k drawn with weight 1 / (k + 1)
+        pair = rng.choice(np.arange(5, V), 2, replace=False, p=zipf / zipf.sum())
         ids = np.full(L, PAD, np.int32)
-        ids[1:length - 1] = (start + stride * np.arange(length - 2)) % (V - 5) + 5
+        ids[1:length - 1] = pair[rng.integers(0, 2, length - 2)]
         ids[0], ids[length - 1] = CLS, SEP
         n = min(M, max(1, int(round((length - 2) * self.mask_rate))))
         pos = np.sort(rng.choice(np.arange(1, length - 1), n, replace=False)).astype(np.int32)
@@ -75,7 +78,7 @@ class SyntheticMLM:
                "masked_labels": np.pad(labels, (0, M - n)),
                "masked_weights": np.pad(np.ones(n, np.float32), (0, M - n))}
         if self.nsp:
-            out["next_sentence_labels"] = np.int32(stride % 2)
+            out["next_sentence_labels"] = np.int32(pair[0] > pair[1])  # learnable from the sequence
         return out
 
 

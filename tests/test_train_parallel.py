@@ -1,0 +1,85 @@
+"""Parallel strategies agree: pmap = mesh = FSDP on 8 simulated CPU devices, and
+2 processes joined by jax.distributed = 1 process with 2 devices."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from _train_util import child_env, run_train, train_child, train_losses, write_recipe
+
+STRATEGIES = textwrap.dedent("""
+    import json, sys
+    import jax
+    from jaxbert.train import recipe as R
+    from jaxbert.train.loop import build_model, train_and_evaluate
+    from jaxbert.train.parallel import MeshRunner
+    from jaxbert.train.optim import make_optimizer
+    root = sys.argv[1]
+    out = {}
+    for name, sets in (("mesh", []), ("pmap", ["parallel.strategy=pmap"]), ("fsdp", ["parallel.fsdp=true"])):
+        r = R.load(root + "/tiny.yaml", sets)
+        train_and_evaluate(r, root + "/" + name)
+        out[name] = [json.loads(l)["loss"] for l in open(root + "/" + name + "/metrics.jsonl") if '"loss"' in l]
+    # where FSDP puts the word embeddings and their Adam moments
+    runner = MeshRunner(r.parallel)
+    model = build_model(r, r.bert_config())
+    tx, sched = make_optimizer(r.optim, 10)
+    ids = jax.numpy.zeros((1, 16), "int32")
+    runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), ids, ids)["params"], tx, sched)
+    sh = runner.state_sharding
+    emb = sh.params["bert"]["embeddings"]["word_embeddings"]["embedding"].spec
+    mu = [s.spec for s in jax.tree_util.tree_leaves(sh.opt_state) if hasattr(s, "spec") and len(s.spec) == 2]
+    out["specs"] = {"embedding": list(emb), "devices": len(jax.devices()), "sharded_moments": sum(
+        1 for s in mu if "data" in s)}
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_pmap_and_fsdp_give_the_mesh_losses_on_8_devices(tmp_path):
+    write_recipe(tmp_path / "tiny.yaml", train={"steps": 20, "per_device_batch_size": 2, "accum_steps": 2},
+                 checkpoint={"every_steps": 100})
+    r = subprocess.run([sys.executable, "-c", STRATEGIES, str(tmp_path)], env=child_env(devices=8),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.split("RESULT ", 1)[1])
+    mesh, pmap, fsdp = (np.array(out[k]) for k in ("mesh", "pmap", "fsdp"))
+    assert len(mesh) == len(pmap) == len(fsdp) == 20
+    assert np.max(np.abs(pmap - mesh)) <= 1e-5
+    assert np.max(np.abs(fsdp - mesh)) <= 1e-5
+    assert mesh[-1] < mesh[0] - 0.3  # it learned something, so the comparison is not of constants
+    specs = out["specs"]
+    assert specs["devices"] == 8
+    assert specs["embedding"] == [None, "data"]  # [vocab, embed]: embed split over the 8 devices
+    assert specs["sharded_moments"] >= 2  # Adam's mu and nu follow the params
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_give_the_losses_of_one_process_with_two_devices(tmp_path):
+    recipe = write_recipe(tmp_path / "tiny.yaml", train={"steps": 8, "per_device_batch_size": 4},
+                          checkpoint={"every_steps": 4})
+    port = _free_port()
+    env = child_env()  # one CPU device per process
+    hosts = [train_child(["--config", str(recipe), "--workdir", str(tmp_path / "two_hosts"),
+                          "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i)],
+                         env) for i in range(2)]
+    outs = [h.communicate(timeout=300)[0] for h in hosts]
+    assert [h.returncode for h in hosts] == [0, 0], outs
+    assert "over 2 process(es)" in outs[0]
+    one = run_train(["--config", str(recipe), "--workdir", str(tmp_path / "one_host")], child_env(devices=2))
+    assert one.returncode == 0, one.stdout
+    assert "2 cpu device(s) over 1 process(es)" in one.stdout
+    a, b = train_losses(tmp_path / "two_hosts"), train_losses(tmp_path / "one_host")
+    assert len(a) == len(b) == 8
+    assert np.max(np.abs(a - b)) <= 1e-5, (a, b)
+    assert sorted(p.name for p in (tmp_path / "two_hosts" / "checkpoints").iterdir()) == ["4", "8"]

@@ -1,0 +1,150 @@
+"""Recipes (typed YAML, errors naming the key), schedules, weight-decay masks, TensorBoard records."""
+
+from __future__ import annotations
+
+import struct
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import yaml
+
+from jaxbert.train import recipe as R
+from jaxbert.train.metrics_io import _event, _masked_crc, flops_per_token
+from jaxbert.train.optim import decay_mask, make_optimizer, make_schedule
+from jaxbert.train.recipe import OptimSection, RecipeError
+
+
+def _write(tmp_path, data) -> str:
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["tiny-demo", "bert-base-phase1", "bert-base-phase2", "bert-large-lamb",
+                                  "cramming-1day"])
+def test_every_shipped_recipe_loads_and_builds_its_model_config(name):
+    r = R.load(name)
+    assert r.name == name
+    cfg = r.bert_config(vocab_size=1000)
+    assert cfg.num_hidden_layers >= 1 and r.train.steps > 0
+
+
+def test_shipped_recipes_say_the_published_numbers():
+    lamb = R.load("bert-large-lamb")
+    assert lamb.optim.name == "lamb"
+    # You et al.: 64k sequences per step in phase 1, as per-device batch x devices x accumulation
+    assert lamb.train.per_device_batch_size * 1024 * lamb.train.accum_steps == 65536
+    phase2 = R.load("bert-base-phase2")
+    assert phase2.data.seq_len == 512 and phase2.model.init_from
+    assert R.load("bert-base-phase1").data.seq_len == 128
+
+
+def test_unknown_key_is_an_error_naming_it(tmp_path):
+    with pytest.raises(RecipeError, match=r"optim\.learning_rat: unknown key"):
+        R.load(_write(tmp_path, {"optim": {"learning_rat": 1e-3}}))
+    with pytest.raises(RecipeError, match=r"trian: unknown key"):
+        R.load(_write(tmp_path, {"trian": {}}))
+    with pytest.raises(RecipeError, match=r"model\.config\.hiden_size: not a BertConfig field"):
+        R.load(_write(tmp_path, {"model": {"config": {"hiden_size": 8}}})).bert_config()
+
+
+def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
+    with pytest.raises(RecipeError, match=r"train\.steps: expected an integer, got '10k'"):
+        R.load(_write(tmp_path, {"train": {"steps": "10k"}}))
+    with pytest.raises(RecipeError, match=r"train\.steps: expected an integer, got True"):
+        R.load(_write(tmp_path, {"train": {"steps": True}}))
+    with pytest.raises(RecipeError, match=r"parallel\.strategy: 'pmapp' is not one of"):
+        R.load(_write(tmp_path, {"parallel": {"strategy": "pmapp"}}))
+    with pytest.raises(RecipeError, match=r"optim: expected a mapping"):
+        R.load(_write(tmp_path, {"optim": 3}))
+
+
+def test_set_overrides_are_parsed_and_checked(tmp_path):
+    path = _write(tmp_path, {"optim": {"learning_rate": 1e-3}})
+    r = R.load(path, ["optim.learning_rate=3e-4", "train.steps=7", "optim.clip_norm=null",
+                      "model.config.hidden_size=64", "outputs.fill_mask=['a [MASK] b']"])
+    assert r.optim.learning_rate == pytest.approx(3e-4) and isinstance(r.optim.learning_rate, float)
+    assert r.train.steps == 7 and r.optim.clip_norm is None
+    assert r.model.config == {"hidden_size": 64} and r.outputs.fill_mask == ["a [MASK] b"]
+    with pytest.raises(RecipeError, match=r"train\.stepz: unknown key"):
+        R.load(path, ["train.stepz=3"])
+    with pytest.raises(RecipeError, match=r"expected key=value"):
+        R.load(path, ["train.steps"])
+    with pytest.raises(RecipeError, match=r"optim\.b1: expected a number, got 'x'"):
+        R.load(path, ["optim.b1=x"])
+
+
+def test_cli_reports_recipe_errors_with_exit_code_2(tmp_path, capsys):
+    from jaxbert.cli import main
+    assert main(["train", "--config", _write(tmp_path, {"data": {"seq_lenn": 8}})]) == 2
+    assert "data.seq_lenn: unknown key" in capsys.readouterr().err
+    assert main(["train", "--set", "optim.name=sgd"]) == 2
+    assert "optim.name: 'sgd' is not one of" in capsys.readouterr().err
+
+
+def test_effective_recipe_round_trips(tmp_path):
+    r = R.load("tiny-demo", ["train.steps=5"])
+    path = R.save_effective(r, tmp_path)
+    again = R.from_dict(yaml.safe_load(path.read_text()))
+    assert again == r and again.train.steps == 5
+
+
+def test_schedules_hit_their_corners():
+    o = OptimSection(learning_rate=1.0, warmup_steps=10, schedule="linear", end_lr_factor=0.0)
+    s = make_schedule(o, 110)
+    assert [float(s(t)) for t in (0, 5, 10, 60, 110)] == pytest.approx([0, 0.5, 1.0, 0.5, 0.0], abs=1e-6)
+    s = make_schedule(OptimSection(learning_rate=1.0, warmup_steps=0, schedule="polynomial",
+                                   decay_power=2.0, end_lr_factor=0.0), 100)
+    assert float(s(50)) == pytest.approx(0.25, abs=1e-6)  # (1 - 1/2)^2
+    s = make_schedule(OptimSection(learning_rate=2.0, warmup_steps=10, schedule="wsd",
+                                   decay_fraction=0.2, end_lr_factor=0.1), 110)
+    # warmup 10, stable until 110 - 22 = 88, then linear to 0.2 at 110
+    assert [float(s(t)) for t in (5, 50, 88, 99, 110)] == pytest.approx([1.0, 2.0, 2.0, 1.1, 0.2], abs=1e-5)
+
+
+def test_weight_decay_spares_biases_and_layernorm():
+    params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)},
+              "LayerNorm": {"scale": jnp.ones(2), "bias": jnp.ones(2)},
+              "word_embeddings": {"embedding": jnp.ones((3, 2))}}
+    mask = decay_mask(params)
+    assert mask == {"dense": {"kernel": True, "bias": False}, "LayerNorm": {"scale": False, "bias": False},
+                    "word_embeddings": {"embedding": True}}
+    for name in ("adamw", "lamb"):
+        tx, _ = make_optimizer(OptimSection(name=name, learning_rate=0.1, weight_decay=0.5, clip_norm=None,
+                                            schedule="constant"), 10)
+        zero = jax.tree_util.tree_map(jnp.zeros_like, params)
+        updates, _ = tx.update(zero, tx.init(params), params)
+        # zero gradients: only decay moves anything, and only the decayed leaves
+        assert float(jnp.abs(updates["dense"]["bias"]).max()) == 0.0
+        assert float(jnp.abs(updates["LayerNorm"]["scale"]).max()) == 0.0
+        assert float(jnp.abs(updates["dense"]["kernel"]).max()) > 0.0
+
+
+def test_clipping_bounds_the_global_norm_before_adam_sees_it():
+    tx, _ = make_optimizer(OptimSection(name="adamw", learning_rate=1.0, clip_norm=0.5, weight_decay=0.0,
+                                        b1=0.9, schedule="constant"), 10)
+    params = {"w": jnp.zeros(4)}
+    _, state = tx.update({"w": jnp.full((4,), 100.0)}, tx.init(params), params)
+    mu = optax.tree_utils.tree_get(state, "mu")  # (1 - b1) * clipped gradient
+    assert float(optax.global_norm(mu)) == pytest.approx(0.1 * 0.5, rel=1e-5)
+
+
+def test_tensorboard_record_framing():
+    assert _masked_crc(b"") == 0xA282EAD8  # crc32c("") = 0, masked
+    ev = _event(1.5, 7, values={"loss": 2.0})
+    assert ev[:9] == b"\x09" + struct.pack("<d", 1.5) and ev[9:11] == b"\x10\x07"
+    assert b"loss" in ev and struct.pack("<f", 2.0) in ev
+
+
+def test_flops_per_token_matches_design_md_for_bert_base():
+    from jaxbert import BertForMaskedLM, preset
+    cfg = preset("bert-base-uncased")
+    ids = jnp.zeros((1, 128), jnp.int32)
+    shapes = jax.eval_shape(lambda: BertForMaskedLM(cfg).init(jax.random.PRNGKey(0), ids, ids))["params"]
+    full = flops_per_token(cfg, shapes, 128, 1.0)
+    masked = flops_per_token(cfg, shapes, 128, 0.15)
+    assert full / 1e9 == pytest.approx(0.67, abs=0.01) and masked / 1e9 == pytest.approx(0.55, abs=0.01)
+    assert np.isfinite(full)
