@@ -6,7 +6,6 @@ import subprocess
 import sys
 import warnings
 
-import jax
 import ml_dtypes
 import numpy as np
 import pytest
