@@ -10,7 +10,8 @@ Output folder:
 Documents are read in order and cut into chunks (a fixed size, whatever the number of workers);
 workers tokenize chunks in parallel and the results are consumed in chunk order, so the files
 depend only on the inputs, the tokenizer and the arguments. Every ~1/validation_fraction-th
-document (systematic sampling by document index) goes to the validation split.
+document (systematic sampling by document index) goes to the validation split. The random
+second segment of an nsp pair comes from another document of the same chunk and split.
 """
 
 from __future__ import annotations
