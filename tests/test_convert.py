@@ -179,6 +179,15 @@ def test_conversion_streams_one_tensor_at_a_time():
     assert most == 1  # only the early decoder.weight, waiting for the word embeddings
 
 
+def test_listed_key_that_never_arrives_is_an_error():
+    hf = tiny_hf_model("BertModel", seed=13)
+    cfg = jaxbert.BertConfig.from_dict(hf.config.to_dict())
+    sd = {k: v.numpy() for k, v in hf.state_dict().items()}
+    stream = ((k, v) for k, v in sd.items() if k != "pooler.dense.bias")
+    with pytest.raises(ConversionError, match=r"listed but never read .*\['pooler.dense.bias'\]"):
+        state_dict_to_params(stream, cfg, "BertModel", keys=list(sd))
+
+
 def test_dtype_argument_casts(tmp_path):
     hf = tiny_hf_model("BertForMaskedLM", seed=2)
     hf.save_pretrained(tmp_path / "hf")

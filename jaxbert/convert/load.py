@@ -154,6 +154,9 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
     if mismatches:
         raise ConversionError(f"shape mismatch between {source} and {model_class} "
                               f"({config.hidden_size=}, {config.vocab_size=}):\n" + "\n".join(mismatches))
+    never_read = sorted(loaded_keys - done)
+    if never_read:
+        raise ConversionError(f"{source}: listed but never read (a shard without them?): {never_read}")
     if missing:
         fill_dtype = dtype or _dominant(report) or np.dtype(np.float32)
         init = init_leaves(config, model_class, scan_layers, add_pooling_layer,
@@ -191,7 +194,7 @@ def _check_tied(key, target, array, param, entry, source):
 
 def _dominant(report: ConversionReport):
     floats = [(n, d) for d, n in report.dtypes.items() if d.startswith(("float", "bfloat"))]
-    return np.dtype(max(floats)[1]) if floats else None
+    return np.dtype(max(floats, key=lambda nd: nd[0])[1]) if floats else None
 
 
 def unflatten(flat: dict) -> dict:
