@@ -25,9 +25,27 @@ def load_source_params(path: str, model_class: str) -> dict:
         from .checkpoint import restore_params
         params, _ = restore_params(p)
     else:
+        import warnings
+
         import jaxbert
-        _, params = jaxbert.from_pretrained(str(p), model_class=model_class, strict=False)
+        with warnings.catch_warnings():  # merge() lists what was missing, in the run's log
+            warnings.simplefilter("ignore")
+            _, params, report = jaxbert.from_pretrained(str(p), model_class=model_class, strict=False,
+                                                        return_report=True)
+        # from_pretrained initialised the params the checkpoint lacks: drop them, so the
+        # run's own initialisation (its seed) fills them and the log names them.
+        flat = traverse_util.flatten_dict(unscan_params(params), sep="/")
+        missing = set(report.missing_paths)
+        params = traverse_util.unflatten_dict(
+            {k: v for k, v in flat.items() if k not in missing and not _is_layer_of(k, missing)}, sep="/")
     return unscan_params(params)
+
+
+def _is_layer_of(key: str, missing: set) -> bool:
+    """A per-layer key whose scanned form ('layer/...' without the index) was reported missing."""
+    parts = key.split("/")
+    return any(parts[i + 1].isdigit() and "/".join(parts[:i + 1] + parts[i + 2:]) in missing
+               for i in range(len(parts) - 1) if parts[i] == "layer")
 
 
 def merge(fresh: dict, loaded: dict, scanned: bool, log=print) -> dict:

@@ -1,0 +1,122 @@
+"""End to end through jaxbert.cli.main: train a 1-layer model, then plot, export and fill-mask.
+
+The first test runs on synthetic data; the second prepares a small real corpus with
+its own WordPiece tokenizer (the path tiny-demo takes, on a corpus of a few KB) and
+continues pretraining from a Hugging Face BertModel directory that has no MLM head.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from _train_util import checkpoint_steps, metric_rows, write_recipe
+from jaxbert.cli import main
+
+
+def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "tiny.yaml", train={"steps": 12, "eval_every": 6, "log_every": 3},
+                          outputs={"plot": True})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "optim.warmup_steps=3"]) == 0
+    out = capsys.readouterr().out
+    assert "finished at step 12" in out and "held-out MLM accuracy" in out
+    effective = yaml.safe_load((wd / "recipe.yaml").read_text())
+    assert effective["optim"]["warmup_steps"] == 3 and effective["train"]["steps"] == 12
+    rows = metric_rows(wd)
+    train = [r for r in rows if "loss" in r]
+    evals = [r for r in rows if "eval_mlm_accuracy" in r]
+    assert [r["step"] for r in train] == [3, 6, 9, 12] and [r["step"] for r in evals] == [6, 12]
+    assert train[-1]["loss"] < train[0]["loss"] - 0.2  # it learns the synthetic task
+    for key in ("mlm_accuracy", "grad_norm", "param_norm", "update_norm", "learning_rate"):
+        assert np.isfinite(train[-1][key])
+    assert train[-1]["tokens_per_s"] > 0 and train[-1]["gflops_per_s"] > 0
+    assert checkpoint_steps(wd) == [4, 8, 12]
+    assert (wd / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = list((wd / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 200
+
+    assert main(["plot", str(wd), "--out", str(tmp_path / "c.png")]) == 0
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    hf = tmp_path / "hf"
+    assert main(["export", str(wd), str(hf)]) == 0
+    import torch
+    import transformers
+    from jaxbert.train.checkpoint import restore_params
+    from jaxbert.train.loop import build_model
+    from jaxbert.train.recipe import from_dict
+    pt = transformers.BertForMaskedLM.from_pretrained(hf).eval()
+    params, meta = restore_params(wd)
+    r = from_dict(meta["recipe"])
+    model = build_model(r, r.bert_config())
+    ids = np.array([[2, 7, 9, 11, 4, 13, 3]], np.int32)
+    ours = np.asarray(model.apply({"params": params}, ids, np.zeros_like(ids)).logits)
+    with torch.no_grad():
+        theirs = pt(torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+CORPUS = ("The return statement leaves the current function call with the expression list. "
+          "A for loop iterates over the items of any sequence, such as a list or a string, in order. "
+          "The break statement terminates the nearest enclosing loop, skipping the optional else clause. "
+          "A dictionary maps keys to values; the keys must be hashable objects such as strings. ")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("real")
+    text = root / "corpus.txt"
+    text.write_text("\n\n".join(CORPUS * 3 for _ in range(40)))
+    from jaxbert.train.prepare import prepare
+    from jaxbert.train.tokenizer import train_tokenizer
+    train_tokenizer([str(text)], 200, root / "tok")
+    prepare([str(text)], str(root / "tok"), str(root / "data"), max_length=32, validation_fraction=0.1,
+            progress=False)
+    return root
+
+
+def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepared, tmp_path, capsys):
+    import jax
+    import jax.numpy as jnp
+    from jaxbert import BertConfig, BertModel, save_pretrained
+    cfg = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32)
+    base = BertModel(cfg)
+    ids = jnp.zeros((1, 8), jnp.int32)
+    base_params = base.init(jax.random.PRNGKey(7), ids, ids)["params"]
+    save_pretrained(tmp_path / "base", base, base_params, format="hf")  # an encoder, no MLM head
+
+    recipe = write_recipe(tmp_path / "real.yaml", data={"source": "prepared", "dir": str(prepared / "data"),
+                                                        "tokenizer": str(prepared / "tok"), "seq_len": 32},
+                          model={"preset": str(tmp_path / "base"), "config": {}, "init_from": str(tmp_path / "base")},
+                          train={"steps": 6, "eval_every": 0, "eval_batches": 0, "per_device_batch_size": 4},
+                          optim={"warmup_steps": 0},
+                          outputs={"plot": False, "export": True, "fill_mask": ["a for [MASK] iterates"]})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "train.steps=1"]) == 0
+    log = capsys.readouterr().out
+    assert "freshly initialised" in log and "cls/predictions" in log  # the head the base lacks
+    from jaxbert.train.checkpoint import restore_params
+    after_one, _ = restore_params(wd)
+    q = after_one["bert"]["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"]
+    q0 = np.asarray(base_params["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"])
+    assert 0 < np.abs(q - q0).max() < 0.05  # started from the base encoder, moved by one step
+
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0  # resumes to 6
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "[MASK] 1:" in out
+    assert checkpoint_steps(wd)[-1] == 6
+    hf = wd / "hf"
+    assert json.loads((hf / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(hf)
+    assert tok("a for loop")["input_ids"][0] == tok.cls_token_id
+    assert transformers.BertForMaskedLM.from_pretrained(hf).config.vocab_size == 200
+
+    assert main(["fill-mask", str(hf), "the break [MASK] terminates", "--top-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "the break [MASK] terminates" and lines[1].startswith("  [MASK] 1: ")
+    assert len(lines[1].split(",")) == 3
