@@ -37,7 +37,13 @@ class BertEmbeddings(BertModule):
     def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
         if position_ids is None:
             position_ids = self._default_positions(input_ids.shape)
-        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        words = self.word_embeddings(input_ids)
+        if self.config.pad_token_id is not None:
+            # As nn.Embedding(padding_idx=pad) in transformers: looking up [PAD]
+            # sends no gradient to its row (the tied decoder still does).
+            is_pad = (input_ids == self.config.pad_token_id)[..., None]
+            words = jnp.where(is_pad, jax.lax.stop_gradient(words), words)
+        x = words + self.token_type_embeddings(token_type_ids)
         if self.config.position_embedding_type == "absolute":
             x = x + self.position_embeddings(position_ids)
         else:

@@ -1,0 +1,115 @@
+"""Gradient parity: one fixed masking, the same loss, every parameter's gradient compared."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..convert import params_to_state_dict
+
+MASK_RATE = 0.15
+FLOOR = 1e-3  # see grad_parity
+
+
+def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0):
+    """MLM labels [B, L] (-100 = not predicted) at 15% of the real tokens, first and
+    last real token of each row excluded; the inputs there become random ids."""
+    rng = np.random.default_rng(seed)
+    ids = np.array(inputs["input_ids"])
+    real = np.asarray(inputs["attention_mask"]).astype(bool)
+    edge = np.zeros_like(real)
+    edge[..., 0] = True
+    last = real.sum(-1) - 1
+    np.put_along_axis(edge, np.maximum(last, 0)[..., None], True, axis=-1)
+    pick = real & ~edge & (rng.random(ids.shape) < MASK_RATE)
+    pick.reshape(-1)[np.flatnonzero(real & ~edge)[:1]] = True  # at least one prediction
+    labels = np.where(pick, ids, -100)
+    ids = np.where(pick, rng.integers(1, vocab_size, ids.shape), ids)
+    nsp = rng.integers(0, 2, ids.shape[:1])
+    return dict(inputs, input_ids=ids.astype(np.int32)), labels, nsp
+
+
+def _ce(logits, labels):
+    """Mean cross-entropy over labels != -100, as torch.nn.CrossEntropyLoss does."""
+    valid = labels != -100
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.where(valid, labels, 0))
+    return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: int = 0):
+    """Worst relative gradient error over all parameters, and where it is."""
+    import torch
+
+    from .compare import GradResult
+    name = type(module).__name__
+    masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
+    has_mlm = name in ("BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel")
+    has_nsp = name in ("BertForPreTraining", "BertForNextSentencePrediction")
+    enc_kw = {} if encoder_states is None else dict(
+        encoder_hidden_states=jnp.asarray(encoder_states[0]), encoder_attention_mask=jnp.asarray(encoder_states[1]))
+
+    def loss_fn(p):
+        out = module.apply({"params": p}, masked["input_ids"], masked["token_type_ids"],
+                           attention_mask=masked["attention_mask"], **enc_kw)
+        loss = 0.0
+        if has_mlm:
+            loss += _ce(out.logits if name != "BertForPreTraining" else out.prediction_logits, labels)
+        if has_nsp:
+            loss += _ce(out.seq_relationship_logits, nsp)
+        if not (has_mlm or has_nsp):  # other heads: a plain function of every output
+            loss += jnp.mean((out.last_hidden_state if out.logits is None else out.logits) ** 2)
+        return loss
+
+    p32 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
+    loss_j, grads = jax.value_and_grad(loss_fn)(p32)
+    ours = params_to_state_dict(grads, module.config, name)
+
+    kw = {k: torch.from_numpy(np.asarray(v)).long() for k, v in masked.items()}
+    if encoder_states is not None:
+        kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(encoder_states[0], np.float32))
+        kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(encoder_states[1])).long()
+    if torch_model.config.is_decoder:
+        kw["use_cache"] = False  # see compare._outputs_torch
+    torch_model.zero_grad(set_to_none=True)
+    out = torch_model(**kw)
+    loss_t = 0.0
+    ce = torch.nn.CrossEntropyLoss()
+    V = module.config.vocab_size
+    if has_mlm:
+        logits = out.prediction_logits if name == "BertForPreTraining" else out.logits
+        loss_t = loss_t + ce(logits.reshape(-1, V), torch.from_numpy(labels).long().reshape(-1))
+    if has_nsp:
+        loss_t = loss_t + ce(out.seq_relationship_logits if has_mlm else out.logits, torch.from_numpy(nsp).long())
+    if not (has_mlm or has_nsp):
+        loss_t = loss_t + (out.last_hidden_state if name == "BertModel" else _torch_logits(out)).pow(2).mean()
+    loss_t.backward()
+    theirs = {k: p.grad for k, p in torch_model.named_parameters()}
+
+    pairs = {}
+    for key, g in ours.items():
+        if key not in theirs:
+            raise RuntimeError(f"transformers has no parameter {key}")
+        t = theirs[key]  # None: the loss does not reach it
+        pairs[key] = (np.asarray(g, np.float64),
+                      np.zeros(g.shape) if t is None else t.detach().numpy().astype(np.float64))
+    # Each tensor's error relative to its own largest gradient, floored at FLOOR
+    # of the largest gradient anywhere: some true gradients are exactly zero
+    # (the key bias shifts every score of a row alike, which softmax ignores),
+    # and there both frameworks return rounding noise.
+    floor = FLOOR * max(float(np.abs(t).max()) for _, t in pairs.values())
+    worst = (-1.0, "", ())
+    for key, (g, t) in pairs.items():
+        d = np.abs(g - t)
+        rel = float(d.max() / max(float(np.abs(t).max()), floor, 1e-30))
+        if rel > worst[0]:
+            worst = (rel, key, tuple(int(i) for i in np.unravel_index(int(d.argmax()), d.shape)))
+    return GradResult(worst[0], worst[1], worst[2], float(loss_j), float(loss_t.detach()))
+
+
+def _torch_logits(out):
+    if getattr(out, "start_logits", None) is not None:
+        import torch
+        return torch.stack([out.start_logits, out.end_logits], -1)
+    return out.logits
