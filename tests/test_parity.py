@@ -186,3 +186,17 @@ def test_parity_command_on_a_converted_tiny_mlm(tmp_path):
     assert jaxbert.cli.main(["parity", str(tmp_path / "hf"), "--json", str(out)]) == 0
     stages = [r["stage"] for r in json.loads(out.read_text())["rows"]]
     assert stages == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
+
+
+def test_parity_command_on_a_transformers_decoder_with_cross_attention(tmp_path):
+    """A transformers BertLMHeadModel (is_decoder, add_cross_attention) saved by transformers
+    itself converts and passes `jaxbert parity` (random encoder states feed its crossattention)."""
+    cfg = TINY.replace(is_decoder=True, add_cross_attention=True, position_embedding_type="relative_key")
+    torch.manual_seed(0)
+    hf = transformers.BertLMHeadModel(transformers.BertConfig(**cfg.to_dict()))
+    hf.save_pretrained(tmp_path / "dec", safe_serialization=True)
+    out = tmp_path / "t.json"
+    assert jaxbert.cli.main(["parity", str(tmp_path / "dec"), "--json", str(out), "--grad"]) == 0
+    table = json.loads(out.read_text())
+    assert table["model_class"] == "BertLMHeadModel" and table["grad"]["worst_rel"] <= 1e-4
+    assert [r["stage"] for r in table["rows"]][-1] == "mlm logits"
