@@ -102,11 +102,16 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | 
         return (grads, sums), None
 
     accum = batch["input_ids"].shape[0]
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-    first = jax.tree_util.tree_map(lambda x: x[0], batch)
-    sum_zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
-        lambda: _sums(state.params, state.apply_fn, first, step_rng, True)))
-    (grads, sums), _ = jax.lax.scan(micro, (zeros, sum_zeros), (jnp.arange(accum), batch))
+    if accum == 1:
+        # No loop: a scan of one would still zero and add a whole gradient tree.
+        grads, sums = grad_fn(state.params, jax.tree_util.tree_map(lambda x: x[0], batch),
+                              jax.random.fold_in(step_rng, 0))
+    else:
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+        first = jax.tree_util.tree_map(lambda x: x[0], batch)
+        sum_zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
+            lambda: _sums(state.params, state.apply_fn, first, step_rng, True)))
+        (grads, sums), _ = jax.lax.scan(micro, (zeros, sum_zeros), (jnp.arange(accum), batch))
     if axis_name is not None:
         grads = jax.lax.pmean(grads, axis_name)
         sums = jax.lax.psum(sums, axis_name)
