@@ -37,7 +37,8 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     assert checkpoint_steps(wd) == [4, 8, 12]
     assert (wd / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     events = list((wd / "tensorboard").glob("events.out.tfevents.*"))
-    assert events and events[0].stat().st_size > 200
+    assert len(events) == 1
+    assert _tfrecords(events[0]) == 1 + len(rows)  # the file-version event, then one per metrics line
 
     assert main(["plot", str(wd), "--out", str(tmp_path / "c.png")]) == 0
     assert (tmp_path / "c.png").stat().st_size > 1000
@@ -57,6 +58,21 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     with torch.no_grad():
         theirs = pt(torch.tensor(ids, dtype=torch.long)).logits.numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def _tfrecords(path) -> int:
+    """Counts the records of a TFRecord file, checking both CRCs of each as TensorBoard does."""
+    import struct
+    from jaxbert.train.metrics_io import _masked_crc
+    data, n, at = path.read_bytes(), 0, 0
+    while at < len(data):
+        header = data[at:at + 8]
+        (length,) = struct.unpack("<Q", header)
+        assert struct.unpack("<I", data[at + 8:at + 12])[0] == _masked_crc(header)
+        body = data[at + 12:at + 12 + length]
+        assert struct.unpack("<I", data[at + 12 + length:at + 16 + length])[0] == _masked_crc(body)
+        at, n = at + 16 + length, n + 1
+    return n
 
 
 CORPUS = ("The return statement leaves the current function call with the expression list. "
@@ -120,3 +136,15 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "the break [MASK] terminates" and lines[1].startswith("  [MASK] 1: ")
     assert len(lines[1].split(",")) == 3
+
+
+def test_a_model_that_does_not_fit_the_data_is_refused_by_name(prepared, tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "bad.yaml", data={"source": "prepared", "dir": str(prepared / "data"),
+                                                       "tokenizer": str(prepared / "tok"), "seq_len": 32})
+    rc = main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run"),
+               "--set", "model.config.vocab_size=300"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "200-token vocabulary" in err and "vocab_size 300" in err
+    rc = main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run"), "--set", "data.seq_len=16"])
+    assert rc == 2 and "rows of 32 tokens, not 16" in capsys.readouterr().err

@@ -34,12 +34,15 @@ def run(args) -> int:
     except RecipeError as e:
         print(f"jaxbert train: {e}", file=sys.stderr)
         return 2
+    from ..config import ConfigError
+    from .loader import DataCompatibilityError
     from .loop import TrainingDiverged, train_and_evaluate
+    from .tokenizer import TokenizerError
     workdir = args.workdir or f"runs/{recipe.name}"
     try:
         summary = train_and_evaluate(recipe, workdir)
-    except RecipeError as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)
+    except (RecipeError, ConfigError, DataCompatibilityError, TokenizerError) as e:
+        print(f"jaxbert train: {e}", file=sys.stderr)  # bad input, named by the message
         return 2
     except TrainingDiverged as e:
         print(f"jaxbert train: {e}", file=sys.stderr)

@@ -55,9 +55,13 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             sources.ensure_data(recipe, workdir, log)
         _barrier("data")
         data_dir, tok_dir = sources.ensure_data(recipe, workdir, log)
-        from .tokenizer import load_tokenizer
-        vocab = load_tokenizer(tok_dir).get_vocab_size()
+        from .tokenizer import load_tokenizer, tokenizer_hash
+        tok = load_tokenizer(tok_dir)
+        vocab = tok.get_vocab_size()
     cfg = recipe.bert_config(vocab)
+    if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
+        from .loader import check_compatible
+        check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
     model = build_model(recipe, cfg)
     runner = parallel.make_runner(recipe.parallel)
     total, tr = recipe.train.steps, recipe.train
@@ -98,7 +102,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     train_fn, eval_fn = runner.compile_train(), runner.compile_eval(model.apply)
     tokens_per_step = parallel.global_batch_size(recipe, runner) * recipe.data.seq_len
     m_frac = (recipe.data.max_predictions or round(recipe.data.seq_len * recipe.data.mask_rate)) / recipe.data.seq_len
-    flops = flops_per_token(cfg, jax.eval_shape(lambda: runner.abstract.params), recipe.data.seq_len, m_frac)
+    flops = flops_per_token(cfg, runner.abstract.params, recipe.data.seq_len, m_frac)
     peak = peak_flops(jax.devices()[0].device_kind)
     writer = MetricsWriter(workdir, active=primary)
     stop = _SigtermFlag()
@@ -140,7 +144,9 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                 writer.write(step, scalars)
                 bar.set_postfix(loss=f"{scalars['loss']:.3f}", acc=f"{scalars['mlm_accuracy']:.3f}",
                                 lr=f"{scalars['learning_rate']:.2e}", tok_s=f"{scalars.get('tokens_per_s', 0):.0f}")
-                log(f"step {step}: " + " ".join(f"{k} {v:.4g}" for k, v in scalars.items()))
+                eta = (f" eta {(total - step) * tokens_per_step / scalars['tokens_per_s']:.0f}s"
+                       if "tokens_per_s" in scalars else "")
+                log(f"step {step}: " + " ".join(f"{k} {v:.4g}" for k, v in scalars.items()) + eta)
             if save_due or preempted:
                 ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, source, loader_state))
             if eval_due:
@@ -163,6 +169,8 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         ckpt.close()
         writer.close()
         stop.restore()
+    if status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
+        last_eval = evaluate()
     summary = {"status": status, "step": step, "wall_s": round(time.time() - t0, 1),
                "train": window.last, "eval": last_eval, "workdir": str(workdir), "tokenizer": tok_dir}
     if primary and status == "finished":

@@ -55,14 +55,10 @@ def initialize_distributed(p: ParallelSection) -> None:
         return
     if count is None or pid is None:
         raise RecipeError("parallel.coordinator_address needs parallel.num_processes and parallel.process_id")
-    if env.get("JAX_PLATFORMS", "").startswith("cpu") or not _has_accelerator_env():
-        # CPU processes exchange collectives through gloo (the default has none across processes).
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # CPU devices of different processes talk through gloo (the CPU client's default has no
+    # cross-process collectives); the setting only concerns the CPU backend.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(address, int(count), int(pid))
-
-
-def _has_accelerator_env() -> bool:
-    return any(k in os.environ for k in ("CUDA_VISIBLE_DEVICES", "TPU_NAME", "TPU_WORKER_ID"))
 
 
 def make_runner(p: ParallelSection):
