@@ -146,5 +146,6 @@ def test_a_model_that_does_not_fit_the_data_is_refused_by_name(prepared, tmp_pat
     assert rc == 2
     err = capsys.readouterr().err
     assert "200-token vocabulary" in err and "vocab_size 300" in err
-    rc = main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run"), "--set", "data.seq_len=16"])
+    rc = main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run"), "--set", "data.seq_len=16",
+               "--set", "model.config.vocab_size=200"])
     assert rc == 2 and "rows of 32 tokens, not 16" in capsys.readouterr().err
