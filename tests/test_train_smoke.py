@@ -105,8 +105,9 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     base_params = base.init(jax.random.PRNGKey(7), ids, ids)["params"]
     save_pretrained(tmp_path / "base", base, base_params, format="hf")  # an encoder, no MLM head
 
+    # no data.tokenizer: the run finds the one the data was prepared with (for the export)
     recipe = write_recipe(tmp_path / "real.yaml", data={"source": "prepared", "dir": str(prepared / "data"),
-                                                        "tokenizer": str(prepared / "tok"), "seq_len": 32},
+                                                        "seq_len": 32},
                           model={"preset": str(tmp_path / "base"), "config": {}, "init_from": str(tmp_path / "base")},
                           train={"steps": 6, "eval_every": 0, "eval_batches": 0, "per_device_batch_size": 4},
                           optim={"warmup_steps": 0},

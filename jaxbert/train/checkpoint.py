@@ -10,7 +10,9 @@ with a message, and the one before it is tried.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -109,7 +111,8 @@ def restore_params(workdir: str | Path, step: int | None = None):
         try:
             meta = json.loads((root / str(s) / "meta" / "metadata").read_text())
             reader = ocp.PyTreeCheckpointer()
-            tree = reader.metadata(root / str(s) / "state").item_metadata.tree
+            with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
+                tree = reader.metadata(root / str(s) / "state").item_metadata.tree
             as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
             restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
                 item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
@@ -118,3 +121,14 @@ def restore_params(workdir: str | Path, step: int | None = None):
             last_error = e
             print(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
     raise RuntimeError(f"no readable checkpoint in {root}: {last_error}")
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

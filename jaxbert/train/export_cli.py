@@ -15,12 +15,9 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
 
 def tokenizer_dir_of(recipe, workdir: str | Path) -> Path | None:
     """Where a run's tokenizer lives (None for synthetic data)."""
-    d = recipe.data
-    if d.source == "synthetic":
-        return None
-    if d.tokenizer:
-        return Path(d.tokenizer)
-    return Path(d.dir) / "tokenizer" if d.dir else Path(workdir) / "tokenizer"
+    from .sources import tokenizer_dir
+    path = tokenizer_dir(recipe, workdir)
+    return None if path is None else Path(path)
 
 
 def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None) -> Path:

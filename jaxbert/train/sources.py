@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .recipe import Recipe
+from .recipe import Recipe, RecipeError
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -87,8 +87,10 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
     WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset."""
     d = recipe.data
     if d.dir is not None:
-        tok = d.tokenizer or str(Path(d.dir) / "tokenizer")
-        return d.dir, tok
+        if not Path(d.dir).is_dir():
+            raise RecipeError(f"data.dir: {d.dir} does not exist; build it with `jaxbert data prepare` "
+                              f"(see the recipe's comments) or leave data.dir unset for the embedded corpus")
+        return d.dir, tokenizer_dir(recipe, workdir)
     from . import prepare, tokenizer  # the data pipeline is only needed for real data
     workdir = Path(workdir)
     tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
@@ -101,6 +103,23 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
         prepare.prepare(inputs=None, tokenizer=str(tok_dir), output=str(data_dir), max_length=d.seq_len,
                         format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction)
     return str(data_dir), str(tok_dir)
+
+
+def tokenizer_dir(recipe: Recipe, workdir: str | Path) -> str | None:
+    """Where a run's tokenizer lives: data.tokenizer; else the directory the data was
+    prepared with (its metadata says) or, failing that, the data dir's tokenizer.json;
+    WORKDIR/tokenizer for data built here; None for synthetic data."""
+    d = recipe.data
+    if d.source == "synthetic":
+        return None
+    if d.tokenizer:
+        return d.tokenizer
+    if d.dir is None:
+        return str(Path(workdir) / "tokenizer")
+    import json
+    meta_path = Path(d.dir) / "metadata.json"
+    origin = json.loads(meta_path.read_text()).get("tokenizer") if meta_path.exists() else None
+    return origin if origin and (Path(origin) / "tokenizer.json").exists() else d.dir
 
 
 def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split: str = "train",
