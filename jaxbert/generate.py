@@ -121,10 +121,11 @@ def run(args) -> int:
     P = max(map(len, encoded))
     ids = np.array([[0] * (P - len(e)) + e for e in encoded], np.int32)
     mask = (np.arange(P)[None] >= (P - np.array([len(e) for e in encoded]))[:, None]).astype(np.int32)
+    sep = tok.token_to_id("[SEP]")  # None when the vocabulary has no [SEP]: no early stop
     t0 = time.perf_counter()
     out = generate(model, params, ids, mask, max_new_tokens=args.max_new_tokens,
                    temperature=args.temperature, top_k=args.top_k, rng=jax.random.key(args.seed),
-                   eos_token_id=tok.token_to_id("[SEP]") or -1)
+                   eos_token_id=-1 if sep is None else sep)
     out = np.asarray(out)
     for row in out:
         print(tok.decode([int(t) for t in row], skip_special_tokens=True))

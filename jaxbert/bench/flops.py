@@ -5,7 +5,9 @@ from __future__ import annotations
 from ..config import BertConfig
 
 # Peak dense bf16 TFLOP/s by accelerator, for MFU.
-PEAK_TFLOPS = {"TPU v3": 123, "TPU v4": 275, "TPU v5e": 197, "TPU v5p": 459, "A100": 312, "H100": 989, "H200": 989}
+# Order matters: the first name found in device_kind wins ("TPU v5 lite" is a v5e).
+PEAK_TFLOPS = {"TPU v3": 123, "TPU v4": 275, "TPU v5 lite": 197, "TPU v5e": 197, "TPU v5p": 459,
+               "TPU v5": 459, "A100": 312, "H100": 989, "H200": 989}
 
 
 def non_embedding_params(cfg: BertConfig) -> int:

@@ -68,7 +68,11 @@ class SafetensorsSource(Source):
 
 def torch_load(path: Path) -> dict:
     """A PyTorch state dict, loaded weights-only: tensors and plain containers, never code."""
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch (pip install torch), "
+                              "or convert it to safetensors first") from e
     try:
         # mmap keeps a zip checkpoint on disk until each tensor is read.
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))

@@ -14,33 +14,12 @@ import struct
 import time
 from pathlib import Path
 
-# Peak dense bf16 FLOP/s per chip (DESIGN.md), matched against jax's device_kind.
-PEAK_FLOPS = {"TPU v3": 123e12, "TPU v4": 275e12, "TPU v5 lite": 197e12, "TPU v5e": 197e12,
-              "TPU v5p": 459e12, "TPU v5": 459e12, "A100": 312e12, "H100": 989e12, "H200": 989e12}
-
-
-def peak_flops(device_kind: str) -> float | None:
-    for name, peak in PEAK_FLOPS.items():
-        if name.lower() in device_kind.lower():
-            return peak
-    return None
-
+from ..bench.flops import peak_flops, train_flops_per_token  # noqa: F401 (re-exported)
 
 def flops_per_token(cfg, params, seq_len: int, masked_fraction: float) -> float:
-    """Training FLOPs per token: 6 N_nonembedding + 12 L H T + 6 (H V + H^2) f, with
-    f the share of positions that reach the vocabulary projection (DESIGN.md)."""
-    encoder = params["bert"]["encoder"] if "bert" in params else params["encoder"]
-    n_nonemb = sum(x.size for x in _leaves(encoder))
-    H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
-    return 6 * n_nonemb + 12 * L * H * seq_len + 6 * (H * V + H * H) * masked_fraction
-
-
-def _leaves(tree):
-    if isinstance(tree, dict):
-        for v in tree.values():
-            yield from _leaves(v)
-    else:
-        yield tree
+    """Training FLOPs per token (DESIGN.md); ``params`` is unused, kept for callers."""
+    del params
+    return train_flops_per_token(cfg, seq_len, masked_fraction)
 
 
 class MetricsWriter:
