@@ -48,6 +48,7 @@ class DataSection:
     vocab_size: int = 4096  # of the tokenizer trained when dir is None
     seq_len: int = 128
     mask_rate: float = 0.15
+    eval_mask_rate: Optional[float] = None  # held-out masking; None = mask_rate
     max_predictions: Optional[int] = None  # masked positions per sequence (M)
     whole_word_mask: bool = False
     validation_fraction: float = 0.02  # held out when the data is built here
@@ -202,8 +203,10 @@ def _validate(r: Recipe) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise RecipeError(f"{key}: must be > 0, got {value!r}")
-    if not 0 < r.data.mask_rate < 1:
-        raise RecipeError(f"data.mask_rate: must be in (0, 1), got {r.data.mask_rate!r}")
+    for key in ("mask_rate", "eval_mask_rate"):
+        value = getattr(r.data, key)
+        if value is not None and not 0 < value < 1:
+            raise RecipeError(f"data.{key}: must be in (0, 1), got {value!r}")
     if r.parallel.strategy == "pmap" and r.parallel.fsdp:
         raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":

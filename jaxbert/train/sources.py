@@ -127,13 +127,14 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                 vocab_size: int | None = None):
     """A batch iterator with state()/restore() for this process's rows."""
     d, seed = recipe.data, recipe.train.seed
+    mask_rate = d.mask_rate if split == "train" or d.eval_mask_rate is None else d.eval_mask_rate
     if d.source == "synthetic":
         return SyntheticMLM(vocab_size, batch_size, d.seq_len, seed=seed, split=split,
-                            mask_rate=d.mask_rate, max_predictions=d.max_predictions,
+                            mask_rate=mask_rate, max_predictions=d.max_predictions,
                             process_index=process_index, process_count=process_count,
                             fixed_masking=fixed_masking, nsp=d.nsp)
     from .loader import MLMLoader
-    return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=d.mask_rate,
+    return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=mask_rate,
                      max_predictions=d.max_predictions, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,
                      fixed_masking=fixed_masking)
