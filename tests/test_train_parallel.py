@@ -67,7 +67,7 @@ def _free_port() -> int:
 
 def test_two_processes_give_the_losses_of_one_process_with_two_devices(tmp_path):
     recipe = write_recipe(tmp_path / "tiny.yaml", train={"steps": 8, "per_device_batch_size": 4},
-                          checkpoint={"every_steps": 4})
+                          checkpoint={"every_steps": 4}, outputs={"plot": True})
     port = _free_port()
     env = child_env()  # one CPU device per process
     hosts = [train_child(["--config", str(recipe), "--workdir", str(tmp_path / "two_hosts"),
@@ -83,3 +83,4 @@ def test_two_processes_give_the_losses_of_one_process_with_two_devices(tmp_path)
     assert len(a) == len(b) == 8
     assert np.max(np.abs(a - b)) <= 1e-5, (a, b)
     assert sorted(p.name for p in (tmp_path / "two_hosts" / "checkpoints").iterdir()) == ["4", "8"]
+    assert (tmp_path / "two_hosts" / "curves.png").exists()  # outputs after gathering params from both

@@ -129,14 +129,14 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             state, metrics = train_fn(state, batch, rng)
             step += 1
             bar.update(1)
-            if pending is not None:
-                window.add(*pending)  # the previous step's metrics: ready by now
-            pending = (step, parallel.metrics_to_host, runner, metrics)
+            if pending is not None:  # the previous step's metrics: ready by now
+                window.add(pending[0], parallel.metrics_to_host(runner, pending[1]))
+            pending = (step, metrics)
             eval_due = step == total or (tr.eval_every and step % tr.eval_every == 0)
             save_due = ckpt.due(step) or step == total
             preempted = stop.requested(step % tr.log_every == 0)
             if step % tr.log_every == 0 or eval_due or save_due or preempted:
-                window.add(*pending)
+                window.add(step, parallel.metrics_to_host(runner, metrics))
                 pending = None
             if step % tr.log_every == 0 or step == total:
                 scalars = window.flush(tokens_per_step, recipe.data.seq_len, flops, peak, runner.num_devices)
@@ -148,7 +148,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                        if "tokens_per_s" in scalars else "")
                 log(f"step {step}: " + " ".join(f"{k} {v:.4g}" for k, v in scalars.items()) + eta)
             if save_due or preempted:
-                ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, source, loader_state))
+                ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, loader_state))
             if eval_due:
                 last_eval = evaluate()
                 window.t = time.time()  # evaluation time is not training throughput
@@ -173,9 +173,15 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         last_eval = evaluate()
     summary = {"status": status, "step": step, "wall_s": round(time.time() - t0, 1),
                "train": window.last, "eval": last_eval, "workdir": str(workdir), "tokenizer": tok_dir}
-    if primary and status == "finished":
-        from .outputs import finish
-        finish(recipe, workdir, model, jax.device_get(runner.to_saved(state).params), tok_dir, log)
+    o = recipe.outputs
+    if status == "finished" and (o.plot or o.export or o.fill_mask):
+        params = runner.to_saved(state).params
+        # FSDP shards live on several hosts: every process takes part in gathering them.
+        params = (jax.device_get(params) if jax.process_count() == 1
+                  else multihost_utils.process_allgather(params, tiled=True))
+        if primary:
+            from .outputs import finish
+            finish(recipe, workdir, model, params, tok_dir, log)
     return summary
 
 
@@ -184,7 +190,7 @@ def _saved(state, rng) -> dict:
     return {"step": state.step, "params": state.params, "opt_state": state.opt_state, "rng": rng}
 
 
-def _meta(recipe: Recipe, step: int, source, loader_state) -> dict:
+def _meta(recipe: Recipe, step: int, loader_state) -> dict:
     return {"step": step, "loader": _allgather_json(loader_state), "recipe": recipe.to_dict()}
 
 
@@ -226,8 +232,8 @@ class _Window:
     def __init__(self):
         self.sums, self.n, self.t, self.last = {}, 0, None, {}
 
-    def add(self, step, to_host, runner, metrics):
-        m = to_host(runner, metrics)
+    def add(self, step: int, m: dict):
+        """m: one step's metric sums on the host; raises TrainingDiverged if they are not finite."""
         if not m.pop("finite"):
             raise TrainingDiverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
                                    f"it (metrics: {summarize(m)})")
