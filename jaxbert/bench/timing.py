@@ -26,15 +26,24 @@ class Record:
         return out
 
 
-def time_interleaved(fns: dict[str, Callable[[], None]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+def time_interleaved(fns: dict[str, Callable[[], None]], repeats: int, warmup: int = 1,
+                     pause: float = 0.5) -> dict[str, list[float]]:
     """Seconds per call of each fn, calling them in turn so that drifting machine
-    load hits every contender alike. Each fn must block until its work is done."""
+    load hits every contender alike. Each fn must block until its work is done.
+
+    Before each timed call the host idles for ``pause`` seconds: worker threads
+    spin for a while after a parallel region (OpenMP's block time, XLA's pool),
+    and on a small machine the previous contender's spinning threads would
+    otherwise steal cores from the next one (seen: jaxbert's bert-base step
+    2.9 s alone, 4.2 s right after a torch step).
+    """
     for fn in fns.values():
         for _ in range(warmup):
             fn()
     seconds = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            time.sleep(pause)
             t0 = time.perf_counter()
             fn()
             seconds[name].append(time.perf_counter() - t0)
