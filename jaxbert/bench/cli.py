@@ -31,6 +31,8 @@ def add_arguments(p):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="jaxbert compute dtype (bfloat16 for MFU on accelerators)")
     p.add_argument("--attention", default="einsum", choices=["einsum", "dot_product"])
+    p.add_argument("--no-torch", action="store_true",
+                   help="time jaxbert alone (no transformers contender in the process)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None)
 
@@ -50,7 +52,7 @@ class Bench:
         self.roofline = None  # FLOP/s of a large fp32 matmul on this device
         self.options = dict(attention_impl=args.attention,
                             dtype=jax.numpy.bfloat16 if args.dtype == "bfloat16" else jax.numpy.float32)
-        self.torch_contenders = ["torch-eager"] + ([] if args.quick else ["torch-compile"])
+        self.torch_contenders = [] if args.no_torch else ["torch-eager"] + ([] if args.quick else ["torch-compile"])
 
     def wanted(self, work: str) -> bool:
         return self.args.only is None or any(work.startswith(o) for o in self.args.only)
@@ -72,10 +74,11 @@ class Bench:
     def roofline_work(self):
         n = 2048
         fns = {"jaxbert": works.jax_matmul(n)}
-        try:
-            fns["torch-eager"] = works.torch_matmul(n)
-        except ImportError:
-            pass
+        if self.torch_contenders:
+            try:
+                fns["torch-eager"] = works.torch_matmul(n)
+            except ImportError:
+                pass
         secs = time_interleaved(fns, self.repeats * 2, warmup=2)
         for name, s in secs.items():
             self.add(rate_record("roofline", name, s, 2 * n**3 / 1e9, "GFLOP/s"))
