@@ -84,21 +84,21 @@ class Bench:
             self.add(rate_record("roofline", name, s, 2 * n**3 / 1e9, "GFLOP/s"))
         self.roofline = max(statistics.median([2 * n**3 / x for x in s]) for s in secs.values())
 
-    def infer_work(self, model: str, B: int, T: int):
+    def _contest(self, kind: str, model: str, B: int, T: int, jax_builder, torch_builder):
+        """Build every contender for one work, time them in turn: (config, work name, seconds)."""
         cfg = works.no_dropout(preset(MODELS[model]))
-        work = f"infer/{model}/{B}x{T}"
-        fns = {"jaxbert": works.jax_forward(cfg, B, T, **self.options)}
-        fns.update(self._torch(works.torch_forward, cfg, B, T))
-        secs = self._run(fns, work)
+        work = f"{kind}/{model}/{B}x{T}"
+        fns = {"jaxbert": jax_builder(cfg, B, T, **self.options)}
+        fns.update(self._torch(torch_builder, cfg, B, T))
+        return cfg, work, self._run(fns, work)
+
+    def infer_work(self, model: str, B: int, T: int):
+        _, work, secs = self._contest("infer", model, B, T, works.jax_forward, works.torch_forward)
         for name, s in secs.items():
             self.add(rate_record(work, name, s, B * T, "tokens/s"))
 
     def train_work(self, model: str, B: int, T: int):
-        cfg = works.no_dropout(preset(MODELS[model]))
-        work = f"train/{model}/{B}x{T}"
-        fns = {"jaxbert": works.jax_train(cfg, B, T, **self.options)}
-        fns.update(self._torch(works.torch_train, cfg, B, T))
-        secs = self._run(fns, work)
+        cfg, work, secs = self._contest("train", model, B, T, works.jax_train, works.torch_train)
         for name, s in secs.items():
             # jaxbert runs the MLM head on the M gathered positions only; transformers on all T.
             f = works.masked_count(T) / T if name == "jaxbert" else 1.0
