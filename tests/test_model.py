@@ -1,5 +1,6 @@
 import functools
 
+import flax.linen
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -262,3 +263,26 @@ def test_public_api_reexports():
     for name in ("BertConfig", "BertModel", "BertForMaskedLM", "BertLayer", "BertSelfAttention",
                  "BertEncoder", "BertLMPredictionHead", "scan_params", "unscan_params"):
         assert hasattr(jaxbert, name)
+
+
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)])
+def test_gelu_with_saved_cdf_matches_autodiff(dtype, tol):
+    from jaxbert.modeling_utils import gelu_exact
+    x = jnp.linspace(-6.0, 6.0, 1001).astype(dtype)
+    ref = lambda x: jax.nn.gelu(x, approximate=False)
+    np.testing.assert_allclose(np.float32(gelu_exact(x)), np.float32(ref(x)), atol=tol, rtol=tol)
+    g = jax.vmap(jax.grad(lambda v: gelu_exact(v).astype(jnp.float32)))(x)
+    g_ref = jax.vmap(jax.grad(lambda v: ref(v).astype(jnp.float32)))(x)
+    np.testing.assert_allclose(np.float32(g), np.float32(g_ref), atol=tol, rtol=tol)
+    assert float(g[0]) < 1e-6 and abs(float(g[-1]) - 1) < tol and abs(float(g[500]) - 0.5) < tol
+
+
+def test_dense_is_a_plain_matmul_with_flax_params():
+    from jaxbert.modeling_utils import Dense
+    x = jax.random.normal(jax.random.key(0), (2, 3, 5, 4))
+    dense = Dense(6)
+    params = dense.init(jax.random.key(1), x)
+    ref = flax.linen.Dense(6)
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(ref.init(jax.random.key(1), x))
+    np.testing.assert_allclose(dense.apply(params, x), ref.apply(params, x), atol=1e-6)
+    assert Dense(6, dtype=jnp.bfloat16).apply(params, x).dtype == jnp.bfloat16
