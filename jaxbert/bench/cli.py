@@ -1,7 +1,10 @@
 """`jaxbert bench`: jaxbert and transformers (PyTorch) on the same work, in one sitting.
 
-Each figure is the median of several runs after warm-up, with min and max; the
-contenders take turns so that machine load drifts onto all of them alike.
+Each (work, contender) runs alone in a fresh interpreter (jaxbert.bench.worker),
+the contenders of a work one after the other; each figure is the median of
+several timed calls after warm-up, with min and max. The parent process only
+schedules and reports: it never starts a jax backend, so on an accelerator the
+workers have the device to themselves.
 """
 
 from __future__ import annotations
@@ -10,17 +13,20 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 from pathlib import Path
-
-import jax
 
 from ..config import preset
 from . import works
 from .convert import run_convert_bench
-from .flops import peak_flops, train_flops_per_token
-from .timing import Record, markdown_table, rate_record, time_interleaved, time_record
+from .flops import forward_flops_per_token, peak_flops, train_flops_per_token
+from .timing import Record, markdown_table, rate_record, time_record
+from .worker import MODELS
 
-MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-large": "bert-large-uncased"}
+TCMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+                  "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+                  "/usr/lib64/libtcmalloc_minimal.so.4", "/usr/lib/libtcmalloc_minimal.so.4")
 
 
 def add_arguments(p):
@@ -31,16 +37,15 @@ def add_arguments(p):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="jaxbert compute dtype (bfloat16 for MFU on accelerators)")
     p.add_argument("--attention", default="einsum", choices=["einsum", "dot_product"])
-    p.add_argument("--no-torch", action="store_true",
-                   help="time jaxbert alone (no transformers contender in the process)")
+    p.add_argument("--no-torch", action="store_true", help="time jaxbert alone (no transformers contender)")
+    p.add_argument("--malloc", default="system", choices=["system", "tcmalloc"],
+                   help="allocator of every worker process (tcmalloc: LD_PRELOAD libtcmalloc_minimal)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None)
 
 
-def machine() -> str:
-    dev = jax.devices()[0]
-    return (f"{platform.machine()} {os.cpu_count()} cores, {dev.platform} ({dev.device_kind}), "
-            f"jax {jax.__version__}, Python {platform.python_version()}")
+def find_tcmalloc() -> str | None:
+    return next((p for p in TCMALLOC_PATHS if os.path.exists(p)), None)
 
 
 class Bench:
@@ -49,10 +54,22 @@ class Bench:
         self.quick = args.quick
         self.repeats = args.repeats or (3 if args.quick else 5)
         self.records: list[Record] = []
-        self.roofline = None  # FLOP/s of a large fp32 matmul on this device
-        self.options = dict(attention_impl=args.attention,
-                            dtype=jax.numpy.bfloat16 if args.dtype == "bfloat16" else jax.numpy.float32)
+        self.roofline = None  # FLOP/s of a large fp32 matmul: the faster contender's
+        self.options = {"dtype": args.dtype, "attention": args.attention}
         self.torch_contenders = [] if args.no_torch else ["torch-eager"] + ([] if args.quick else ["torch-compile"])
+        self.env = dict(os.environ)
+        if args.malloc == "tcmalloc":
+            lib = find_tcmalloc()
+            if lib is None:
+                raise SystemExit("--malloc tcmalloc: libtcmalloc_minimal.so.4 not found in "
+                                 f"{', '.join(TCMALLOC_PATHS)} (Debian/Ubuntu: apt install libtcmalloc-minimal4)")
+            self.env["LD_PRELOAD"] = ":".join(filter(None, [self.env.get("LD_PRELOAD"), lib]))
+        self.device = self._worker({"work": "device", "contender": "jaxbert", "repeats": 0})["extra"]
+
+    def machine(self) -> str:
+        d = self.device
+        return (f"{platform.machine()} {os.cpu_count()} cores, {d['platform']} ({d['device_kind']}), "
+                f"jax {d['jax']}, Python {platform.python_version()}, malloc {self.args.malloc}")
 
     def wanted(self, work: str) -> bool:
         return self.args.only is None or any(work.startswith(o) for o in self.args.only)
@@ -62,68 +79,62 @@ class Bench:
         print(f"{record.work:28s} {record.contender:14s} {record.median:12,.2f} {record.unit:9s} "
               f"[{record.min:,.2f} .. {record.max:,.2f}] {record.extra or ''}", flush=True)
 
-    def _torch(self, builder, *args):
-        fns = {}
-        for name in self.torch_contenders:
-            try:
-                fns[name] = builder(*args, compile_=name == "torch-compile")
-            except Exception as e:  # transformers or torch missing, or compile unsupported
-                print(f"  {name}: skipped ({type(e).__name__}: {e})")
-        return fns
+    def _worker(self, spec: dict) -> dict | None:
+        """Run one spec in a fresh interpreter; None (and the reason printed) if it failed."""
+        spec = {"options": self.options, **spec}
+        proc = subprocess.run([sys.executable, "-m", "jaxbert.bench.worker", json.dumps(spec)],
+                              capture_output=True, text=True, env=self.env)
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            print(f"  {spec['work']} {spec['contender']}: skipped ({tail})", flush=True)
+            return None
+        return json.loads(lines[-1])
+
+    def _contest(self, work: str, contenders: list[str]) -> dict[str, dict]:
+        print(f"{work}: {', '.join(contenders)}", flush=True)
+        results = {}
+        for name in contenders:
+            out = self._worker({"work": work, "contender": name, "repeats": self.repeats})
+            if out is not None:
+                results[name] = out
+        return results
 
     def roofline_work(self):
         n = 2048
-        fns = {"jaxbert": works.jax_matmul(n)}
-        if self.torch_contenders:
-            try:
-                fns["torch-eager"] = works.torch_matmul(n)
-            except ImportError:
-                pass
-        secs = time_interleaved(fns, self.repeats * 2, warmup=2)
-        for name, s in secs.items():
-            self.add(rate_record("roofline", name, s, 2 * n**3 / 1e9, "GFLOP/s"))
-        self.roofline = max(statistics.median([2 * n**3 / x for x in s]) for s in secs.values())
+        results = self._contest("roofline", ["jaxbert"] + self.torch_contenders[:1])
+        medians = []
+        for name, out in results.items():
+            self.add(rate_record("roofline", name, out["seconds"], 2 * n**3 / 1e9, "GFLOP/s"))
+            medians.append(statistics.median(2 * n**3 / s for s in out["seconds"]))
+        self.roofline = max(medians) if medians else None
 
-    def _contest(self, kind: str, model: str, B: int, T: int, jax_builder, torch_builder):
-        """Build every contender for one work, time them in turn: (config, work name, seconds)."""
+    def model_work(self, kind: str, model: str, B: int, T: int):
         cfg = works.no_dropout(preset(MODELS[model]))
         work = f"{kind}/{model}/{B}x{T}"
-        fns = {"jaxbert": jax_builder(cfg, B, T, **self.options)}
-        fns.update(self._torch(torch_builder, cfg, B, T))
-        return cfg, work, self._run(fns, work)
-
-    def infer_work(self, model: str, B: int, T: int):
-        _, work, secs = self._contest("infer", model, B, T, works.jax_forward, works.torch_forward)
-        for name, s in secs.items():
-            self.add(rate_record(work, name, s, B * T, "tokens/s"))
-
-    def train_work(self, model: str, B: int, T: int):
-        cfg, work, secs = self._contest("train", model, B, T, works.jax_train, works.torch_train)
-        for name, s in secs.items():
-            # jaxbert runs the MLM head on the M gathered positions only; transformers on all T.
-            f = works.masked_count(T) / T if name == "jaxbert" else 1.0
-            flops = train_flops_per_token(cfg, T, f) * B * T
-            gflops = flops / statistics.median(s) / 1e9
+        for name, out in self._contest(work, ["jaxbert"] + self.torch_contenders).items():
+            # jaxbert trains the MLM head on the M gathered positions only; transformers on all T.
+            f = works.masked_count(T) / T if (name == "jaxbert" and kind == "train") else 1.0
+            per_token = train_flops_per_token if kind == "train" else forward_flops_per_token
+            flops = per_token(cfg, T, f) * B * T
+            gflops = flops / statistics.median(out["seconds"]) / 1e9
             extra = {"gflop_per_step": round(flops / 1e9, 1), "gflop_s": round(gflops, 1)}
             if self.roofline:
                 extra["roofline_share"] = round(gflops * 1e9 / self.roofline, 3)
-            peak = peak_flops(jax.devices()[0].device_kind)
+            peak = peak_flops(self.device["device_kind"])
             if peak and name == "jaxbert":
                 extra["mfu"] = round(gflops * 1e9 / peak, 3)
-            if name == "jaxbert" and works.jax_peak_memory() is not None:
-                extra["peak_memory_mb"] = round(works.jax_peak_memory())
-            self.add(rate_record(work, name, s, B * T, "tokens/s", **extra))
+            extra.update(out["extra"])
+            self.add(rate_record(work, name, out["seconds"], B * T, "tokens/s", **extra))
 
     def compile_work(self, model: str):
-        cfg = works.no_dropout(preset(MODELS[model]))
-        B, T = 8, 128
-        times = {True: [], False: []}
-        for _ in range(1 if self.quick else 2):
-            for scan in (True, False):
-                jax.clear_caches()
-                times[scan].append(works.jax_compile_seconds(cfg, B, T, scan_layers=scan, **self.options))
-        for scan in (True, False):
-            self.add(time_record(f"compile/{model}/{'scan' if scan else 'unscanned'}", "jaxbert", times[scan]))
+        for layout in ("scan", "unscanned"):
+            work = f"compile/{model}/{layout}"
+            runs = [self._worker({"work": work, "contender": "jaxbert", "repeats": 1})
+                    for _ in range(1 if self.quick else 2)]
+            secs = [s for r in runs if r is not None for s in r["seconds"]]
+            if secs:
+                self.add(time_record(work, "jaxbert", secs))
 
     def convert_work(self):
         runs = run_convert_bench(repeats=2 if self.quick else 3)
@@ -135,26 +146,39 @@ class Bench:
                                  checkpoint_mb=round(rs[0]["checkpoint_mb"]),
                                  rss_over_checkpoint=round(statistics.median(above) / rs[0]["checkpoint_mb"], 2)))
 
-    def _run(self, fns, work):
-        print(f"{work}: warming up {', '.join(fns)}", flush=True)
-        return time_interleaved(fns, self.repeats, warmup=1)
-
     def run(self):
-        print(f"machine: {machine()}")
+        print(f"machine: {self.machine()}", flush=True)
         if self.wanted("roofline"):
             self.roofline_work()
         for B, T in [(8, 128)] + ([] if self.quick else [(32, 128), (8, 512)]):
             if self.wanted(f"infer/bert-base/{B}x{T}"):
-                self.infer_work("bert-base", B, T)
+                self.model_work("infer", "bert-base", B, T)
         for model, B, T in [("bert-small", 16, 128), ("bert-base", 8, 128)] + (
                 [] if self.quick else [("bert-base", 4, 512)]):
             if self.wanted(f"train/{model}/{B}x{T}"):
-                self.train_work(model, B, T)
+                self.model_work("train", model, B, T)
         for model in ("bert-base", "bert-large"):
             if self.wanted(f"compile/{model}"):
                 self.compile_work(model)
         if self.wanted("convert"):
             self.convert_work()
+
+
+def command_line(args) -> str:
+    parts = ["jaxbert bench"]
+    if args.quick:
+        parts.append("--quick")
+    if args.malloc != "system":
+        parts.append(f"--malloc {args.malloc}")
+    if args.dtype != "float32":
+        parts.append(f"--dtype {args.dtype}")
+    if args.attention != "einsum":
+        parts.append(f"--attention {args.attention}")
+    if args.no_torch:
+        parts.append("--no-torch")
+    if args.only:
+        parts.append("--only " + " ".join(args.only))
+    return " ".join(parts)
 
 
 def run(args) -> int:
@@ -165,6 +189,5 @@ def run(args) -> int:
     if args.json:
         args.json.write_text(json.dumps([r.to_json() for r in bench.records], indent=2) + "\n")
     if args.markdown:
-        args.markdown.write_text(f"Machine: {machine()}\n\nCommand: `jaxbert bench"
-                                 f"{' --quick' if args.quick else ''}`\n\n{table}\n")
+        args.markdown.write_text(f"Machine: {bench.machine()}\n\nCommand: `{command_line(args)}`\n\n{table}\n")
     return 0

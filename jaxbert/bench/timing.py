@@ -1,11 +1,9 @@
-"""Interleaved timing of several contenders on the same work, and the records it yields."""
+"""Benchmark records: one figure each, and the markdown table with jaxbert/peer ratios."""
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
-from typing import Callable
 
 
 @dataclasses.dataclass
@@ -24,30 +22,6 @@ class Record:
         out = {k: getattr(self, k) for k in ("work", "contender", "median", "min", "max", "unit")}
         out.update(self.extra)
         return out
-
-
-def time_interleaved(fns: dict[str, Callable[[], None]], repeats: int, warmup: int = 1,
-                     pause: float = 0.5) -> dict[str, list[float]]:
-    """Seconds per call of each fn, calling them in turn so that drifting machine
-    load hits every contender alike. Each fn must block until its work is done.
-
-    Before each timed call the host idles for ``pause`` seconds: worker threads
-    spin for a while after a parallel region (OpenMP's block time, XLA's pool),
-    and on a small machine the previous contender's spinning threads would
-    otherwise steal cores from the next one (seen: jaxbert's bert-base step
-    2.9 s alone, 4.2 s right after a torch step).
-    """
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    seconds = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            time.sleep(pause)
-            t0 = time.perf_counter()
-            fn()
-            seconds[name].append(time.perf_counter() - t0)
-    return seconds
 
 
 def rate_record(work: str, contender: str, seconds: list[float], amount: float, unit: str, **extra) -> Record:

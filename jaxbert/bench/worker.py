@@ -1,0 +1,102 @@
+"""One contender on one work, alone in its interpreter: `python -m jaxbert.bench.worker SPEC`.
+
+SPEC is a JSON object {"work", "contender", "repeats", "options"}. The worker
+builds the work, runs it once or twice to warm up, times ``repeats`` calls
+(idling ``pause`` seconds before each), and prints one JSON line
+{"seconds": [...], "extra": {...}} as the last line of its stdout.
+
+Why a process each: with jaxbert and PyTorch in one process, the bert-base
+train step that runs at ~340 tokens/s alone ran at ~200 when it alternated
+with torch steps (their thread pools and allocators get in each other's way),
+so in-process interleaving measured the interference, not the frameworks.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-large": "bert-large-uncased"}
+
+
+def _config(model: str):
+    from ..config import preset
+    from . import works
+    return works.no_dropout(preset(MODELS[model]))
+
+
+def _jax_options(options: dict) -> dict:
+    import jax.numpy as jnp
+    return dict(attention_impl=options.get("attention", "einsum"),
+                dtype=jnp.bfloat16 if options.get("dtype") == "bfloat16" else jnp.float32)
+
+
+def build(work: str, contender: str, options: dict):
+    """(fn, extra_fn): fn runs one unit of the work and blocks; extra_fn() -> dict after timing."""
+    from . import works
+    kind, *rest = work.split("/")
+    no_extra = dict
+    if kind == "roofline":
+        n = 2048
+        return (works.jax_matmul(n) if contender == "jaxbert" else works.torch_matmul(n)), no_extra
+    model, shape = rest
+    B, T = (int(v) for v in shape.split("x"))
+    cfg = _config(model)
+    if contender == "jaxbert":
+        builder = {"infer": works.jax_forward, "train": works.jax_train}[kind]
+        fn = builder(cfg, B, T, **_jax_options(options))
+
+        def extra():
+            peak = works.jax_peak_memory()
+            return {} if peak is None else {"peak_memory_mb": round(peak)}
+        return fn, extra
+    builder = {"infer": works.torch_forward, "train": works.torch_train}[kind]
+    return builder(cfg, B, T, compile_=contender == "torch-compile"), no_extra
+
+
+def compile_seconds(work: str, options: dict) -> float:
+    """compile/<model>/<scan|unscanned>: lower and compile the train step once, in a fresh process."""
+    from . import works
+    _, model, layout = work.split("/")
+    return works.jax_compile_seconds(_config(model), 8, 128, scan_layers=layout == "scan",
+                                     **_jax_options(options))
+
+
+def describe_device() -> dict:
+    import jax
+    dev = jax.devices()[0]
+    return {"platform": dev.platform, "device_kind": dev.device_kind, "jax": jax.__version__}
+
+
+def run(spec: dict) -> dict:
+    work, contender, repeats = spec["work"], spec["contender"], spec["repeats"]
+    options, pause = spec.get("options", {}), spec.get("pause", 0.5)
+    if work == "device":
+        return {"seconds": [], "extra": describe_device()}
+    if work.startswith("compile/"):
+        return {"seconds": [compile_seconds(work, options)], "extra": {}}
+    fn, extra = build(work, contender, options)
+    for _ in range(spec.get("warmup", 2)):
+        fn()
+    seconds = []
+    for _ in range(repeats):
+        time.sleep(pause)  # let the previous call's spinning worker threads go idle
+        t0 = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - t0)
+    return {"seconds": seconds, "extra": extra()}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m jaxbert.bench.worker SPEC_JSON", file=sys.stderr)
+        return 2
+    result = run(json.loads(argv[0]))
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
