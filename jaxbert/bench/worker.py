@@ -23,7 +23,7 @@ MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-la
 def _config(model: str):
     from ..config import preset
     from . import works
-    return works.no_dropout(preset(MODELS[model]))
+    return works.no_dropout(preset(MODELS.get(model, model)))
 
 
 def _jax_options(options: dict) -> dict:
