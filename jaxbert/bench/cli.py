@@ -64,7 +64,10 @@ class Bench:
                 raise SystemExit("--malloc tcmalloc: libtcmalloc_minimal.so.4 not found in "
                                  f"{', '.join(TCMALLOC_PATHS)} (Debian/Ubuntu: apt install libtcmalloc-minimal4)")
             self.env["LD_PRELOAD"] = ":".join(filter(None, [self.env.get("LD_PRELOAD"), lib]))
-        self.device = self._worker({"work": "device", "contender": "jaxbert", "repeats": 0})["extra"]
+        device = self._worker({"work": "device", "contender": "jaxbert", "repeats": 0})
+        if device is None:
+            raise SystemExit("jaxbert bench: a worker process could not start jax (see the line above)")
+        self.device = device["extra"]
 
     def machine(self) -> str:
         d = self.device
