@@ -43,6 +43,7 @@ def test_worker_times_a_train_step(contender):
     spec = {"work": "train/bert-tiny/2x16", "contender": contender, "repeats": 2, "pause": 0.0, "warmup": 1}
     out = worker.run(spec)
     assert len(out["seconds"]) == 2 and all(0 < s < 60 for s in out["seconds"])
+    assert out["extra"]["page_faults_mb_per_call"] >= 0 and out["extra"]["sys_s_per_call"] >= 0
 
 
 def test_bench_cli_writes_records(tmp_path):

@@ -198,11 +198,19 @@ def test_dtype_argument_casts(tmp_path):
     assert np.array_equal(np.asarray(emb).view(np.int16), ref)  # same rounding as torch
 
 
+def _load_as_masked_lm_with_warning(tmp_path, arch: str, seed: int, match: str):
+    """Save a tiny transformers `arch`, load it as BertForMaskedLM expecting a warning matching `match`."""
+    hf = tiny_hf_model(arch, seed=seed)
+    path = tmp_path / arch
+    hf.save_pretrained(path)
+    with pytest.warns(ConversionWarning, match=match):
+        module, params, report = jaxbert.from_pretrained(path, "BertForMaskedLM", return_report=True)
+    return hf, path, module, params, report
+
+
 def test_base_checkpoint_into_head_initialises_head_with_warning_and_strict_refuses(tmp_path):
-    hf = tiny_hf_model("BertModel", seed=4)
-    hf.save_pretrained(tmp_path / "base")
-    with pytest.warns(ConversionWarning, match="cls/predictions/transform/dense/kernel"):
-        module, params, report = jaxbert.from_pretrained(tmp_path / "base", "BertForMaskedLM", return_report=True)
+    hf, path, module, params, report = _load_as_masked_lm_with_warning(
+        tmp_path, "BertModel", 4, "cls/predictions/transform/dense/kernel")
     assert set(report.missing_paths) == {
         "cls/predictions/bias", "cls/predictions/transform/dense/kernel", "cls/predictions/transform/dense/bias",
         "cls/predictions/transform/LayerNorm/scale", "cls/predictions/transform/LayerNorm/bias"}
@@ -212,14 +220,12 @@ def test_base_checkpoint_into_head_initialises_head_with_warning_and_strict_refu
     got = params["bert"]["encoder"]["layer"]["1"]["output"]["dense"]["kernel"]
     assert np.array_equal(np.asarray(got), hf.encoder.layer[1].output.dense.weight.detach().numpy().T)
     with pytest.raises(ConversionError, match="missing cls.predictions.bias"):
-        jaxbert.from_pretrained(tmp_path / "base", "BertForMaskedLM", strict=True)
+        jaxbert.from_pretrained(path, "BertForMaskedLM", strict=True)
 
 
 def test_pretraining_checkpoint_into_masked_lm_reports_unused_and_matches_transformers(tmp_path):
-    hf = tiny_hf_model("BertForPreTraining", seed=6)
-    hf.save_pretrained(tmp_path / "pt")
-    with pytest.warns(ConversionWarning, match="cls.seq_relationship.weight"):
-        module, params, report = jaxbert.from_pretrained(tmp_path / "pt", "BertForMaskedLM", return_report=True)
+    hf, path, module, params, report = _load_as_masked_lm_with_warning(
+        tmp_path, "BertForPreTraining", 6, "cls.seq_relationship.weight")
     assert dict(report.unused) == {
         "bert.pooler.dense.bias": "BertForMaskedLM has no pooler",
         "bert.pooler.dense.weight": "BertForMaskedLM has no pooler",
@@ -228,7 +234,7 @@ def test_pretraining_checkpoint_into_masked_lm_reports_unused_and_matches_transf
     assert report.missing == []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        mlm = transformers.BertForMaskedLM.from_pretrained(tmp_path / "pt").eval()
+        mlm = transformers.BertForMaskedLM.from_pretrained(path).eval()
     inputs = tiny_inputs("BertForMaskedLM")
     np.testing.assert_allclose(jax_outputs(module, params, "BertForMaskedLM", *inputs),
                                torch_outputs(mlm, "BertForMaskedLM", *inputs), atol=1e-5, rtol=0)
