@@ -16,7 +16,7 @@ import argparse
 import jax
 
 from jaxbert.bench import works
-from jaxbert.config import preset
+from jaxbert.model.config import preset
 
 
 def main() -> None:

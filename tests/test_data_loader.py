@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from jaxbert.train.loader import (DataCompatibilityError, MLMLoader, check_compatible, continuation_table,
+from jaxbert.data.loader import (DataCompatibilityError, MLMLoader, check_compatible, continuation_table,
                                   metadata, prefetch_to_device)
-from jaxbert.train.prepare import prepare
+from jaxbert.data.prepare import prepare
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["##s", "##ing", "."]
 PAD, CLS, SEP, MASK = 0, 2, 3, 4

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from jaxbert.train.masking import default_max_predictions, mask_tokens, row_keys
+from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 V = 40

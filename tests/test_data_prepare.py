@@ -5,12 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from jaxbert.cli import main as cli_main
-from jaxbert.train import prepare as prepare_mod
-from jaxbert.train.corpus import CorpusError
-from jaxbert.train.packing import MLMPacker, fit_pair, nsp_examples, split_sentences
-from jaxbert.train.prepare import is_validation, prepare
-from jaxbert.train.tokenizer import TokenizerError
+from jaxbert.cli.main import main as cli_main
+from jaxbert.data import prepare as prepare_mod
+from jaxbert.data.corpus import CorpusError
+from jaxbert.data.packing import MLMPacker, fit_pair, nsp_examples, split_sentences
+from jaxbert.data.prepare import is_validation, prepare
+from jaxbert.data.tokenizer import TokenizerError
 
 # [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, a..z = 5..30, ##s=31, ##ing=32, .=33
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["##s", "##ing", "."]

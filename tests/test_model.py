@@ -267,7 +267,7 @@ def test_public_api_reexports():
 
 @pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)])
 def test_gelu_with_saved_cdf_matches_autodiff(dtype, tol):
-    from jaxbert.modeling_utils import gelu_exact
+    from jaxbert.model.layers import gelu_exact
     x = jnp.linspace(-6.0, 6.0, 1001).astype(dtype)
     ref = lambda x: jax.nn.gelu(x, approximate=False)
     np.testing.assert_allclose(np.float32(gelu_exact(x)), np.float32(ref(x)), atol=tol, rtol=tol)
@@ -278,7 +278,7 @@ def test_gelu_with_saved_cdf_matches_autodiff(dtype, tol):
 
 
 def test_dense_is_a_plain_matmul_with_flax_params():
-    from jaxbert.modeling_utils import Dense
+    from jaxbert.model.layers import Dense
     x = jax.random.normal(jax.random.key(0), (2, 3, 5, 4))
     dense = Dense(6)
     params = dense.init(jax.random.key(1), x)

@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import jaxbert  # noqa: E402
-import jaxbert.cli  # noqa: E402
+import jaxbert.cli.main  # noqa: E402
 from jaxbert import MODEL_CLASSES, BertConfig, dummy_inputs, scan_params  # noqa: E402
 from jaxbert.parity import compare, torch_model  # noqa: E402
-from jaxbert.parity.cli import make_inputs  # noqa: E402
+from jaxbert.parity.inputs import make_inputs  # noqa: E402
 
 TINY = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=48, max_position_embeddings=40)
@@ -131,7 +131,7 @@ SENTENCES = [
 
 
 def test_minilm_hidden_states_and_sentence_embedding(minilm):
-    from jaxbert.parity.cli import find_tokenizer
+    from jaxbert.cli.parity import find_tokenizer
     module, params = jaxbert.from_pretrained(minilm)
     assert type(module).__name__ == "BertModel"
     tok = find_tokenizer(minilm)
@@ -169,13 +169,13 @@ def test_bf16_table_and_documented_tolerance(minilm, capsys):
 
 def test_parity_command(tmp_path, minilm):
     out = tmp_path / "table.json"
-    rc = jaxbert.cli.main(["parity", str(minilm), "--text", "hello world ||| again", "--json", str(out),
+    rc = jaxbert.cli.main.main(["parity", str(minilm), "--text", "hello world ||| again", "--json", str(out),
                            "--grad"])
     assert rc == 0
     table = json.loads(out.read_text())
     assert table["ok"] and [r["stage"] for r in table["rows"]][:2] == ["embeddings", "layer 1"]
     assert table["grad"]["worst_rel"] <= 1e-4
-    assert jaxbert.cli.main(["parity", str(minilm), "--tolerance", "1e-12"]) == 1
+    assert jaxbert.cli.main.main(["parity", str(minilm), "--tolerance", "1e-12"]) == 1
 
 
 def test_parity_command_on_a_converted_tiny_mlm(tmp_path):
@@ -183,7 +183,7 @@ def test_parity_command_on_a_converted_tiny_mlm(tmp_path):
     module = jaxbert.BertForPreTraining(TINY)
     jaxbert.save_pretrained(tmp_path / "hf", module, _random_params(module), format="hf")
     out = tmp_path / "t.json"
-    assert jaxbert.cli.main(["parity", str(tmp_path / "hf"), "--json", str(out)]) == 0
+    assert jaxbert.cli.main.main(["parity", str(tmp_path / "hf"), "--json", str(out)]) == 0
     stages = [r["stage"] for r in json.loads(out.read_text())["rows"]]
     assert stages == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
 
@@ -196,7 +196,7 @@ def test_parity_command_on_a_transformers_decoder_with_cross_attention(tmp_path)
     hf = transformers.BertLMHeadModel(transformers.BertConfig(**cfg.to_dict()))
     hf.save_pretrained(tmp_path / "dec", safe_serialization=True)
     out = tmp_path / "t.json"
-    assert jaxbert.cli.main(["parity", str(tmp_path / "dec"), "--json", str(out), "--grad"]) == 0
+    assert jaxbert.cli.main.main(["parity", str(tmp_path / "dec"), "--json", str(out), "--grad"]) == 0
     table = json.loads(out.read_text())
     assert table["model_class"] == "BertLMHeadModel" and table["grad"]["worst_rel"] <= 1e-4
     assert [r["stage"] for r in table["rows"]][-1] == "mlm logits"

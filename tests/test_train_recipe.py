@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from jaxbert.train import recipe as R
-from jaxbert.train.metrics_io import _event, _masked_crc, flops_per_token
+from jaxbert.train.metrics import _event, _masked_crc, flops_per_token
 from jaxbert.train.optim import decay_mask, make_optimizer, make_schedule
 from jaxbert.train.recipe import OptimSection, RecipeError
 
@@ -78,7 +78,7 @@ def test_set_overrides_are_parsed_and_checked(tmp_path):
 
 
 def test_cli_reports_recipe_errors_with_exit_code_2(tmp_path, capsys):
-    from jaxbert.cli import main
+    from jaxbert.cli.main import main
     assert main(["train", "--config", _write(tmp_path, {"data": {"seq_lenn": 8}})]) == 2
     assert "data.seq_lenn: unknown key" in capsys.readouterr().err
     assert main(["train", "--set", "optim.name=sgd"]) == 2

@@ -1,4 +1,4 @@
-"""End to end through jaxbert.cli.main: train a 1-layer model, then plot, export and fill-mask.
+"""End to end through jaxbert.cli.main.main: train a 1-layer model, then plot, export and fill-mask.
 
 The first test runs on synthetic data; the second prepares a small real corpus with
 its own WordPiece tokenizer (the path tiny-demo takes, on a corpus of a few KB) and
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from _train_util import checkpoint_steps, metric_rows, write_recipe
-from jaxbert.cli import main
+from jaxbert.cli.main import main
 
 
 def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
@@ -63,7 +63,7 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
 def _tfrecords(path) -> int:
     """Counts the records of a TFRecord file, checking both CRCs of each as TensorBoard does."""
     import struct
-    from jaxbert.train.metrics_io import _masked_crc
+    from jaxbert.train.metrics import _masked_crc
     data, n, at = path.read_bytes(), 0, 0
     while at < len(data):
         header = data[at:at + 8]
@@ -86,8 +86,8 @@ def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("real")
     text = root / "corpus.txt"
     text.write_text("\n\n".join(CORPUS * 3 for _ in range(40)))
-    from jaxbert.train.prepare import prepare
-    from jaxbert.train.tokenizer import train_tokenizer
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import train_tokenizer
     train_tokenizer([str(text)], 200, root / "tok")
     prepare([str(text)], str(root / "tok"), str(root / "data"), max_length=32, validation_fraction=0.1,
             progress=False)

@@ -21,8 +21,8 @@ MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-la
 
 
 def _config(model: str):
-    from ..config import preset
-    from . import works
+    from jaxbert.model.config import preset
+    from jaxbert.bench import works
     return works.no_dropout(preset(MODELS.get(model, model)))
 
 
@@ -34,7 +34,7 @@ def _jax_options(options: dict) -> dict:
 
 def build(work: str, contender: str, options: dict):
     """(fn, extra_fn): fn runs one unit of the work and blocks; extra_fn() -> dict after timing."""
-    from . import works
+    from jaxbert.bench import works
     kind, *rest = work.split("/")
     no_extra = dict
     if kind == "roofline":
@@ -57,7 +57,7 @@ def build(work: str, contender: str, options: dict):
 
 def compile_seconds(work: str, options: dict) -> float:
     """compile/<model>/<scan|unscanned>: lower and compile the train step once, in a fresh process."""
-    from . import works
+    from jaxbert.bench import works
     _, model, layout = work.split("/")
     return works.jax_compile_seconds(_config(model), 8, 128, scan_layers=layout == "scan",
                                      **_jax_options(options))

@@ -5,12 +5,12 @@
 (through the key table in ``table.py``) that other tools build on.
 """
 
-from .api import convert, from_pretrained, infer_class, load_checkpoint, resolve_dtype, save_pretrained
-from .load import plan, state_dict_to_params
-from .readers import open_source, tensor_to_numpy, torch_load
-from .report import ConversionError, ConversionReport, ConversionWarning
-from .table import Entry, Table
-from .writers import is_scanned_tree, iter_state_dict, params_to_state_dict, write_hf, write_jaxbert
+from jaxbert.convert.api import convert, from_pretrained, infer_class, load_checkpoint, resolve_dtype, save_pretrained
+from jaxbert.convert.load import plan, state_dict_to_params
+from jaxbert.convert.readers import open_source, tensor_to_numpy, torch_load
+from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
+from jaxbert.convert.table import Entry, Table
+from jaxbert.convert.writers import is_scanned_tree, iter_state_dict, params_to_state_dict, write_hf, write_jaxbert
 
 __all__ = [
     "ConversionError", "ConversionReport", "ConversionWarning", "Entry", "Table", "convert",

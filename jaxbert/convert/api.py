@@ -9,11 +9,11 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ..config import BertConfig
-from .load import state_dict_to_params, unflatten
-from .readers import open_source
-from .report import ConversionError, ConversionReport, ConversionWarning
-from .writers import _flatten, write_hf, write_jaxbert
+from jaxbert.model.config import BertConfig
+from jaxbert.convert.load import state_dict_to_params, unflatten
+from jaxbert.convert.readers import open_source
+from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
+from jaxbert.convert.writers import _flatten, write_hf, write_jaxbert
 
 DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16,
           "half": np.float16, "bfloat16": ml_dtypes.bfloat16, "bf16": ml_dtypes.bfloat16}
@@ -31,7 +31,7 @@ def resolve_dtype(dtype):
 
 
 def _class_name(model_class) -> str | None:
-    from ..modeling_heads import MODEL_CLASSES
+    from jaxbert.model.heads import MODEL_CLASSES
     if model_class is None:
         return None
     name = model_class if isinstance(model_class, str) else model_class.__name__
@@ -42,7 +42,7 @@ def _class_name(model_class) -> str | None:
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
-    from ..modeling_heads import MODEL_CLASSES
+    from jaxbert.model.heads import MODEL_CLASSES
     for arch in config.architectures or ():
         if arch in MODEL_CLASSES:
             return arch
@@ -114,7 +114,7 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
       Its leaves are jax Arrays; the module's ``param_dtype`` is their dtype.
     """
     import jax
-    from ..modeling_heads import MODEL_CLASSES
+    from jaxbert.model.heads import MODEL_CLASSES
     if "compute_dtype" in module_options:
         module_options["dtype"] = module_options.pop("compute_dtype")
     config, name, params, report = load_checkpoint(

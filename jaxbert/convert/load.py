@@ -13,11 +13,11 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..config import BertConfig
-from .readers import tensor_to_numpy
-from .report import ConversionError, ConversionReport
-from .safetensors_io import aligned_empty, is_aligned
-from .table import LEGACY_LEAVES, Table, to_flax
+from jaxbert.model.config import BertConfig
+from jaxbert.convert.readers import tensor_to_numpy
+from jaxbert.convert.report import ConversionError, ConversionReport
+from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
+from jaxbert.convert.table import LEGACY_LEAVES, Table, to_flax
 
 _BASE_MODULES = ("embeddings.", "encoder.", "pooler.")
 
@@ -211,7 +211,7 @@ def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtyp
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
     import jax
     import jax.numpy as jnp
-    from ..modeling_heads import MODEL_CLASSES, dummy_inputs
+    from jaxbert.model.heads import MODEL_CLASSES, dummy_inputs
     options = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
     module = MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
     ids, types = dummy_inputs(model_class, 1, 4)

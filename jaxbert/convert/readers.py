@@ -17,9 +17,9 @@ from typing import Iterator
 import ml_dtypes
 import numpy as np
 
-from .report import ConversionError
-from .safetensors_io import SafetensorsError, SafetensorsReader
-from .table import flax_name_to_key
+from jaxbert.convert.report import ConversionError
+from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
+from jaxbert.convert.table import flax_name_to_key
 
 JAXBERT_META = "jaxbert.json"
 PARAMS_DIR = "params"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from jaxbert.errors import InputError
 
 
-class ConversionError(ValueError):
+class ConversionError(InputError):
     """A checkpoint that cannot be converted; the message names the file or key."""
 
 

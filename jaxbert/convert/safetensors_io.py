@@ -19,6 +19,7 @@ from typing import Iterable, Iterator
 
 import ml_dtypes
 import numpy as np
+from jaxbert.errors import InputError
 
 DTYPES = {
     "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16),
@@ -47,7 +48,7 @@ def is_aligned(array: np.ndarray, align: int = 64) -> bool:
     return array.flags.c_contiguous and array.ctypes.data % align == 0
 
 
-class SafetensorsError(OSError):
+class SafetensorsError(InputError, OSError):
     """A safetensors file that cannot be read; the message names the file."""
 
 

@@ -23,7 +23,7 @@ import dataclasses
 import math
 from typing import Iterator
 
-from ..config import BertConfig
+from jaxbert.model.config import BertConfig
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
 COPY = "copy"

@@ -13,12 +13,12 @@ from typing import Iterator
 
 import numpy as np
 
-from ..config import BertConfig
-from .load import unflatten
-from .readers import JAXBERT_META, PARAMS_DIR
-from .report import ConversionError
-from .safetensors_io import write_safetensors
-from .table import Table, to_torch
+from jaxbert.model.config import BertConfig
+from jaxbert.convert.load import unflatten
+from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
+from jaxbert.convert.report import ConversionError
+from jaxbert.convert.safetensors_io import write_safetensors
+from jaxbert.convert.table import Table, to_torch
 
 SAFE_NAME = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..convert import params_to_state_dict
+from jaxbert.convert import params_to_state_dict
 
 # Default tolerances on max abs diff. Hidden states are LayerNorm outputs
 # (order 1); logits rows scale theirs by max(1, max |reference|).
@@ -233,6 +233,6 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
                                      ref["mlm logits"][token_mask].argmax(-1)))
     report = ParityReport(name, dtype, rows, argmax)
     if grad:
-        from .grad import grad_parity
+        from jaxbert.parity.grad import grad_parity
         report.grad = grad_parity(module, params, inputs, ref_model, encoder_states)
     return report

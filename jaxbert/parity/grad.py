@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..convert import params_to_state_dict
+from jaxbert.convert import params_to_state_dict
 
 MASK_RATE = 0.15
 FLOOR = 1e-3  # see grad_parity
@@ -42,7 +42,7 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     """Worst relative gradient error over all parameters, and where it is."""
     import torch
 
-    from .compare import GradResult
+    from jaxbert.parity.compare import GradResult
     name = type(module).__name__
     masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
     has_mlm = name in ("BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import optax
 
-from .recipe import OptimSection
+from jaxbert.train.recipe import OptimSection
 
 # Param leaves named like this are never decayed: dense/LayerNorm/MLM biases and LayerNorm scales.
 _NO_DECAY = ("bias", "scale")

@@ -5,25 +5,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .recipe import Recipe
+from jaxbert.train.recipe import Recipe
 
 
 def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, log=print) -> dict:
     """params: host params of the final state. Returns the paths written."""
     out, o, workdir = {}, recipe.outputs, Path(workdir)
     if o.plot:
-        from .plot import plot_workdir
+        from jaxbert.train.plot import plot_workdir
         out["plot"] = str(plot_workdir(workdir))
         log(f"curves: {out['plot']}")
     if o.export:
-        from .export_cli import export_params
+        from jaxbert.train.export import export_params
         out["export"] = str(export_params(workdir / "hf", model.config, recipe.model.model_class,
                                           params, tokenizer_dir))
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
-        from ..fill_mask import fill_mask, format_predictions
-        from ..modeling_heads import BertForMaskedLM
-        from .tokenizer import load_tokenizer
+        from jaxbert.train.fill_mask import fill_mask, format_predictions
+        from jaxbert.model.heads import BertForMaskedLM
+        from jaxbert.data.tokenizer import load_tokenizer
         tok = load_tokenizer(tokenizer_dir)
         mlm = BertForMaskedLM(model.config, scan_layers=recipe.model.scan_layers)
         lines = [format_predictions(t, fill_mask(mlm, params, tok, t)) for t in o.fill_mask]

@@ -28,8 +28,8 @@ import optax
 from flax import jax_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .recipe import ParallelSection, RecipeError
-from .step import TrainState, eval_step, train_step
+from jaxbert.train.recipe import ParallelSection, RecipeError
+from jaxbert.train.step import TrainState, eval_step, train_step
 
 LOGICAL_AXES = ("vocab", "embed", "heads", "mlp", "layers")
 

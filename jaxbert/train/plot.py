@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .metrics_io import read_metrics
+from jaxbert.train.metrics import read_metrics
 
 
 def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
@@ -36,18 +36,3 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     return tmp.replace(out)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("workdir", help="a training workdir (holds metrics.jsonl)")
-    parser.add_argument("--out", default=None, help="PNG path (default: WORKDIR/curves.png)")
-
-
-def run(args) -> int:
-    try:
-        path = plot_workdir(args.workdir, args.out)
-    except FileNotFoundError as e:
-        print(f"jaxbert plot: {e}")
-        return 2
-    print(path)
-    return 0

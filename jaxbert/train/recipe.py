@@ -18,12 +18,13 @@ from typing import Any, Optional
 
 import yaml
 
-from ..config import BertConfig, ConfigError
+from jaxbert.model.config import BertConfig, ConfigError
+from jaxbert.errors import InputError
 
 DEFAULT_RECIPE = "tiny-demo"
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A bad recipe key or value; the message names the key."""
 
 

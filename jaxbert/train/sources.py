@@ -1,7 +1,7 @@
 """Where training batches come from.
 
 ``make_source`` returns an iterator of NumPy batch dicts with ``state()`` and
-``restore(state)``: the prepared-data loader (jaxbert.train.loader.MLMLoader)
+``restore(state)``: the prepared-data loader (jaxbert.data.loader.MLMLoader)
 or ``SyntheticMLM``, a learnable in-memory source for tests and benchmarks
 that needs no tokenizer. ``ensure_data`` builds the tokenizer and the prepared
 data from the embedded corpus into the workdir when a recipe names no data
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .recipe import Recipe, RecipeError
+from jaxbert.train.recipe import Recipe, RecipeError
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -91,7 +91,7 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
             raise RecipeError(f"data.dir: {d.dir} does not exist; build it with `jaxbert data prepare` "
                               f"(see the recipe's comments) or leave data.dir unset for the embedded corpus")
         return d.dir, tokenizer_dir(recipe, workdir)
-    from . import prepare, tokenizer  # the data pipeline is only needed for real data
+    from jaxbert.data import prepare, tokenizer  # the data pipeline is only needed for real data
     workdir = Path(workdir)
     tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
     data_dir = workdir / "data"
@@ -133,7 +133,7 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                             mask_rate=mask_rate, max_predictions=d.max_predictions,
                             process_index=process_index, process_count=process_count,
                             fixed_masking=fixed_masking, nsp=d.nsp)
-    from .loader import MLMLoader
+    from jaxbert.data.loader import MLMLoader
     return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=mask_rate,
                      max_predictions=d.max_predictions, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,

@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 from flax import traverse_util
 
-from ..modeling_utils import scan_params, unscan_params
+from jaxbert.model.layers import scan_params, unscan_params
 
 
 def load_source_params(path: str, model_class: str) -> dict:
     """Host params of `path` in the per-layer (unscanned) layout."""
     p = Path(path)
     if (p / "checkpoints").is_dir():
-        from .checkpoint import restore_params
+        from jaxbert.train.checkpoint import restore_params
         params, _ = restore_params(p)
     else:
         import warnings

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .config import BertConfig
+from jaxbert.model.config import BertConfig
 
 Array = jax.Array
 

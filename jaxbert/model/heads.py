@@ -8,10 +8,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .modeling import (BertEmbeddings, BertEncoder, BertLMPredictionHead, BertPooler,
+from jaxbert.model.encoder import (BertEmbeddings, BertEncoder, BertLMPredictionHead, BertPooler,
                        gather_positions)
-from .modeling_attention import padding_mask
-from .modeling_utils import Array, BertModule, ModelOutput, validate_options
+from jaxbert.model.attention import padding_mask
+from jaxbert.model.layers import Array, BertModule, ModelOutput, validate_options
 
 
 class BertPreTrainedModel(BertModule):
@@ -42,7 +42,7 @@ class BertModel(BertPreTrainedModel):
     When config.is_decoder is set, self-attention is causal; with
     add_cross_attention, encoder_hidden_states [B, S, H] (masked by
     encoder_attention_mask [B, S]) feed each layer's crossattention block.
-    With ``decode=True`` (see jaxbert.generate), keys and values are cached:
+    With ``decode=True`` (see jaxbert.model.generate), keys and values are cached:
     attention_mask then covers the whole cache [B, max_len].
     """
 

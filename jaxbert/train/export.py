@@ -15,7 +15,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spec
 
 def tokenizer_dir_of(recipe, workdir: str | Path) -> Path | None:
     """Where a run's tokenizer lives (None for synthetic data)."""
-    from .sources import tokenizer_dir
+    from jaxbert.train.sources import tokenizer_dir
     path = tokenizer_dir(recipe, workdir)
     return None if path is None else Path(path)
 
@@ -23,7 +23,7 @@ def tokenizer_dir_of(recipe, workdir: str | Path) -> Path | None:
 def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None) -> Path:
     """Writes params as a Hugging Face directory, built beside DST and renamed into place."""
     import jaxbert
-    from ..modeling_heads import MODEL_CLASSES
+    from jaxbert.model.heads import MODEL_CLASSES
     dst = Path(dst)
     tmp = dst.parent / f".{dst.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -40,8 +40,8 @@ def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir:
 
 def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None) -> Path:
     """The newest (or given) checkpoint of WORKDIR -> a Hugging Face directory at DST."""
-    from .checkpoint import restore_params
-    from .recipe import from_dict
+    from jaxbert.train.checkpoint import restore_params
+    from jaxbert.train.recipe import from_dict
     params, meta = restore_params(workdir, step)
     recipe = from_dict(meta["recipe"])
     if recipe.data.dir is None and not Path(workdir, "tokenizer").exists() and recipe.data.source != "synthetic":
@@ -53,19 +53,3 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
 
 def _word_embeddings(params):
     return params["bert"]["embeddings"]["word_embeddings"]["embedding"]
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("workdir", help="a training workdir (holds checkpoints/)")
-    parser.add_argument("dst", help="output directory for the Hugging Face model")
-    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: newest readable)")
-
-
-def run(args) -> int:
-    try:
-        path = export_workdir(args.workdir, args.dst, args.step)
-    except (FileNotFoundError, RuntimeError) as e:
-        print(f"jaxbert export: {e}")
-        return 2
-    print(f"wrote {path}")
-    return 0

@@ -13,6 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxbert.errors import InputError
+
 ACTIVATIONS = (
     "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
     "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
@@ -24,7 +26,7 @@ PRESETS = (
 )
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """An invalid config value; the message names the field."""
 
 
@@ -175,8 +177,8 @@ class BertConfig:
 
 
 def preset(name: str) -> BertConfig:
-    """A preset from configs/model/ (shipped inside the package as jaxbert.configs)."""
+    """A named preset: a transformers config.json shipped in jaxbert/model/presets/."""
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; expected one of {PRESETS}")
-    text = resources.files("jaxbert.configs").joinpath("model", f"{name}.json").read_text()
+    text = resources.files("jaxbert.model").joinpath("presets", f"{name}.json").read_text()
     return BertConfig.from_dict(json.loads(text))

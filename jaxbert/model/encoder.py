@@ -13,8 +13,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .modeling_attention import BertSelfAttention
-from .modeling_utils import ACT_FNS, REMAT_POLICIES, Array, BertModule
+from jaxbert.model.attention import BertSelfAttention
+from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule
 
 
 class BertEmbeddings(BertModule):

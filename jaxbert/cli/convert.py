@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import ConversionError, convert
+    from jaxbert.convert import ConversionError, convert
     try:
         report = convert(args.src, args.dst, args.to, args.model_class, config=args.config,
                          dtype=args.dtype, strict=args.strict, scan_layers=args.scan_layers,

@@ -21,6 +21,7 @@ import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
+from jaxbert.errors import InputError
 
 TEXT_SUFFIXES = {".txt", ".text"}
 JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
@@ -42,7 +43,7 @@ def _count_and_replace(exc):
 codecs.register_error("jaxbert.count", _count_and_replace)
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError):
     """An input is missing, unreadable or has no documents."""
 
 

@@ -18,12 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .masking import default_max_predictions, mask_tokens, row_keys
+from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
+from jaxbert.errors import InputError
 
 SUPPORTED_FORMAT_VERSIONS = (1,)
 
 
-class DataCompatibilityError(ValueError):
+class DataCompatibilityError(InputError):
     """Prepared data that this code, or this model, cannot use."""
 
 

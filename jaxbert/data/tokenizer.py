@@ -14,13 +14,14 @@ import tempfile
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from jaxbert.errors import InputError
 
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
 DEFAULT_SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
-class TokenizerError(ValueError):
+class TokenizerError(InputError):
     """A tokenizer file is missing, unreadable or lacks a token the pipeline needs."""
 
 
@@ -171,7 +172,7 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
 
     Returns the output directory, which transformers' BertTokenizerFast loads as it is.
     """
-    from .corpus import iter_documents
+    from jaxbert.data.corpus import iter_documents
 
     if vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")

@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from .corpus import Corpus
-from .packing import MLMPacker, nsp_examples, split_sentences
-from .tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
+from jaxbert.data.corpus import Corpus
+from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
+from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
+from jaxbert.errors import InputError
 
 FORMAT_VERSION = 1
 FORMATS = ("mlm", "nsp")
@@ -42,7 +43,7 @@ CHUNK_DOCS = 2048
 _worker: dict = {}
 
 
-class PrepareError(ValueError):
+class PrepareError(InputError):
     """Bad arguments or an output that cannot be written."""
 
 

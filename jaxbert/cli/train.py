@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from .recipe import RecipeError, load
+    from jaxbert.train.recipe import RecipeError, load
     overrides = list(args.overrides)
     for flag, key in ((args.coordinator, "coordinator_address"), (args.num_processes, "num_processes"),
                       (args.process_id, "process_id")):
@@ -34,10 +34,10 @@ def run(args) -> int:
     except RecipeError as e:
         print(f"jaxbert train: {e}", file=sys.stderr)
         return 2
-    from ..config import ConfigError
-    from .loader import DataCompatibilityError
-    from .loop import TrainingDiverged, train_and_evaluate
-    from .tokenizer import TokenizerError
+    from jaxbert.model.config import ConfigError
+    from jaxbert.data.loader import DataCompatibilityError
+    from jaxbert.train.loop import TrainingDiverged, train_and_evaluate
+    from jaxbert.data.tokenizer import TokenizerError
     workdir = args.workdir or f"runs/{recipe.name}"
     try:
         summary = train_and_evaluate(recipe, workdir)

@@ -17,31 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..config import preset
-from . import works
-from .convert import run_convert_bench
-from .flops import forward_flops_per_token, peak_flops, train_flops_per_token
-from .timing import Record, markdown_table, rate_record, time_record
-from .worker import MODELS
+from jaxbert.model.config import preset
+from jaxbert.bench import works
+from jaxbert.bench.convert import run_convert_bench
+from jaxbert.model.flops import forward_flops_per_token, peak_flops, train_flops_per_token
+from jaxbert.bench.timing import Record, markdown_table, rate_record, time_record
+from jaxbert.bench.worker import MODELS
 
 TCMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
                   "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
                   "/usr/lib64/libtcmalloc_minimal.so.4", "/usr/lib/libtcmalloc_minimal.so.4")
-
-
-def add_arguments(p):
-    p.add_argument("--quick", action="store_true", help="fewer repeats and shapes, no torch.compile")
-    p.add_argument("--only", nargs="*", default=None,
-                   help="run only works whose name starts with one of these (e.g. train infer)")
-    p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="jaxbert compute dtype (bfloat16 for MFU on accelerators)")
-    p.add_argument("--attention", default="einsum", choices=["einsum", "dot_product"])
-    p.add_argument("--no-torch", action="store_true", help="time jaxbert alone (no transformers contender)")
-    p.add_argument("--malloc", default="system", choices=["system", "tcmalloc"],
-                   help="allocator of every worker process (tcmalloc: LD_PRELOAD libtcmalloc_minimal)")
-    p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--markdown", type=Path, default=None)
 
 
 def find_tcmalloc() -> str | None:
@@ -182,15 +167,3 @@ def command_line(args) -> str:
     if args.only:
         parts.append("--only " + " ".join(args.only))
     return " ".join(parts)
-
-
-def run(args) -> int:
-    bench = Bench(args)
-    bench.run()
-    table = markdown_table(bench.records)
-    print("\n" + table)
-    if args.json:
-        args.json.write_text(json.dumps([r.to_json() for r in bench.records], indent=2) + "\n")
-    if args.markdown:
-        args.markdown.write_text(f"Machine: {bench.machine()}\n\nCommand: `{command_line(args)}`\n\n{table}\n")
-    return 0

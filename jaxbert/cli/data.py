@@ -29,7 +29,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if args.action == "prepare":
-        from .prepare import prepare
+        from jaxbert.data.prepare import prepare
 
         meta = prepare(args.input, args.tokenizer, args.output, max_length=args.max_length,
                        format=args.format, validation_fraction=args.validation_fraction,
@@ -43,7 +43,7 @@ def run(args) -> int:
     import numpy as np
     from tokenizers import Tokenizer
 
-    from .loader import metadata
+    from jaxbert.data.loader import metadata
 
     meta = metadata(args.dir)
     print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import BertConfig
+from jaxbert.model.config import BertConfig
 
 # Peak dense bf16 TFLOP/s by accelerator, for MFU.
 # Order matters: the first name found in device_kind wins ("TPU v5 lite" is a v5e).

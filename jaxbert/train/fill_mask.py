@@ -14,13 +14,13 @@ import numpy as np
 
 def load_for_fill_mask(model: str | Path):
     """(module, params, tokenizer) for a model directory or a training workdir."""
-    from .train.tokenizer import load_tokenizer
+    from jaxbert.data.tokenizer import load_tokenizer
     path = Path(model)
     if (path / "checkpoints").is_dir():
-        from .modeling_heads import BertForMaskedLM
-        from .train.checkpoint import restore_params
-        from .train.export_cli import tokenizer_dir_of
-        from .train.recipe import from_dict
+        from jaxbert.model.heads import BertForMaskedLM
+        from jaxbert.train.checkpoint import restore_params
+        from jaxbert.train.export import tokenizer_dir_of
+        from jaxbert.train.recipe import from_dict
         params, meta = restore_params(path)
         recipe = from_dict(meta["recipe"])
         cfg = recipe.bert_config(params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0])
@@ -36,7 +36,7 @@ def load_for_fill_mask(model: str | Path):
 
 def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """For each [MASK] in text, in order: top_k (token, probability) pairs."""
-    from .train.tokenizer import special_token_ids
+    from jaxbert.data.tokenizer import special_token_ids
     mask_id = special_token_ids(tokenizer)["mask"]
     enc = tokenizer.encode(text)
     ids = np.asarray(enc.ids, np.int32)[None]  # [1, L]
@@ -59,20 +59,3 @@ def format_predictions(text: str, preds: list) -> str:
         shown = ", ".join(f"{tok} {p:.3f}" for tok, p in options)
         lines.append(f"  [MASK] {i + 1}: {shown}")
     return "\n".join(lines)
-
-
-def add_arguments(parser) -> None:
-    parser.add_argument("model", help="a Hugging Face / jaxbert directory with a tokenizer, or a training workdir")
-    parser.add_argument("text", nargs="+", help="text with one or more [MASK] tokens")
-    parser.add_argument("--top-k", type=int, default=5)
-
-
-def run(args) -> int:
-    try:
-        module, params, tok = load_for_fill_mask(args.model)
-        for text in args.text:
-            print(format_predictions(text, fill_mask(module, params, tok, text, args.top_k)))
-    except (FileNotFoundError, ValueError) as e:
-        print(f"jaxbert fill-mask: {e}")
-        return 2
-    return 0

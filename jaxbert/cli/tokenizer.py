@@ -16,7 +16,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from .tokenizer import load_tokenizer, train_tokenizer
+    from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
 
     out = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
                           text_field=args.text_field, min_frequency=args.min_frequency, progress=True)

@@ -9,7 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .modeling_utils import Array, BertModule
+from jaxbert.model.layers import Array, BertModule
 
 
 class BertSelfAttention(BertModule):

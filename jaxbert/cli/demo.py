@@ -7,8 +7,8 @@ import time
 import jax
 import numpy as np
 
-from .config import PRESETS, preset
-from .modeling_heads import BertForMaskedLM, param_count
+from jaxbert.model.config import PRESETS, preset
+from jaxbert.model.heads import BertForMaskedLM, param_count
 
 
 def add_arguments(p):

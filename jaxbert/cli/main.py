@@ -1,0 +1,77 @@
+"""`jaxbert <verb>`: parses arguments and hands them to one library function.
+
+Each verb lives in its own module, imported only when the verb runs, with
+``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+
+from jaxbert.errors import EXIT_BAD_INPUT, EXIT_CODES_HELP, JaxbertError
+
+VERBS = {
+    "demo": ("jaxbert.cli.demo", "run a tiny BertForMaskedLM on a sentence and print its shapes"),
+    "convert": ("jaxbert.cli.convert", "convert a checkpoint: Hugging Face/PyTorch <-> jaxbert"),
+    "parity": ("jaxbert.cli.parity", "compare jaxbert with transformers layer by layer"),
+    "data": ("jaxbert.cli.data", "prepare a pretraining corpus (data prepare ...)"),
+    "tokenizer": ("jaxbert.cli.tokenizer", "train a WordPiece tokenizer (tokenizer train ...)"),
+    "train": ("jaxbert.cli.train", "MLM pretraining from a recipe (default: the tiny-demo)"),
+    "export": ("jaxbert.cli.export", "write a Hugging Face directory from a training workdir"),
+    "plot": ("jaxbert.cli.plot", "plot loss and accuracy curves of a workdir to PNG"),
+    "fill-mask": ("jaxbert.cli.fill_mask", "top-k predictions for [MASK] tokens"),
+    "generate": ("jaxbert.cli.generate", "generate text with a BertLMHeadModel"),
+    "bench": ("jaxbert.cli.bench", "benchmarks side by side with transformers"),
+}
+
+
+def _available() -> dict:
+    return {verb: spec for verb, spec in VERBS.items() if importlib.util.find_spec(spec[0]) is not None}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jaxbert", description="BERT in JAX/Flax.",
+        epilog="quick start: `jaxbert train` trains the tiny-demo recipe on the embedded corpus "
+               "into runs/tiny-demo.\n" + EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module_name, help_text) in _available().items():
+        p = sub.add_parser(verb, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
+        p.set_defaults(_module=module_name)
+        importlib.import_module(module_name).add_arguments(p)
+    return parser
+
+
+def _fail(verb: str, message: object, code: int) -> int:
+    text = " ".join(str(message).split()) or type(message).__name__
+    print(f"jaxbert {verb}: error: {text}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv:  # bare `jaxbert`: the verbs and the quick start, nothing started
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
+    if args.verb is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except JaxbertError as e:
+        return _fail(args.verb, e, e.exit_code)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        return _fail(args.verb, f"{where}{e.strerror or e}", EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        return _fail(args.verb, "interrupted", 130)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

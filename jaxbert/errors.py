@@ -1,0 +1,43 @@
+"""The errors every jaxbert verb maps to an exit code.
+
+The bottom layer of the package: anything may import it, it imports nothing of jaxbert.
+A library function raises one of these with a message that names the file, key or value
+at fault; ``jaxbert.cli`` prints that message as one line on stderr and exits with the
+class's ``exit_code``:
+
+  0  success
+  1  a check ran and failed (parity outside tolerance)       CheckFailed
+  2  bad input or usage (a file, key or value is wrong)       InputError
+  3  the run diverged (NaN/Inf loss or parameters)            Diverged
+"""
+
+from __future__ import annotations
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
+
+EXIT_CODES_HELP = ("exit codes: 0 success, 1 a check failed, 2 bad input or usage "
+                   "(one line on stderr names the file, key or value), 3 the run diverged")
+
+
+class JaxbertError(Exception):
+    """Base of every error a verb reports as one line."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class InputError(JaxbertError, ValueError):
+    """A file, key or value given by the user is wrong; the message names it."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class CheckFailed(JaxbertError):
+    """A check ran to completion and its verdict is "no"."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+class Diverged(JaxbertError, RuntimeError):
+    """Training produced a non-finite loss or parameter."""
+
+    exit_code = EXIT_DIVERGED
