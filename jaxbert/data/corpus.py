@@ -10,18 +10,15 @@ the language reference in `pydoc_data.topics` and the docstrings of the standard
 
 from __future__ import annotations
 
-import ast
 import codecs
-import functools
 import glob
 import json
 import os
-import re
-import sysconfig
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
-from jaxbert.errors import InputError
+
+from jaxbert.data.embedded import default_corpus_size, default_documents
+from jaxbert.data.stats import CorpusError, SourceStats
 
 TEXT_SUFFIXES = {".txt", ".text"}
 JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
@@ -30,7 +27,6 @@ KNOWN_SUFFIXES = TEXT_SUFFIXES | JSONL_SUFFIXES | {".parquet", ".arrow"}
 MAX_DOCUMENT_CHARS = 1 << 20
 
 _replaced = [0]
-_RULE_LINE = re.compile(r"^[ \t]*([*=\-~^#_])\1{2,}[ \t]*$", re.MULTILINE)  # reST underlines
 
 
 def _count_and_replace(exc):
@@ -41,24 +37,6 @@ def _count_and_replace(exc):
 
 
 codecs.register_error("jaxbert.count", _count_and_replace)
-
-
-class CorpusError(InputError):
-    """An input is missing, unreadable or has no documents."""
-
-
-@dataclass
-class SourceStats:
-    """What one input file (or the embedded corpus) contributed."""
-    path: str
-    kind: str
-    bytes: int = 0
-    documents: int = 0
-    replaced: int = 0  # invalid UTF-8 sequences replaced with U+FFFD
-    skipped: str = ""  # why the file gave nothing, e.g. "empty"
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _is_saved_dataset(p: Path) -> bool:
@@ -190,77 +168,6 @@ def _arrow_documents(path: Path, kind: str, text_field: str) -> Iterator[tuple[s
             yield value or "", step if i == 0 else 0
 
 
-def _stdlib_files() -> list[Path]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__", "lib2to3"}
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
-        files += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py")]
-    return files
-
-
-_DEFS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def _collect_docstrings(body: list, out: list[str]) -> None:
-    """Docstrings of the definitions in a statement list, descending only through statements
-    (if/try/with blocks and nested definitions), never into expressions: far faster than ast.walk."""
-    for node in body:
-        if isinstance(node, _DEFS):
-            doc = ast.get_docstring(node)
-            if doc and doc.strip():
-                out.append(doc.strip())
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and block and isinstance(block[0], (ast.stmt, ast.excepthandler)):
-                _collect_docstrings(block, out)
-
-
-def _docstrings(path: Path) -> str:
-    """Module, class and function docstrings of one source file, in source order."""
-    try:
-        tree = ast.parse(path.read_bytes())
-    except (SyntaxError, ValueError):
-        return ""
-    doc = ast.get_docstring(tree)
-    out = [doc.strip()] if doc and doc.strip() else []
-    _collect_docstrings(tree.body, out)
-    return "\n".join(out)
-
-
-def _default_documents(stats: list[SourceStats]) -> Iterator[tuple[str, int]]:
-    from pydoc_data.topics import topics
-
-    s = SourceStats("pydoc_data.topics", "embedded")
-    stats.append(s)
-    for name in sorted(topics):
-        s.documents += 1
-        s.bytes += len(topics[name])
-        yield _RULE_LINE.sub("", topics[name]), len(topics[name])
-    s = SourceStats("stdlib docstrings", "embedded")
-    stats.append(s)
-    for path in _stdlib_files():
-        doc, nbytes = _cached_docstrings(path)
-        s.bytes += nbytes
-        s.documents += bool(doc.strip())
-        yield doc, nbytes
-
-
-@functools.lru_cache(maxsize=None)
-def _cached_docstrings(path: Path) -> tuple[str, int]:
-    """Parsing the stdlib takes seconds; a process that reads the corpus twice (train a
-    tokenizer, then prepare) parses it once. About 2 MB of text is kept."""
-    return _docstrings(path), path.stat().st_size
-
-
-def default_corpus_size() -> int:
-    """Progress units of the embedded corpus (topic characters plus stdlib source bytes)."""
-    from pydoc_data.topics import topics
-
-    return sum(map(len, topics.values())) + sum(p.stat().st_size for p in _stdlib_files())
-
-
 class Corpus:
     """Iterate `(document, progress_units)`; `stats` holds one SourceStats per file afterwards.
 
@@ -280,7 +187,7 @@ class Corpus:
 
     def _raw(self) -> Iterator[tuple[str, int, SourceStats | None]]:
         if self.sources is None:
-            for doc, units in _default_documents(self.stats):
+            for doc, units in default_documents(self.stats):
                 yield doc, units, None
             return
         for kind, path in self.sources:
