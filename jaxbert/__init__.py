@@ -10,7 +10,8 @@ from jaxbert.model.heads import (MODEL_CLASSES, BertForMaskedLM, BertForMultiple
                              BertForQuestionAnswering, BertForSequenceClassification,
                              BertForTokenClassification, BertLMHeadModel, BertModel,
                              BertPreTrainedModel, dummy_inputs, param_count)
-from jaxbert.model.layers import ModelOutput, is_scanned, scan_params, unscan_params
+from jaxbert.model.layers import ModelOutput
+from jaxbert.model.params import is_scanned, scan_params, unscan_params
 from jaxbert.convert import (from_pretrained, params_to_state_dict, save_pretrained,
                       state_dict_to_params)
 

@@ -7,23 +7,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxbert.model.registry import HEADS, head, main_output
+
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=37, max_position_embeddings=40, type_vocab_size=2)
-ALL_HEADS = ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForNextSentencePrediction",
-             "BertForSequenceClassification", "BertForTokenClassification",
-             "BertForQuestionAnswering", "BertForMultipleChoice", "BertLMHeadModel")
+ALL_HEADS = tuple(name for name, spec in HEADS.items() if spec.family.name == "bert")
 
 
 def tiny_hf_model(model_class: str, seed: int = 0, dtype=None, **overrides):
     """A random transformers ``model_class`` (eval mode) on a tiny config.
 
-    BertLMHeadModel gets is_decoder=True. Biases and LayerNorm params are
+    Decoder classes (BertLMHeadModel) get is_decoder=True. Biases and LayerNorm params are
     randomised too, so a swapped or dropped tensor shows up in the outputs.
     """
     import torch
     import transformers
     kwargs = dict(TINY, **overrides)
-    if model_class == "BertLMHeadModel":
+    if head(model_class).decoder:
         kwargs.setdefault("is_decoder", True)
     config = transformers.BertConfig(**kwargs)
     torch.manual_seed(seed)
@@ -40,7 +40,7 @@ def tiny_hf_model(model_class: str, seed: int = 0, dtype=None, **overrides):
 def tiny_inputs(model_class: str, batch: int = 2, length: int = 7, vocab: int = 99, seed: int = 0):
     """(input_ids, token_type_ids, attention_mask) as int64 NumPy, with padding in row 0."""
     rng = np.random.RandomState(seed)
-    shape = (batch, 2, length) if model_class == "BertForMultipleChoice" else (batch, length)
+    shape = (batch, 2, length) if head(model_class).choices else (batch, length)
     ids = rng.randint(1, vocab, shape)
     types = rng.randint(0, 2, shape)
     mask = np.ones(shape, np.int64)
@@ -49,23 +49,14 @@ def tiny_inputs(model_class: str, batch: int = 2, length: int = 7, vocab: int = 
 
 
 def torch_outputs(model, model_class: str, ids, types, mask) -> np.ndarray:
-    """The head's main output as float32 NumPy: logits, or last_hidden_state for BertModel."""
+    """The head's main output (see jaxbert.model.registry.main_output) as float32 NumPy."""
     import torch
     with torch.no_grad():
         out = model(torch.tensor(ids), token_type_ids=torch.tensor(types), attention_mask=torch.tensor(mask))
-    if model_class == "BertModel":
-        value = out.last_hidden_state
-    elif model_class == "BertForPreTraining":
-        value = out.prediction_logits
-    elif model_class == "BertForQuestionAnswering":
-        value = torch.stack([out.start_logits, out.end_logits], -1)
-    else:
-        value = out.logits
-    return value.float().numpy()
+    return main_output(head(model_class), out, torch.stack).float().numpy()
 
 
 def jax_outputs(module, params, model_class: str, ids, types, mask) -> np.ndarray:
     import jax.numpy as jnp
     out = module.apply({"params": params}, jnp.asarray(ids), jnp.asarray(types), attention_mask=jnp.asarray(mask))
-    value = out.last_hidden_state if model_class == "BertModel" else out.logits
-    return np.asarray(value, np.float32)
+    return np.asarray(main_output(head(model_class), out, jnp.stack), np.float32)

@@ -46,7 +46,7 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     assert main(["export", str(wd), str(hf)]) == 0
     import torch
     import transformers
-    from jaxbert.train.checkpoint import restore_params
+    from jaxbert.convert.workdir import read_params as restore_params
     from jaxbert.train.loop import build_model
     from jaxbert.train.recipe import from_dict
     pt = transformers.BertForMaskedLM.from_pretrained(hf).eval()
@@ -116,7 +116,7 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "train.steps=1"]) == 0
     log = capsys.readouterr().out
     assert "freshly initialised" in log and "cls/predictions" in log  # the head the base lacks
-    from jaxbert.train.checkpoint import restore_params
+    from jaxbert.convert.workdir import read_params as restore_params
     after_one, _ = restore_params(wd)
     q = after_one["bert"]["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"]
     q0 = np.asarray(base_params["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"])

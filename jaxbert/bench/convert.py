@@ -16,6 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from jaxbert.convert.safetensors_io import write_safetensors
+from jaxbert.convert.table import Table
+from jaxbert.convert.writers import hf_config
+from jaxbert.model.config import preset as get_preset
+
 CONTENDERS = {
     "jaxbert.from_pretrained": """
 import jax, jaxbert
@@ -73,12 +80,6 @@ t0 = time.perf_counter()
 
 def write_checkpoint(directory: Path, preset: str) -> int:
     """A random BertForMaskedLM of ``preset`` as model.safetensors; returns its size in bytes."""
-    import numpy as np
-    from jaxbert import preset as get_preset
-    from jaxbert.convert.safetensors_io import write_safetensors
-    from jaxbert.convert.table import Table
-    from jaxbert.convert.writers import hf_config
-
     config = get_preset(preset)
     table = Table(config, "BertForMaskedLM")
     specs = [(e.key, e.torch_shape, np.float32) for e in table.entries]

@@ -15,13 +15,12 @@ import platform
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 from jaxbert.model.config import preset
 from jaxbert.bench import works
 from jaxbert.bench.convert import run_convert_bench
 from jaxbert.model.flops import forward_flops_per_token, peak_flops, train_flops_per_token
-from jaxbert.bench.timing import Record, markdown_table, rate_record, time_record
+from jaxbert.bench.timing import Record, rate_record, time_record
 from jaxbert.bench.worker import MODELS
 
 TCMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",

@@ -17,24 +17,26 @@ import json
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+
+from jaxbert.bench import works
+from jaxbert.model.config import preset
+
 MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-large": "bert-large-uncased"}
 
 
 def _config(model: str):
-    from jaxbert.model.config import preset
-    from jaxbert.bench import works
     return works.no_dropout(preset(MODELS.get(model, model)))
 
 
 def _jax_options(options: dict) -> dict:
-    import jax.numpy as jnp
     return dict(attention_impl=options.get("attention", "einsum"),
                 dtype=jnp.bfloat16 if options.get("dtype") == "bfloat16" else jnp.float32)
 
 
 def build(work: str, contender: str, options: dict):
     """(fn, extra_fn): fn runs one unit of the work and blocks; extra_fn() -> dict after timing."""
-    from jaxbert.bench import works
     kind, *rest = work.split("/")
     no_extra = dict
     if kind == "roofline":
@@ -57,14 +59,12 @@ def build(work: str, contender: str, options: dict):
 
 def compile_seconds(work: str, options: dict) -> float:
     """compile/<model>/<scan|unscanned>: lower and compile the train step once, in a fresh process."""
-    from jaxbert.bench import works
     _, model, layout = work.split("/")
     return works.jax_compile_seconds(_config(model), 8, 128, scan_layers=layout == "scan",
                                      **_jax_options(options))
 
 
 def describe_device() -> dict:
-    import jax
     dev = jax.devices()[0]
     return {"platform": dev.platform, "device_kind": dev.device_kind, "jax": jax.__version__}
 

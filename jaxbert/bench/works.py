@@ -17,6 +17,7 @@ import optax
 
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.train.step import TrainState, train_step
 
 MASK_RATE = 0.15
 
@@ -64,7 +65,6 @@ def jax_forward(cfg: BertConfig, batch: int, seq_len: int, **options):
 
 
 def _train_state(cfg: BertConfig, options: dict):
-    from jaxbert.train.step import TrainState
     model = BertForMaskedLM(cfg, **options)
     schedule = optax.constant_schedule(1e-4)
     tx = optax.adamw(schedule, weight_decay=0.01)
@@ -73,7 +73,6 @@ def _train_state(cfg: BertConfig, options: dict):
 
 def jax_train(cfg: BertConfig, batch: int, seq_len: int, **options):
     """The jitted, donated train step; returns (run_one_step, memory_stats_fn)."""
-    from jaxbert.train.step import train_step
     model, tx, schedule, TrainState = _train_state(cfg, options)
     data = {k: v[None] for k, v in _batch(cfg, batch, seq_len).items()}  # accum axis of 1
     params = jax.jit(model.init)(jax.random.key(0), data["input_ids"][0])["params"]
@@ -90,7 +89,6 @@ def jax_train(cfg: BertConfig, batch: int, seq_len: int, **options):
 
 def jax_compile_split(cfg: BertConfig, batch: int, seq_len: int, **options) -> tuple[float, float]:
     """(lowering, XLA compile) seconds of the train step from abstract shapes; nothing is allocated."""
-    from jaxbert.train.step import train_step
     model, tx, schedule, TrainState = _train_state(cfg, options)
     data = {k: jax.ShapeDtypeStruct((1,) + v.shape, v.dtype) for k, v in _batch(cfg, batch, seq_len).items()}
     ids = jnp.zeros((batch, seq_len), jnp.int32)

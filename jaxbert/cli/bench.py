@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jaxbert.bench.harness import TCMALLOC_PATHS, Bench, command_line  # noqa: F401
+from jaxbert.bench.harness import Bench, command_line
 from jaxbert.bench.timing import markdown_table
 
 

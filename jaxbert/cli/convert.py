@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from jaxbert.convert import convert
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,14 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jaxbert.convert import ConversionError, convert
-    try:
-        report = convert(args.src, args.dst, args.to, args.model_class, config=args.config,
-                         dtype=args.dtype, strict=args.strict, scan_layers=args.scan_layers,
-                         max_shard_size=args.max_shard_size)
-    except (ConversionError, OSError, ValueError) as e:
-        print(f"jaxbert convert: error: {e}", file=sys.stderr)
-        return 1
+    report = convert(args.src, args.dst, args.to, args.model_class, config=args.config,
+                     dtype=args.dtype, strict=args.strict, scan_layers=args.scan_layers,
+                     max_shard_size=args.max_shard_size)
     print(report.summary())
     print(f"wrote {args.to} directory {args.dst}")
     return 0

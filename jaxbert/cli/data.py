@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+from tokenizers import Tokenizer
+
+from jaxbert.data.loader import metadata
+from jaxbert.data.prepare import prepare
+
 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -29,7 +35,6 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if args.action == "prepare":
-        from jaxbert.data.prepare import prepare
 
         meta = prepare(args.input, args.tokenizer, args.output, max_length=args.max_length,
                        format=args.format, validation_fraction=args.validation_fraction,
@@ -40,10 +45,7 @@ def run(args) -> int:
               f"{s['train']['examples']:,} train and {s['validation']['examples']:,} validation rows of "
               f"{meta['max_length']} ({meta['format']}, {meta['dtype']}, vocab {meta['vocab_size']:,})")
         return 0
-    import numpy as np
-    from tokenizers import Tokenizer
 
-    from jaxbert.data.loader import metadata
 
     meta = metadata(args.dir)
     print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))

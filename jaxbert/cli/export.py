@@ -12,10 +12,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    try:
-        path = export_workdir(args.workdir, args.dst, args.step)
-    except (FileNotFoundError, RuntimeError) as e:
-        print(f"jaxbert export: {e}")
-        return 2
+    path = export_workdir(args.workdir, args.dst, args.step)
     print(f"wrote {path}")
     return 0

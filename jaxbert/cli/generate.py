@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
+from tokenizers import Tokenizer
 
+from jaxbert.convert import from_pretrained, tokenizer_path
+from jaxbert.errors import InputError
 from jaxbert.model.generate import generate
 
 
@@ -21,15 +23,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from tokenizers import Tokenizer
-
-    from jaxbert import BertLMHeadModel, from_pretrained
-
-    model, params = from_pretrained(args.model, model_class=BertLMHeadModel)
-    tok_path = Path(args.model) / "tokenizer.json"
-    if not tok_path.exists():
-        raise SystemExit(f"{args.model}: no tokenizer.json to encode the prompt with")
-    tok = Tokenizer.from_file(str(tok_path))
+    tok_dir = tokenizer_path(args.model)
+    if tok_dir is None or not (tok_dir / "tokenizer.json").exists():
+        raise InputError(f"{args.model}: no tokenizer.json to encode the prompt with")
+    model, params = from_pretrained(args.model, model_class="BertLMHeadModel")
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     encoded = [tok.encode(p).ids[:-1] for p in args.prompt]  # drop the trailing [SEP]
     P = max(map(len, encoded))
     ids = np.array([[0] * (P - len(e)) + e for e in encoded], np.int32)

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbert.convert import from_pretrained
+from jaxbert.errors import CheckFailed
+from jaxbert.model.registry import HEADS
+from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
 
 
@@ -26,15 +30,12 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from jaxbert.convert import from_pretrained
-    from jaxbert.parity.compare import compare
-
     module, params = from_pretrained(args.model, model_class=args.model_class)
-    tokenizer = find_tokenizer(Path(args.model))
+    tokenizer = find_tokenizer(args.model)
     texts = args.text or DEFAULT_TEXTS
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "
           f"{'tokenizer ' + ('found' if tokenizer else 'missing: random ids')}")
-    choices = 2 if type(module).__name__ == "BertForMultipleChoice" else 0
+    choices = 2 if HEADS[type(module).__name__].choices else 0
     inputs = make_inputs(tokenizer, texts, args.max_length, module.config.vocab_size, args.seed, choices)
     encoder = None
     if module.config.add_cross_attention:  # decoders with cross-attention need encoder states
@@ -47,4 +48,7 @@ def run(args) -> int:
     if args.json:
         report.write_json(args.json)
     sys.stdout.flush()
-    return 0 if report.ok else 1
+    if not report.ok:
+        failed = [r.stage for r in report.rows if not r.ok] + (["gradients"] if report.grad and not report.grad.ok else [])
+        raise CheckFailed(f"{args.model}: outside tolerance at {', '.join(failed)}")
+    return 0

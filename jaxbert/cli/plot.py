@@ -11,10 +11,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    try:
-        path = plot_workdir(args.workdir, args.out)
-    except FileNotFoundError as e:
-        print(f"jaxbert plot: {e}")
-        return 2
+    path = plot_workdir(args.workdir, args.out)
     print(path)
     return 0

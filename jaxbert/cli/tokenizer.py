@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
+
 
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -16,8 +18,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
-
     out = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
                           text_field=args.text_field, min_frequency=args.min_frequency, progress=True)
     tok = load_tokenizer(out)

@@ -6,14 +6,19 @@ import time
 import warnings
 from pathlib import Path
 
+import jax
 import ml_dtypes
 import numpy as np
 
 from jaxbert.model.config import BertConfig
-from jaxbert.convert.load import state_dict_to_params, unflatten
-from jaxbert.convert.readers import open_source
+from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.model.params import flatten, unflatten
+from jaxbert.model.registry import HEADS
+from jaxbert.convert.load import state_dict_to_params
+from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
-from jaxbert.convert.writers import _flatten, write_hf, write_jaxbert
+from jaxbert.convert.workdir import is_workdir, read_workdir
+from jaxbert.convert.writers import write_hf, write_jaxbert
 
 DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16,
           "half": np.float16, "bfloat16": ml_dtypes.bfloat16, "bf16": ml_dtypes.bfloat16}
@@ -25,13 +30,12 @@ def resolve_dtype(dtype):
         return None
     if isinstance(dtype, str):
         if dtype.lower() not in DTYPES:
-            raise ValueError(f"dtype {dtype!r} is unknown; expected one of {sorted(DTYPES)}")
+            raise ConversionError(f"dtype {dtype!r} is unknown; expected one of {sorted(DTYPES)}")
         return np.dtype(DTYPES[dtype.lower()])
     return np.dtype(dtype)
 
 
 def _class_name(model_class) -> str | None:
-    from jaxbert.model.heads import MODEL_CLASSES
     if model_class is None:
         return None
     name = model_class if isinstance(model_class, str) else model_class.__name__
@@ -42,33 +46,46 @@ def _class_name(model_class) -> str | None:
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
-    from jaxbert.model.heads import MODEL_CLASSES
     for arch in config.architectures or ():
         if arch in MODEL_CLASSES:
             return arch
     if config.architectures:
         raise ConversionError(f"config architectures {config.architectures} name no jaxbert class; "
                               f"pass model_class= one of {sorted(MODEL_CLASSES)}")
-    has = lambda prefix: any(k.startswith(prefix) for k in keys)  # noqa: E731
-    if has("cls.predictions.") and has("cls.seq_relationship."):
-        return "BertForPreTraining"
-    if has("cls.predictions."):
-        return "BertLMHeadModel" if config.is_decoder else "BertForMaskedLM"
-    if has("cls.seq_relationship."):
-        return "BertForNextSentencePrediction"
-    if has("qa_outputs."):
-        return "BertForQuestionAnswering"
-    if has("classifier."):  # multiple choice looks like sequence classification; name it if so
-        return "BertForSequenceClassification" if has("bert.pooler.") else "BertForTokenClassification"
-    return "BertModel"
+    modules = {k.rpartition(".")[0] for k in keys}
+
+    def score(spec):  # (all its head modules present, how many, decoder and pooler as in the checkpoint)
+        wanted = {m for m, _, _ in spec.rows(config)}
+        pooler = any(m.endswith("pooler.dense") for m in modules)
+        return (wanted <= modules, len(wanted), spec.decoder == config.is_decoder, spec.pooler == pooler)
+
+    # Registry order breaks ties: multiple choice looks like sequence classification; name it if so.
+    model_type = getattr(config, "model_type", "bert")
+    family = [h for h in HEADS.values() if model_type in h.family.model_types] or list(HEADS.values())
+    best = max(family, key=score)  # max keeps the first of equals
+    return best.name
+
+
+def _open(path, step: int | None):
+    """(source, config read from a training workdir or None)."""
+    if is_workdir(path):
+        config, name, tree, _ = read_workdir(path, step)
+        src = TreeSource(tree, f"{path} (training workdir)")
+        src.meta = {"model_class": name}
+        return src, config
+    if step is not None:
+        raise ConversionError(f"{path}: step={step} needs a training workdir (a folder with checkpoints/)")
+    return open_source(path), None
 
 
 def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: bool = False,
                     scan_layers: bool = False, add_pooling_layer: bool | None = None,
-                    seed: int = 0) -> tuple[BertConfig, str, dict, ConversionReport]:
+                    seed: int = 0, step: int | None = None) -> tuple[BertConfig, str, dict, ConversionReport]:
     """Read any supported checkpoint into NumPy params. Returns (config, class name, params, report)."""
-    src = open_source(path)
-    if config is None:
+    src, config_of_run = _open(path, step)
+    if config is None and config_of_run is not None:
+        config = config_of_run
+    elif config is None:
         if src.config_path is None:
             raise ConversionError(f"{path}: no config.json beside it; pass config= (a BertConfig, "
                                   "a preset name or a config.json path)")
@@ -79,7 +96,7 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
     if name == "BertLMHeadModel" and not config.is_decoder:
         raise ConversionError(f"{path}: BertLMHeadModel needs is_decoder=true in its config")
-    if add_pooling_layer is None and name == "BertModel":
+    if add_pooling_layer is None and HEADS[name].base:
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
@@ -90,14 +107,16 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
 
 def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: bool = False,
                     scan_layers: bool = False, seed: int = 0, return_report: bool = False,
-                    **module_options):
+                    step: int | None = None, **module_options):
     """Load a checkpoint into a jaxbert module and its params.
 
     Args:
       path: a Hugging Face directory (model.safetensors, pytorch_model.bin,
         either sharded with an index, or flax_model.msgpack, plus config.json),
         a jaxbert directory (save_pretrained(format='jaxbert')), or one weights
-        file (.safetensors, .bin, .pt, .msgpack) with config.json beside it or ``config``.
+        file (.safetensors, .bin, .pt, .msgpack) with config.json beside it or ``config``,
+        or a training workdir (its newest readable checkpoint, or ``step``; the
+        config comes from the run's recipe; see also ``tokenizer_path``).
       model_class: a jaxbert class or its name; None picks it from the config's
         ``architectures`` (or, failing that, from the checkpoint's keys).
       dtype: cast params to it ("bf16", "float16", jnp.float32, ...); None keeps
@@ -113,16 +132,14 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
       ``params`` is the params dict itself: call ``module.apply({'params': params}, ...)``.
       Its leaves are jax Arrays; the module's ``param_dtype`` is their dtype.
     """
-    import jax
-    from jaxbert.model.heads import MODEL_CLASSES
     if "compute_dtype" in module_options:
         module_options["dtype"] = module_options.pop("compute_dtype")
     config, name, params, report = load_checkpoint(
         path, model_class, config=config, dtype=dtype, strict=strict, scan_layers=scan_layers,
-        add_pooling_layer=module_options.get("add_pooling_layer"), seed=seed)
+        add_pooling_layer=module_options.get("add_pooling_layer"), seed=seed, step=step)
     if report.warning():
         warnings.warn(report.warning(), ConversionWarning, stacklevel=2)
-    flat = dict(_flatten(params))
+    flat = flatten(params)
     del params
     dtypes = {v.dtype for v in flat.values()}
     out = {}
@@ -143,13 +160,13 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
     without torch or transformers.
     """
     name = type(module).__name__
-    pooling = getattr(module, "add_pooling_layer", None) if name == "BertModel" else None
+    pooling = getattr(module, "add_pooling_layer", None) if HEADS[name].base else None
     if format == "hf":
         write_hf(path, module.config, name, params, max_shard_size=max_shard_size, add_pooling_layer=pooling)
     elif format == "jaxbert":
         write_jaxbert(path, module.config, name, params, add_pooling_layer=pooling)
     else:
-        raise ValueError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
+        raise ConversionError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
     return Path(path)
 
 
@@ -160,7 +177,7 @@ def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, str
     The params stay NumPy arrays throughout: nothing is placed on an accelerator.
     """
     if to not in ("hf", "jaxbert"):
-        raise ValueError(f"to={to!r} is unknown; expected 'hf' or 'jaxbert'")
+        raise ConversionError(f"to={to!r} is unknown; expected 'hf' or 'jaxbert'")
     t0 = time.perf_counter()
     config, name, params, report = load_checkpoint(src, model_class, config=config, dtype=dtype,
                                                    strict=strict, scan_layers=scan_layers)

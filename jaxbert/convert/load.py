@@ -11,9 +11,14 @@ from __future__ import annotations
 import time
 from typing import Iterable, Mapping
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.model.config import BertConfig
+from jaxbert.model.heads import MODEL_CLASSES, dummy_inputs
+from jaxbert.model.params import unflatten
+from jaxbert.model.registry import head
 from jaxbert.convert.readers import tensor_to_numpy
 from jaxbert.convert.report import ConversionError, ConversionReport
 from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
@@ -29,10 +34,11 @@ def _normalise(key: str, table: Table, ckpt_has_prefix: bool) -> tuple[str | Non
         key = f"{head}.{LEGACY_LEAVES[leaf]}"
     if key.endswith("embeddings.position_ids") or key.endswith("embeddings.token_type_ids"):
         return None, "buffer, recomputed by the model"
+    family_prefix = table.spec.family.prefix + "."
     if table.prefix and not ckpt_has_prefix and key.startswith(_BASE_MODULES):
-        key = table.prefix + key  # a BertModel checkpoint into a head class
-    elif not table.prefix and key.startswith("bert."):
-        key = key[len("bert."):]  # a head checkpoint into BertModel
+        key = table.prefix + key  # a base-model checkpoint into a head class
+    elif not table.prefix and key.startswith(family_prefix):
+        key = key[len(family_prefix):]  # a head checkpoint into the base model
     return key, ""
 
 
@@ -45,7 +51,7 @@ def _unused_reason(key: str, table: Table) -> str:
         return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
     if key.startswith("lm_head."):
         return "a BertGeneration head (decoder without a transform layer); no jaxbert class has it"
-    if key.startswith("cls.predictions.decoder.weight"):
+    if key.startswith(table.spec.family.mlm_decoder + ".weight"):
         return "config ties the decoder to the word embeddings, and no MLM head uses it"
     return f"no {table.model_class} param for it"
 
@@ -57,7 +63,7 @@ def plan(keys: Iterable[str], table: Table) -> tuple[dict, list, list]:
     where "tie" means: check it equals the tensor loaded for the table key.
     """
     keys = list(keys)
-    has_prefix = any(k.startswith("bert.") for k in keys)
+    has_prefix = any(k.startswith(table.spec.family.prefix + ".") for k in keys)
     actions, ignored, unused, claimed = {}, [], [], {}
     aliases = []
     for key in keys:
@@ -197,26 +203,13 @@ def _dominant(report: ConversionReport):
     return np.dtype(max(floats, key=lambda nd: nd[0])[1]) if floats else None
 
 
-def unflatten(flat: dict) -> dict:
-    tree: dict = {}
-    for path, value in flat.items():
-        node = tree
-        for name in path[:-1]:
-            node = node.setdefault(name, {})
-        node[path[-1]] = value
-    return tree
-
-
 def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtype, seed=0) -> dict:
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
-    import jax
-    import jax.numpy as jnp
-    from jaxbert.model.heads import MODEL_CLASSES, dummy_inputs
     options = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
     module = MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
     ids, types = dummy_inputs(model_class, 1, 4)
     kwargs = {}
-    if config.add_cross_attention and model_class in ("BertModel", "BertForMaskedLM", "BertLMHeadModel"):
+    if config.add_cross_attention and head(model_class).cross_attention:
         kwargs["encoder_hidden_states"] = jnp.zeros((1, 4, config.hidden_size), jnp.float32)
     paths = sorted(paths)
 

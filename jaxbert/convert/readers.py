@@ -12,11 +12,16 @@ import json
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Iterator
+from types import MappingProxyType
+from typing import Iterator, Mapping
 
+import jax
 import ml_dtypes
 import numpy as np
+import orbax.checkpoint as ocp
+from flax import serialization
 
+from jaxbert.model.params import iter_flat
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
@@ -33,7 +38,7 @@ class Source:
 
     description: str = ""
     config_path: Path | None = None
-    meta: dict = {}
+    meta: Mapping = MappingProxyType({})  # jaxbert.json of a jaxbert directory; read-only when absent
 
     def keys(self) -> list[str]:
         raise NotImplementedError
@@ -71,8 +76,8 @@ def torch_load(path: Path) -> dict:
     try:
         import torch
     except ImportError as e:
-        raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch (pip install torch), "
-                              "or convert it to safetensors first") from e
+        raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch: "
+                              "pip install 'jaxbert[torch]' (or convert it to safetensors first)") from e
     try:
         # mmap keeps a zip checkpoint on disk until each tensor is read.
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
@@ -151,20 +156,12 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray]]:
         if not isinstance(value, dict):
             yield _as_state_dict_item(path + (name,), np.asarray(value))
         elif name == "layer" and value and not all(k.isdigit() for k in value):
-            for sub, stacked in _flatten_per_layer_paths(value):
+            for sub, stacked in iter_flat(value):
                 stacked = np.asarray(stacked)
                 for i in range(stacked.shape[0]):
                     yield _as_state_dict_item(path + (name, str(i)) + sub, stacked[i])
         else:
             yield from _flatten_per_layer(value, path + (name,))
-
-
-def _flatten_per_layer_paths(tree, path=()):
-    for name, value in tree.items():
-        if isinstance(value, dict):
-            yield from _flatten_per_layer_paths(value, path + (name,))
-        else:
-            yield path + (name,), value
 
 
 def _as_state_dict_item(path: tuple, value: np.ndarray) -> tuple[str, np.ndarray]:
@@ -173,7 +170,6 @@ def _as_state_dict_item(path: tuple, value: np.ndarray) -> tuple[str, np.ndarray
 
 
 def read_msgpack(path: Path) -> dict:
-    from flax import serialization
     try:
         tree = serialization.msgpack_restore(path.read_bytes())
     except Exception as e:  # noqa: BLE001 - msgpack raises several unrelated types
@@ -189,8 +185,6 @@ def read_orbax(directory: Path) -> dict:
     Restoring jax Arrays onto the CPU device and viewing them costs no copy, and
     their buffers are aligned so the loader can adopt them as params.
     """
-    import orbax.checkpoint as ocp
-    import jax
     cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
     try:
         with ocp.PyTreeCheckpointer() as ckpt:

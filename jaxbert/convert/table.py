@@ -24,6 +24,7 @@ import math
 from typing import Iterator
 
 from jaxbert.model.config import BertConfig
+from jaxbert.model.registry import head
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
 COPY = "copy"
@@ -38,10 +39,6 @@ _LEAVES = {
 }
 _FLAX_TO_TORCH_LEAF = {"kernel": "weight", "scale": "weight", "embedding": "weight", "bias": "bias"}
 LEGACY_LEAVES = {"gamma": "weight", "beta": "bias"}  # TF-era LayerNorm names
-
-# Classes that can take encoder_hidden_states, and so hold crossattention params.
-CROSS_ATTENTION_CLASSES = ("BertModel", "BertForMaskedLM", "BertLMHeadModel")
-
 
 def _embeddings(c: BertConfig) -> list:
     H = c.hidden_size
@@ -72,30 +69,6 @@ def _layer(c: BertConfig, cross: bool) -> list:
                    ("output.LayerNorm", "norm", (H,))]
 
 
-def _mlm(c: BertConfig) -> list:
-    H = c.hidden_size
-    rows = [("cls.predictions.transform.dense", "dense", (H, H)),
-            ("cls.predictions.transform.LayerNorm", "norm", (H,)),
-            ("cls.predictions", "bias", (c.vocab_size,))]
-    if not c.tie_word_embeddings:
-        rows.append(("cls.predictions.decoder", "dense_nobias", (H, c.vocab_size)))
-    return rows
-
-
-# class -> (pooler?, head rows). Every class but BertModel keeps the encoder under "bert".
-HEADS = {
-    "BertModel": (True, lambda c: []),
-    "BertForMaskedLM": (False, _mlm),
-    "BertLMHeadModel": (False, _mlm),
-    "BertForPreTraining": (True, lambda c: _mlm(c) + [("cls.seq_relationship", "dense", (c.hidden_size, 2))]),
-    "BertForNextSentencePrediction": (True, lambda c: [("cls.seq_relationship", "dense", (c.hidden_size, 2))]),
-    "BertForSequenceClassification": (True, lambda c: [("classifier", "dense", (c.hidden_size, c.num_labels))]),
-    "BertForTokenClassification": (False, lambda c: [("classifier", "dense", (c.hidden_size, c.num_labels))]),
-    "BertForMultipleChoice": (True, lambda c: [("classifier", "dense", (c.hidden_size, 1))]),
-    "BertForQuestionAnswering": (False, lambda c: [("qa_outputs", "dense", (c.hidden_size, c.num_labels))]),
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One tensor. ``key``: state-dict key; ``path``: param path (scanned paths
@@ -118,37 +91,28 @@ class Table:
 
     Attributes:
       entries: the Entry of every param leaf (per layer when scanned).
-      prefix: "bert." for the heads, "" for BertModel.
+      prefix: the encoder's state-dict prefix ("bert." for the heads, "" for BertModel).
       aliases: tied state-dict keys -> the key whose tensor they must equal.
       leaf_shapes: param path -> full leaf shape (with the layer axis when scanned).
     """
 
     def __init__(self, config: BertConfig, model_class: str, scan_layers: bool = False,
                  add_pooling_layer: bool | None = None):
-        if model_class not in HEADS:
-            raise KeyError(f"unknown model class {model_class!r}; expected one of {sorted(HEADS)}")
+        spec = self.spec = head(model_class)
         self.config, self.model_class, self.scan_layers = config, model_class, scan_layers
-        pooler, head = HEADS[model_class]
-        if add_pooling_layer is not None:
-            pooler = add_pooling_layer
-        self.prefix = "" if model_class == "BertModel" else "bert."
-        cross = config.add_cross_attention and model_class in CROSS_ATTENTION_CLASSES
+        pooler = spec.pooler if add_pooling_layer is None else add_pooling_layer
+        self.prefix = spec.prefix
+        cross = config.add_cross_attention and spec.cross_attention
         base = _embeddings(config)
         if pooler:
             base.append(("pooler.dense", "dense", (config.hidden_size, config.hidden_size)))
         rows = [(self.prefix + m, k, d, None) for m, k, d in base]
         for i in range(config.num_hidden_layers):
             rows += [(f"{self.prefix}encoder.layer.{i}.{m}", k, d, i) for m, k, d in _layer(config, cross)]
-        rows += [(m, k, d, None) for m, k, d in head(config)]
+        rows += [(m, k, d, None) for m, k, d in spec.rows(config)]
         self.entries = [e for row in rows for e in self._expand(*row)]
         self.by_key = {e.key: e for e in self.entries}
-        self.aliases = {}
-        if model_class in ("BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining"):
-            # transformers ties decoder.bias to predictions.bias always, and the
-            # decoder weight to the word embeddings unless the config unties it.
-            self.aliases["cls.predictions.decoder.bias"] = "cls.predictions.bias"
-            if config.tie_word_embeddings:
-                self.aliases["cls.predictions.decoder.weight"] = self.prefix + "embeddings.word_embeddings.weight"
+        self.aliases = spec.ties(config)
         self.leaf_shapes = {}
         for e in self.entries:
             self.leaf_shapes[e.path] = ((config.num_hidden_layers,) + e.shape) if e.layer is not None else e.shape

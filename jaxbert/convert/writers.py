@@ -11,10 +11,13 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 
 from jaxbert.model.config import BertConfig
-from jaxbert.convert.load import unflatten
+from jaxbert.model.params import flatten, is_scanned, unflatten
+from jaxbert.model.registry import head
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
@@ -33,7 +36,7 @@ def parse_size(size: int | str) -> int:
         return size
     m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(size))
     if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"max_shard_size {size!r} is not a size such as '5GB' or '500MiB'")
+        raise ConversionError(f"max_shard_size {size!r} is not a size such as '5GB' or '500MiB'")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
@@ -42,25 +45,9 @@ def _unwrap(params) -> dict:
     return dict(params["params"]) if set(params) == {"params"} else params
 
 
-def _flatten(tree, path=()) -> Iterator[tuple[tuple, object]]:
-    for name, value in tree.items():
-        if hasattr(value, "items"):
-            yield from _flatten(value, path + (name,))
-        else:
-            yield path + (name,), value
-
-
-def is_scanned_tree(params) -> bool:
-    """Whether an encoder's 'layer' dict is stacked (no '0', '1', ... level)."""
-    for path, _ in _flatten(_unwrap(params)):
-        if "layer" in path:
-            return not path[path.index("layer") + 1].isdigit()
-    return False
-
-
 def check_params(params, table: Table) -> dict:
     """Flat {path: leaf}, after checking the tree has exactly the table's leaves and shapes."""
-    flat = dict(_flatten(_unwrap(params)))
+    flat = flatten(_unwrap(params))
     problems = [f"  missing {'/'.join(p)} {list(s)}" for p, s in table.leaf_shapes.items() if p not in flat]
     problems += [f"  unexpected {'/'.join(p)} {list(np.shape(v))}" for p, v in flat.items()
                  if p not in table.leaf_shapes]
@@ -73,9 +60,9 @@ def check_params(params, table: Table) -> dict:
 
 
 def _table(params, config, model_class, add_pooling_layer=None) -> Table:
-    if add_pooling_layer is None and model_class == "BertModel":
-        add_pooling_layer = "pooler" in _unwrap(params)  # BertModel(add_pooling_layer=False) has none
-    return Table(config, model_class, is_scanned_tree(params), add_pooling_layer)
+    if add_pooling_layer is None and head(model_class).base:
+        add_pooling_layer = "pooler" in _unwrap(params)  # the base model without a pooler has none
+    return Table(config, model_class, is_scanned(params), add_pooling_layer)
 
 
 def iter_state_dict(params, config: BertConfig, model_class: str, *, tied: bool = False,
@@ -172,8 +159,6 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
 def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, params, *,
                   add_pooling_layer: bool | None = None) -> Path:
     """A jaxbert directory: config.json, jaxbert.json (class, layout) and params/ (Orbax)."""
-    import jax
-    import orbax.checkpoint as ocp
     directory = Path(directory).absolute()
     directory.mkdir(parents=True, exist_ok=True)
     table = _table(params, config, model_class, add_pooling_layer)

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
 from jaxbert.errors import InputError
+import jax
 
 SUPPORTED_FORMAT_VERSIONS = (1,)
 
@@ -218,7 +219,6 @@ def prefetch_to_device(iterator, size: int = 2, sharding=None):
     them by key. With several JAX processes each one passes its local rows and gets global
     arrays (jax.make_array_from_process_local_data).
     """
-    import jax
 
     def put(batch):
         if sharding is None:

@@ -33,6 +33,7 @@ from jaxbert.data.corpus import Corpus
 from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
+from tokenizers import Tokenizer
 
 FORMAT_VERSION = 1
 FORMATS = ("mlm", "nsp")
@@ -54,7 +55,6 @@ def is_validation(doc_index: np.ndarray, fraction: float) -> np.ndarray:
 
 
 def _init_worker(config: dict) -> None:
-    from tokenizers import Tokenizer
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
     _worker.clear()

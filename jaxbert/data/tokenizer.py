@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from jaxbert.errors import InputError
+from jaxbert.data.corpus import iter_documents
 
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
@@ -172,7 +173,6 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
 
     Returns the output directory, which transformers' BertTokenizerFast loads as it is.
     """
-    from jaxbert.data.corpus import iter_documents
 
     if vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")

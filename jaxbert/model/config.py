@@ -124,6 +124,21 @@ class BertConfig:
             changes.update(id2label=None, label2id=None)  # relabel LABEL_0 .. LABEL_{n-1}
         return dataclasses.replace(self, **changes)
 
+    def with_overrides(self, overrides: Mapping[str, Any], vocab_size: int | None = None,
+                       model_class: str | None = None) -> "BertConfig":
+        """This config with ``overrides`` (BertConfig fields) over it, then ``vocab_size``
+        unless the overrides set it, and ``architectures`` = [model_class] when given."""
+        known = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
+        for key in overrides:
+            if key not in known:
+                raise ConfigError(f"{key}: not a BertConfig field")
+        data = dict(self.to_dict(), **overrides)
+        if vocab_size is not None and "vocab_size" not in overrides:
+            data["vocab_size"] = vocab_size
+        if model_class is not None:
+            data["architectures"] = [model_class]
+        return BertConfig.from_dict(data)
+
     # ---- config.json -------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BertConfig":

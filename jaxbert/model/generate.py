@@ -8,12 +8,9 @@ lax.scan, so nothing recompiles per token.
 from __future__ import annotations
 
 import functools
-import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def init_cache(model, batch: int, max_length: int, encoder_hidden_states=None):

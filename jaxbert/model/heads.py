@@ -12,6 +12,7 @@ from jaxbert.model.encoder import (BertEmbeddings, BertEncoder, BertLMPrediction
                        gather_positions)
 from jaxbert.model.attention import padding_mask
 from jaxbert.model.layers import Array, BertModule, ModelOutput, validate_options
+from jaxbert.model.registry import HEADS
 
 
 class BertPreTrainedModel(BertModule):
@@ -252,7 +253,7 @@ MODEL_CLASSES = {cls.__name__: cls for cls in (
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:
     """Integer inputs shaped for init (multiple choice wants [B, C, L])."""
     name = model_cls_or_name if isinstance(model_cls_or_name, str) else model_cls_or_name.__name__
-    shape = (batch, 2, length) if name == "BertForMultipleChoice" else (batch, length)
+    shape = (batch, 2, length) if HEADS[name].choices else (batch, length)
     return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.int32)
 
 

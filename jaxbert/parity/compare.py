@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.model.registry import head
+from jaxbert.parity.grad import GradResult, grad_parity
 
 # Default tolerances on max abs diff. Hidden states are LayerNorm outputs
 # (order 1); logits rows scale theirs by max(1, max |reference|).
@@ -33,20 +35,6 @@ class Row:
     @property
     def ok(self) -> bool:
         return bool(self.max_abs <= self.tolerance)
-
-
-@dataclasses.dataclass
-class GradResult:
-    worst_rel: float  # max |g_jax - g_torch| / max |g_torch| over the worst tensor
-    worst_param: str  # transformers state-dict key of that tensor
-    worst_index: tuple
-    loss_jax: float
-    loss_torch: float
-    tolerance: float = 1e-4
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.worst_rel <= self.tolerance)
 
 
 @dataclasses.dataclass
@@ -114,7 +102,7 @@ def torch_model(module, params):
     name = type(module).__name__
     cfg = transformers.BertConfig(**module.config.to_dict())
     cfg._attn_implementation = "eager"
-    kwargs = {"add_pooling_layer": module.add_pooling_layer} if name == "BertModel" else {}
+    kwargs = {"add_pooling_layer": module.add_pooling_layer} if head(name).base else {}
     model = getattr(transformers, name)(cfg, **kwargs).eval()
     state = {k: torch.from_numpy(np.array(v, np.float32))
              for k, v in params_to_state_dict(params, module.config, name).items()}
@@ -157,17 +145,8 @@ def _stages(name, hidden_states, pooled, out) -> dict:
     stages.update({f"layer {i}": hidden_states[i] for i in range(1, n + 1)})
     if pooled is not None:
         stages["pooler"] = pooled
-    if name in ("BertForMaskedLM", "BertLMHeadModel"):
-        stages["mlm logits"] = out.logits
-    elif name == "BertForPreTraining":
-        stages["mlm logits"] = out.prediction_logits
-        stages["nsp logits"] = out.seq_relationship_logits
-    elif name == "BertForNextSentencePrediction":
-        stages["nsp logits"] = out.logits
-    elif name == "BertForQuestionAnswering":
-        stages["start logits"], stages["end logits"] = out.start_logits, out.end_logits
-    elif name != "BertModel":
-        stages["logits"] = out.logits
+    for stage, attr in head(name).stages:
+        stages[stage] = getattr(out, attr)
     return {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v, np.float32)
             for k, v in stages.items()}
 
@@ -233,6 +212,5 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
                                      ref["mlm logits"][token_mask].argmax(-1)))
     report = ParityReport(name, dtype, rows, argmax)
     if grad:
-        from jaxbert.parity.grad import grad_parity
         report.grad = grad_parity(module, params, inputs, ref_model, encoder_states)
     return report

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.model.registry import head, main_output
 
 MASK_RATE = 0.15
 FLOOR = 1e-3  # see grad_parity
+
+
+@dataclasses.dataclass
+class GradResult:
+    worst_rel: float  # max |g_jax - g_torch| / max |g_torch| over the worst tensor
+    worst_param: str  # transformers state-dict key of that tensor
+    worst_index: tuple
+    loss_jax: float
+    loss_torch: float
+    tolerance: float = 1e-4
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.worst_rel <= self.tolerance)
 
 
 def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0):
@@ -41,12 +58,11 @@ def _ce(logits, labels):
 def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: int = 0):
     """Worst relative gradient error over all parameters, and where it is."""
     import torch
-
-    from jaxbert.parity.compare import GradResult
     name = type(module).__name__
+    spec = head(name)
     masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
-    has_mlm = name in ("BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel")
-    has_nsp = name in ("BertForPreTraining", "BertForNextSentencePrediction")
+    stages = dict(spec.stages)
+    has_mlm, has_nsp = "mlm logits" in stages, "nsp logits" in stages
     enc_kw = {} if encoder_states is None else dict(
         encoder_hidden_states=jnp.asarray(encoder_states[0]), encoder_attention_mask=jnp.asarray(encoder_states[1]))
 
@@ -55,11 +71,11 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
                            attention_mask=masked["attention_mask"], **enc_kw)
         loss = 0.0
         if has_mlm:
-            loss += _ce(out.logits if name != "BertForPreTraining" else out.prediction_logits, labels)
+            loss += _ce(getattr(out, stages["mlm logits"]), labels)
         if has_nsp:
-            loss += _ce(out.seq_relationship_logits, nsp)
+            loss += _ce(getattr(out, stages["nsp logits"]), nsp)
         if not (has_mlm or has_nsp):  # other heads: a plain function of every output
-            loss += jnp.mean((out.last_hidden_state if out.logits is None else out.logits) ** 2)
+            loss += jnp.mean(main_output(spec, out, jnp.stack) ** 2)
         return loss
 
     p32 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
@@ -78,12 +94,12 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     ce = torch.nn.CrossEntropyLoss()
     V = module.config.vocab_size
     if has_mlm:
-        logits = out.prediction_logits if name == "BertForPreTraining" else out.logits
+        logits = getattr(out, stages["mlm logits"])
         loss_t = loss_t + ce(logits.reshape(-1, V), torch.from_numpy(labels).long().reshape(-1))
     if has_nsp:
-        loss_t = loss_t + ce(out.seq_relationship_logits if has_mlm else out.logits, torch.from_numpy(nsp).long())
+        loss_t = loss_t + ce(getattr(out, stages["nsp logits"]), torch.from_numpy(nsp).long())
     if not (has_mlm or has_nsp):
-        loss_t = loss_t + (out.last_hidden_state if name == "BertModel" else _torch_logits(out)).pow(2).mean()
+        loss_t = loss_t + main_output(spec, out, torch.stack).pow(2).mean()
     loss_t.backward()
     theirs = {k: p.grad for k, p in torch_model.named_parameters()}
 
@@ -107,9 +123,3 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
             worst = (rel, key, tuple(int(i) for i in np.unravel_index(int(d.argmax()), d.shape)))
     return GradResult(worst[0], worst[1], worst[2], float(loss_j), float(loss_t.detach()))
 
-
-def _torch_logits(out):
-    if getattr(out, "start_logits", None) is not None:
-        import torch
-        return torch.stack([out.start_logits, out.end_logits], -1)
-    return out.logits

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
+
+from jaxbert.convert import tokenizer_path
+from jaxbert.data.tokenizer import load_tokenizer
 
 # Texts of different lengths, each a pair of segments, so the default batch
 # exercises padding and token_type_ids.
@@ -16,14 +17,11 @@ DEFAULT_TEXTS = [
 ]
 
 
-def find_tokenizer(model_path: Path):
-    """The checkpoint's own tokenizer (tokenizer.json or vocab.txt beside it), or None."""
-    from jaxbert.data.tokenizer import load_tokenizer
-    folder = model_path if model_path.is_dir() else model_path.parent
-    for name in ("tokenizer.json", "vocab.txt"):
-        if (folder / name).is_file():
-            return load_tokenizer(folder / name)
-    return None
+def find_tokenizer(model_path):
+    """The checkpoint's own tokenizer (tokenizer.json or vocab.txt beside it, or a training
+    workdir's run tokenizer), or None."""
+    folder = tokenizer_path(model_path)
+    return None if folder is None else load_tokenizer(folder)
 
 
 def make_inputs(tokenizer, texts, max_length: int, vocab_size: int, seed: int = 0, choices: int = 0) -> dict:

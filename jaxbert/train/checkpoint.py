@@ -10,16 +10,12 @@ with a message, and the one before it is tried.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
@@ -93,42 +89,3 @@ class Checkpoints:
     def close(self) -> None:
         self._mngr.wait_until_finished()
         self._mngr.close()
-
-
-def restore_params(workdir: str | Path, step: int | None = None):
-    """(params as NumPy arrays, meta) from a workdir's newest readable (or given) checkpoint.
-
-    Reads only the params, on the host, without knowing their layout in advance:
-    enough for export, fill-mask and continued pretraining on any machine.
-    """
-    root = Path(workdir).resolve() / "checkpoints"
-    steps = [step] if step is not None else sorted(
-        (int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
-    if not steps:
-        raise FileNotFoundError(f"no checkpoint in {root}")
-    last_error = None
-    for s in steps:
-        try:
-            meta = json.loads((root / str(s) / "meta" / "metadata").read_text())
-            reader = ocp.PyTreeCheckpointer()
-            with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
-                tree = reader.metadata(root / str(s) / "state").item_metadata.tree
-            as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
-            restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
-                item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
-            return restored["params"], meta
-        except Exception as e:  # noqa: BLE001 - try the one before
-            last_error = e
-            print(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
-    raise RuntimeError(f"no readable checkpoint in {root}: {last_error}")
-
-
-@contextlib.contextmanager
-def _quiet_absl():
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)

@@ -10,24 +10,19 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from jaxbert.convert import read_workdir, save_pretrained, tokenizer_path
+from jaxbert.errors import InputError
+from jaxbert.model.heads import MODEL_CLASSES
+
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-
-
-def tokenizer_dir_of(recipe, workdir: str | Path) -> Path | None:
-    """Where a run's tokenizer lives (None for synthetic data)."""
-    from jaxbert.train.sources import tokenizer_dir
-    path = tokenizer_dir(recipe, workdir)
-    return None if path is None else Path(path)
 
 
 def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None) -> Path:
     """Writes params as a Hugging Face directory, built beside DST and renamed into place."""
-    import jaxbert
-    from jaxbert.model.heads import MODEL_CLASSES
     dst = Path(dst)
     tmp = dst.parent / f".{dst.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    jaxbert.save_pretrained(tmp, MODEL_CLASSES[model_class](cfg), params, format="hf")
+    save_pretrained(tmp, MODEL_CLASSES[model_class](cfg), params, format="hf")
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             if (Path(tokenizer_dir) / name).exists():
@@ -40,16 +35,8 @@ def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir:
 
 def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None) -> Path:
     """The newest (or given) checkpoint of WORKDIR -> a Hugging Face directory at DST."""
-    from jaxbert.train.checkpoint import restore_params
-    from jaxbert.train.recipe import from_dict
-    params, meta = restore_params(workdir, step)
-    recipe = from_dict(meta["recipe"])
-    if recipe.data.dir is None and not Path(workdir, "tokenizer").exists() and recipe.data.source != "synthetic":
-        raise FileNotFoundError(f"{workdir} has no tokenizer/ directory")
-    vocab = _word_embeddings(params).shape[0]
-    cfg = recipe.bert_config(vocab)
-    return export_params(dst, cfg, recipe.model.model_class, params, tokenizer_dir_of(recipe, workdir))
-
-
-def _word_embeddings(params):
-    return params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    config, name, params, _ = read_workdir(workdir, step)
+    tok_dir = tokenizer_path(workdir)
+    if tok_dir is not None and not tok_dir.exists():
+        raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")
+    return export_params(dst, config, name, params, tok_dir)

@@ -23,11 +23,16 @@ from tqdm import tqdm
 from jaxbert.model.heads import MODEL_CLASSES
 from jaxbert.train import parallel, sources
 from jaxbert.train.checkpoint import Checkpoints
-from jaxbert.train.metrics import MetricsWriter, flops_per_token, peak_flops
+from jaxbert.model.flops import peak_flops
+from jaxbert.train.metrics import MetricsWriter, flops_per_token
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import Recipe, save_effective
 from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
+from jaxbert.data.loader import check_compatible
+from jaxbert.data.tokenizer import load_tokenizer, tokenizer_hash
+from jaxbert.train import warmstart
+from jaxbert.train.outputs import finish
 
 
 class TrainingDiverged(Diverged):
@@ -56,12 +61,10 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             sources.ensure_data(recipe, workdir, log)
         _barrier("data")
         data_dir, tok_dir = sources.ensure_data(recipe, workdir, log)
-        from jaxbert.data.tokenizer import load_tokenizer, tokenizer_hash
         tok = load_tokenizer(tok_dir)
         vocab = tok.get_vocab_size()
     cfg = recipe.bert_config(vocab)
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
-        from jaxbert.data.loader import check_compatible
         check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
     model = build_model(recipe, cfg)
     runner = parallel.make_runner(recipe.parallel)
@@ -94,7 +97,6 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     else:
         start, state = 0, runner.create_state()
         if recipe.model.init_from:
-            from jaxbert.train import warmstart
             fresh = jax.device_get(runner.to_saved(state).params)
             loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
             state = state.replace(params=runner.place_params(
@@ -181,7 +183,6 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         params = (jax.device_get(params) if jax.process_count() == 1
                   else multihost_utils.process_allgather(params, tiled=True))
         if primary:
-            from jaxbert.train.outputs import finish
             finish(recipe, workdir, model, params, tok_dir, log)
     return summary
 

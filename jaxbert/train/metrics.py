@@ -14,7 +14,7 @@ import struct
 import time
 from pathlib import Path
 
-from jaxbert.model.flops import peak_flops, train_flops_per_token  # noqa: F401 (re-exported)
+from jaxbert.model.flops import train_flops_per_token
 
 def flops_per_token(cfg, params, seq_len: int, masked_fraction: float) -> float:
     """Training FLOPs per token (DESIGN.md); ``params`` is unused, kept for callers."""

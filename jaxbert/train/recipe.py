@@ -22,6 +22,7 @@ from jaxbert.model.config import BertConfig, ConfigError
 from jaxbert.errors import InputError
 
 DEFAULT_RECIPE = "tiny-demo"
+BERT_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
 
 
 class RecipeError(InputError):
@@ -127,20 +128,14 @@ class Recipe:
     def bert_config(self, vocab_size: int | None = None) -> BertConfig:
         """The model's BertConfig: the preset, then model.config, then the tokenizer's vocabulary size."""
         try:
-            base = BertConfig.from_pretrained(self.model.preset).to_dict()
+            base = BertConfig.from_pretrained(self.model.preset)
         except ConfigError as e:
             raise RecipeError(f"model.preset: {e}") from e
-        known = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
         for key in self.model.config:
-            if key not in known:
+            if key not in BERT_FIELDS:
                 raise RecipeError(f"model.config.{key}: not a BertConfig field")
-        base.update(self.model.config)
-        if vocab_size is not None and "vocab_size" not in self.model.config:
-            base["vocab_size"] = vocab_size
-        base.setdefault("architectures", [self.model.model_class])
-        base["architectures"] = [self.model.model_class]
         try:
-            return BertConfig.from_dict(base)
+            return base.with_overrides(self.model.config, vocab_size, self.model.model_class)
         except (ConfigError, TypeError) as e:
             raise RecipeError(f"model.config: {e}") from e
 

@@ -10,11 +10,15 @@ directory (the tiny-demo case), and reuses them on the next run.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
+from jaxbert.convert.workdir import run_tokenizer_dir
 from jaxbert.train.recipe import Recipe, RecipeError
+from jaxbert.data import prepare, tokenizer
+from jaxbert.data.loader import MLMLoader
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -91,7 +95,6 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
             raise RecipeError(f"data.dir: {d.dir} does not exist; build it with `jaxbert data prepare` "
                               f"(see the recipe's comments) or leave data.dir unset for the embedded corpus")
         return d.dir, tokenizer_dir(recipe, workdir)
-    from jaxbert.data import prepare, tokenizer  # the data pipeline is only needed for real data
     workdir = Path(workdir)
     tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
     data_dir = workdir / "data"
@@ -106,20 +109,9 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
 
 
 def tokenizer_dir(recipe: Recipe, workdir: str | Path) -> str | None:
-    """Where a run's tokenizer lives: data.tokenizer; else the directory the data was
-    prepared with (its metadata says) or, failing that, the data dir's tokenizer.json;
-    WORKDIR/tokenizer for data built here; None for synthetic data."""
-    d = recipe.data
-    if d.source == "synthetic":
-        return None
-    if d.tokenizer:
-        return d.tokenizer
-    if d.dir is None:
-        return str(Path(workdir) / "tokenizer")
-    import json
-    meta_path = Path(d.dir) / "metadata.json"
-    origin = json.loads(meta_path.read_text()).get("tokenizer") if meta_path.exists() else None
-    return origin if origin and (Path(origin) / "tokenizer.json").exists() else d.dir
+    """Where a run's tokenizer lives (see jaxbert.convert.workdir.run_tokenizer_dir)."""
+    path = run_tokenizer_dir(dataclasses.asdict(recipe.data), workdir)
+    return None if path is None else str(path)
 
 
 def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split: str = "train",
@@ -133,7 +125,6 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                             mask_rate=mask_rate, max_predictions=d.max_predictions,
                             process_index=process_index, process_count=process_count,
                             fixed_masking=fixed_masking, nsp=d.nsp)
-    from jaxbert.data.loader import MLMLoader
     return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=mask_rate,
                      max_predictions=d.max_predictions, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,

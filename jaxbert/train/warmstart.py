@@ -10,35 +10,28 @@ the run says which.
 
 from __future__ import annotations
 
-from pathlib import Path
+import warnings
 
 import numpy as np
 from flax import traverse_util
 
-from jaxbert.model.layers import scan_params, unscan_params
+from jaxbert.convert import from_pretrained
+from jaxbert.errors import InputError
+from jaxbert.model.params import scan_params, unscan_params
 
 
 def load_source_params(path: str, model_class: str) -> dict:
-    """Host params of `path` in the per-layer (unscanned) layout."""
-    p = Path(path)
-    if (p / "checkpoints").is_dir():
-        from jaxbert.train.checkpoint import restore_params
-        params, _ = restore_params(p)
-    else:
-        import warnings
-
-        import jaxbert
-        with warnings.catch_warnings():  # merge() lists what was missing, in the run's log
-            warnings.simplefilter("ignore")
-            _, params, report = jaxbert.from_pretrained(str(p), model_class=model_class, strict=False,
-                                                        return_report=True)
-        # from_pretrained initialised the params the checkpoint lacks: drop them, so the
-        # run's own initialisation (its seed) fills them and the log names them.
-        flat = traverse_util.flatten_dict(unscan_params(params), sep="/")
-        missing = set(report.missing_paths)
-        params = traverse_util.unflatten_dict(
-            {k: v for k, v in flat.items() if k not in missing and not _is_layer_of(k, missing)}, sep="/")
-    return unscan_params(params)
+    """Host params of `path` (anything from_pretrained reads, a workdir too) in the per-layer layout."""
+    with warnings.catch_warnings():  # merge() lists what was missing, in the run's log
+        warnings.simplefilter("ignore")
+        _, params, report = from_pretrained(str(path), model_class=model_class, strict=False,
+                                            return_report=True)
+    # from_pretrained initialised the params the checkpoint lacks: drop them, so the
+    # run's own initialisation (its seed) fills them and the log names them.
+    flat = traverse_util.flatten_dict(unscan_params(params), sep="/")
+    missing = set(report.missing_paths)
+    return traverse_util.unflatten_dict(
+        {k: v for k, v in flat.items() if k not in missing and not _is_layer_of(k, missing)}, sep="/")
 
 
 def _is_layer_of(key: str, missing: set) -> bool:
@@ -64,7 +57,7 @@ def merge(fresh: dict, loaded: dict, scanned: bool, log=print) -> dict:
         if key in loaded_flat:
             src = np.asarray(loaded_flat[key])
             if src.shape != tuple(value.shape):
-                raise ValueError(f"init_from: param {key} has shape {src.shape}, the model wants "
+                raise InputError(f"init_from: param {key} has shape {src.shape}, the model wants "
                                  f"{tuple(value.shape)} (check model.preset / model.config / vocab)")
             out[key] = src.astype(np.asarray(value).dtype)
         else:

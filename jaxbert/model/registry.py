@@ -1,0 +1,154 @@
+"""Every model class, described once: what it carries and how its params are named.
+
+The converter (the key table), the parity tool and the tests read this
+registry; nothing else lists the classes or their heads.
+
+A ``Family`` says how one model family names its modules in a transformers
+state dict (the encoder's prefix, its MLM head); a ``Head`` says what one
+class carries on top of the encoder. A head's param rows are
+``(module path, module kind, dims)``: the kind names the tensors the module
+holds ("dense", "dense_nobias", "norm", "embed", "bias"), and the dims size them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+
+def _bert_mlm_rows(c) -> list:
+    H = c.hidden_size
+    rows = [("cls.predictions.transform.dense", "dense", (H, H)),
+            ("cls.predictions.transform.LayerNorm", "norm", (H,)),
+            ("cls.predictions", "bias", (c.vocab_size,))]
+    if not c.tie_word_embeddings:
+        rows.append(("cls.predictions.decoder", "dense_nobias", (H, c.vocab_size)))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """How one model family names its params.
+
+    Attributes:
+      name: the family ("bert").
+      prefix: the encoder's state-dict prefix in the head classes, without the dot.
+      model_types: config ``model_type`` values of the family.
+      mlm_rows: config -> the MLM head's param rows.
+      mlm_decoder: the MLM decoder's module path; transformers ties its bias
+        to ``mlm_bias`` always, and its weight to the word embeddings unless
+        the config unties them.
+      mlm_bias: the MLM output bias's state-dict key.
+      nsp_module: the next-sentence head's module path.
+    """
+
+    name: str
+    prefix: str
+    model_types: tuple
+    mlm_rows: Callable
+    mlm_decoder: str
+    mlm_bias: str
+    nsp_module: str = ""
+
+
+BERT = Family(
+    name="bert", prefix="bert", model_types=("bert",), mlm_rows=_bert_mlm_rows,
+    mlm_decoder="cls.predictions.decoder", mlm_bias="cls.predictions.bias",
+    nsp_module="cls.seq_relationship")
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """One model class.
+
+    Attributes:
+      name: the class name, as in transformers.
+      family: its Family.
+      base: the bare encoder (no prefix on its params, add_pooling_layer option).
+      pooler: whether it builds the pooler.
+      mlm / nsp: whether it carries the MLM / next-sentence head.
+      cross_attention: whether it can take encoder_hidden_states (and so holds
+        crossattention params when config.add_cross_attention is set).
+      decoder: needs config.is_decoder.
+      choices: inputs are [B, C, L] (multiple choice).
+      extra_rows: config -> param rows of its head besides the MLM and NSP heads.
+      stages: (stage name, output attribute) of the head's outputs, named alike
+        in jaxbert's and transformers' output objects.
+      main: the output attribute(s) that make the head's main output (several
+        are stacked on a last axis).
+    """
+
+    name: str
+    family: Family
+    pooler: bool
+    mlm: bool = False
+    nsp: bool = False
+    cross_attention: bool = False
+    decoder: bool = False
+    choices: bool = False
+    base: bool = False
+    extra_rows: Callable = lambda c: []
+    stages: tuple = ()
+    main: tuple = ("logits",)
+
+    @property
+    def prefix(self) -> str:
+        """The state-dict prefix of the encoder's params: "" for the base class."""
+        return "" if self.base else self.family.prefix + "."
+
+    def rows(self, config) -> list:
+        """Param rows of the head (not the encoder), full state-dict module paths."""
+        rows = list(self.family.mlm_rows(config)) if self.mlm else []
+        if self.nsp:
+            rows.append((self.family.nsp_module, "dense", (config.hidden_size, 2)))
+        return rows + list(self.extra_rows(config))
+
+    def ties(self, config) -> dict:
+        """Tied state-dict keys -> the key whose tensor they must equal."""
+        if not self.mlm:
+            return {}
+        out = {f"{self.family.mlm_decoder}.bias": self.family.mlm_bias}
+        if config.tie_word_embeddings:
+            out[f"{self.family.mlm_decoder}.weight"] = f"{self.prefix}embeddings.word_embeddings.weight"
+        return out
+
+
+def _classifier(features: Callable) -> Callable:
+    return lambda c: [("classifier", "dense", (c.hidden_size, features(c)))]
+
+
+_MLM_STAGES = (("mlm logits", "logits"),)
+HEADS = {h.name: h for h in (
+    Head("BertModel", BERT, pooler=True, cross_attention=True, base=True, main=("last_hidden_state",)),
+    Head("BertForMaskedLM", BERT, pooler=False, mlm=True, cross_attention=True, stages=_MLM_STAGES),
+    Head("BertForPreTraining", BERT, pooler=True, mlm=True, nsp=True,
+         stages=(("mlm logits", "prediction_logits"), ("nsp logits", "seq_relationship_logits")),
+         main=("prediction_logits",)),
+    Head("BertForNextSentencePrediction", BERT, pooler=True, nsp=True, stages=(("nsp logits", "logits"),)),
+    Head("BertForSequenceClassification", BERT, pooler=True, extra_rows=_classifier(lambda c: c.num_labels),
+         stages=(("logits", "logits"),)),
+    Head("BertForTokenClassification", BERT, pooler=False, extra_rows=_classifier(lambda c: c.num_labels),
+         stages=(("logits", "logits"),)),
+    Head("BertForQuestionAnswering", BERT, pooler=False,
+         extra_rows=lambda c: [("qa_outputs", "dense", (c.hidden_size, c.num_labels))],
+         stages=(("start logits", "start_logits"), ("end logits", "end_logits")),
+         main=("start_logits", "end_logits")),
+    Head("BertForMultipleChoice", BERT, pooler=True, choices=True, extra_rows=_classifier(lambda c: 1),
+         stages=(("logits", "logits"),)),
+    Head("BertLMHeadModel", BERT, pooler=False, mlm=True, cross_attention=True, decoder=True,
+         stages=_MLM_STAGES),
+)}
+
+
+def head(name: str) -> Head:
+    """The registry entry of a class name; KeyError naming the known ones."""
+    if name not in HEADS:
+        raise KeyError(f"unknown model class {name!r}; expected one of {sorted(HEADS)}")
+    return HEADS[name]
+
+
+def main_output(spec: Head, out, stack: Callable):
+    """The head's main output from either framework's output object (``stack`` is
+    np.stack, jnp.stack or torch.stack, used when it is several arrays)."""
+    values = [getattr(out, attr) for attr in spec.main]
+    return values[0] if len(values) == 1 else stack(values, -1)
