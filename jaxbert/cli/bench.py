@@ -8,6 +8,7 @@ transformers 4.57's Flax step.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from jaxbert.bench.harness import TCMALLOC_PATHS, Bench, command_line  # noqa: F401
@@ -51,7 +52,9 @@ def _run_target(args) -> int:
     from jaxbert.bench.harness import run_worker
     from jaxbert.train.aot import check_target
     check_target(args.target)  # before any worker: a missing libtpu is one clear line
-    records = run_target_bench(args, lambda spec: run_worker(spec, {}))
+    # Compile-only workers hold no TPU: several may load libtpu at once (another bench, a plan).
+    env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    records = run_target_bench(args, lambda spec: run_worker(spec, env))
     table = target_table(records, args.target)
     print("\n" + table)
     command = f"jaxbert bench --target {args.target}" + (" --quick" if args.quick else "") + (

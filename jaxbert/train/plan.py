@@ -94,10 +94,8 @@ def _next_guess(seen, budget, lo, hi, max_batch, bisect: bool) -> int:
     near = [b for b in pts if b <= lo][-1:] + [b for b in pts if hi is not None and b >= hi][:1]
     if len(near) < 2:
         near = pts[-2:] if len(pts) >= 2 else pts
-    if len(near) < 2:  # one point: grow (or shrink) proportionally to the room left
-        b0 = near[0]
-        guess = int(b0 * budget / max(seen[b0].hbm, 1))
-        guess = guess if guess != b0 else (b0 * 2 if hi is None else b0 // 2)
+    if len(near) < 2:  # one point: double or halve to get a second
+        guess = near[0] * 2 if hi is None else near[0] // 2
     else:
         (b0, b1), (m0, m1) = near, (seen[near[0]].hbm, seen[near[1]].hbm)
         slope = (m1 - m0) / (b1 - b0) if b1 != b0 else 0
@@ -153,17 +151,24 @@ def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
     if budget is None:
         raise InputError(f"train.per_device_batch_size / model.remat_policy 'auto': the memory of "
                          f"{devices[0].device_kind} is unknown; set them in the recipe")
-    policies = POLICIES if auto_remat else (recipe.model.remat_policy,)
     log(f"planning {'batch' if auto_batch else ''}{' and ' if auto_batch and auto_remat else ''}"
         f"{'remat policy' if auto_remat else ''} for {len(devices)} x {devices[0].device_kind} "
         f"({budget / 2**30:.1f} GiB each)")
     if auto_batch:
+        policies = POLICIES if auto_remat else (recipe.model.remat_policy,)
         choice = best(plan(recipe, cfg, devices, budget, policies, (recipe.model.scan_layers,), log=log))
-    else:
+    else:  # the batch is fixed: the first policy that fits it, from the one recomputing least
         b = recipe.train.per_device_batch_size
-        cands = plan(recipe, cfg, devices, budget, policies, (recipe.model.scan_layers,), start=b,
-                     max_batch=b, log=log)
-        choice = best([c for c in cands if c.batch == b] or cands)
+        for policy in POLICIES:
+            cost = compile_train_step(variant(recipe, recipe.model.scan_layers, policy), cfg, devices, b)
+            log(f"  remat={policy} batch {b}: {cost.hbm / 2**30:.2f} GiB")
+            if cost.hbm <= budget:
+                choice = Candidate(recipe.model.scan_layers, policy, b, cost, None,
+                                   model_flops_per_device(recipe, cfg, b), None, 1)
+                break
+        else:
+            raise InputError(f"train.per_device_batch_size={b} fits no remat policy in "
+                             f"{budget / 2**30:.1f} GiB per device; lower it or set it to auto")
     out = variant(recipe, recipe.model.scan_layers, choice.remat_policy, choice.batch)
     log(f"plan: per_device_batch_size {choice.batch}, remat_policy {choice.remat_policy} "
         f"({choice.fit.hbm / 2**30:.2f} GiB of {budget / 2**30:.1f})")
