@@ -32,6 +32,18 @@ def find_tcmalloc() -> str | None:
     return next((p for p in TCMALLOC_PATHS if os.path.exists(p)), None)
 
 
+def run_worker(spec: dict, env: dict | None = None) -> dict | None:
+    """Run one spec in a fresh interpreter; None (and the reason printed) if it failed."""
+    proc = subprocess.run([sys.executable, "-m", "jaxbert.bench.worker", json.dumps(spec)],
+                          capture_output=True, text=True, env=env or None)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"  {spec['work']} {spec['contender']}: skipped ({tail})", flush=True)
+        return None
+    return json.loads(lines[-1])
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -67,16 +79,7 @@ class Bench:
               f"[{record.min:,.2f} .. {record.max:,.2f}] {record.extra or ''}", flush=True)
 
     def _worker(self, spec: dict) -> dict | None:
-        """Run one spec in a fresh interpreter; None (and the reason printed) if it failed."""
-        spec = {"options": self.options, **spec}
-        proc = subprocess.run([sys.executable, "-m", "jaxbert.bench.worker", json.dumps(spec)],
-                              capture_output=True, text=True, env=self.env)
-        lines = proc.stdout.strip().splitlines()
-        if proc.returncode != 0 or not lines:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            print(f"  {spec['work']} {spec['contender']}: skipped ({tail})", flush=True)
-            return None
-        return json.loads(lines[-1])
+        return run_worker({"options": self.options, **spec}, self.env)
 
     def _contest(self, work: str, contenders: list[str]) -> dict[str, dict]:
         print(f"{work}: {', '.join(contenders)}", flush=True)

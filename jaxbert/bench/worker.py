@@ -74,6 +74,9 @@ def run(spec: dict) -> dict:
     options, pause = spec.get("options", {}), spec.get("pause", 0.5)
     if work == "device":
         return {"seconds": [], "extra": describe_device()}
+    if work.startswith("aot/"):
+        from jaxbert.bench.aot import run_aot_work
+        return run_aot_work(work, contender, options["target"])
     if work.startswith("compile/"):
         return {"seconds": [compile_seconds(work, options)], "extra": {}}
     fn, extra = build(work, contender, options)

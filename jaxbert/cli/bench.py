@@ -1,8 +1,14 @@
-"""`jaxbert bench`: jaxbert and transformers (PyTorch) on the same work, each in its own process."""
+"""`jaxbert bench`: jaxbert and transformers (PyTorch) on the same work, each in its own process.
+
+With --target TOPOLOGY (e.g. v4:2x2x1): compile-only figures of the train
+steps for that TPU topology (needs libtpu: the tpu extra), beside
+transformers 4.57's Flax step.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from jaxbert.bench.harness import Bench, command_line
@@ -20,11 +26,16 @@ def add_arguments(p):
     p.add_argument("--no-torch", action="store_true", help="time jaxbert alone (no transformers contender)")
     p.add_argument("--malloc", default="system", choices=["system", "tcmalloc"],
                    help="allocator of every worker process (tcmalloc: LD_PRELOAD libtcmalloc_minimal)")
+    p.add_argument("--target", default=None, metavar="TOPOLOGY",
+                   help="compile only, for a TPU topology (v4:2x2x1, v5e:2x2; needs the tpu extra) "
+                        "or 'local': per-chip HBM, FLOPs and bytes of the train steps (--quick: bert-base only)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--markdown", type=Path, default=None)
 
 
 def run(args) -> int:
+    if args.target is not None:
+        return _run_target(args)
     bench = Bench(args)
     bench.run()
     table = markdown_table(bench.records)
@@ -33,4 +44,23 @@ def run(args) -> int:
         args.json.write_text(json.dumps([r.to_json() for r in bench.records], indent=2) + "\n")
     if args.markdown:
         args.markdown.write_text(f"Machine: {bench.machine()}\n\nCommand: `{command_line(args)}`\n\n{table}\n")
+    return 0
+
+
+def _run_target(args) -> int:
+    from jaxbert.bench.aot import run_target_bench, target_table
+    from jaxbert.bench.harness import run_worker
+    from jaxbert.train.aot import check_target
+    check_target(args.target)  # before any worker: a missing libtpu is one clear line
+    # Compile-only workers hold no TPU: several may load libtpu at once (another bench, a plan).
+    env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    records = run_target_bench(args, lambda spec: run_worker(spec, env))
+    table = target_table(records, args.target)
+    print("\n" + table)
+    command = f"jaxbert bench --target {args.target}" + (" --quick" if args.quick else "") + (
+        " --only " + " ".join(args.only) if args.only else "")
+    if args.json:
+        args.json.write_text(json.dumps([r.to_json() for r in records], indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(f"Command: `{command}`\n\n{table}\n")
     return 0

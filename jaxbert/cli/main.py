@@ -25,6 +25,7 @@ VERBS = {
     "fill-mask": ("jaxbert.cli.fill_mask", "top-k predictions for [MASK] tokens"),
     "generate": ("jaxbert.cli.generate", "generate text with a BertLMHeadModel"),
     "bench": ("jaxbert.cli.bench", "benchmarks side by side with transformers"),
+    "plan": ("jaxbert.cli.plan", "largest batch that fits per remat policy, compiled for a target"),
 }
 
 

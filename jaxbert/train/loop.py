@@ -20,8 +20,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm import tqdm
 
-from jaxbert.model.heads import MODEL_CLASSES
-from jaxbert.train import parallel, sources
+from jaxbert.train import parallel, plan, sources
+from jaxbert.train.aot import build_model  # noqa: F401  (also imported from here by callers)
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.model.flops import peak_flops
 from jaxbert.train.metrics import MetricsWriter, flops_per_token
@@ -37,13 +37,6 @@ from jaxbert.train.outputs import finish
 
 class TrainingDiverged(Diverged):
     """The loss, a gradient or a param became NaN or Inf; the message names the step."""
-
-
-def build_model(recipe: Recipe, cfg):
-    m = recipe.model
-    return MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
-                                        scan_layers=m.scan_layers, remat_policy=m.remat_policy,
-                                        attention_impl=m.attention_impl)
 
 
 def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
@@ -66,8 +59,12 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     cfg = recipe.bert_config(vocab)
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
         check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
-    model = build_model(recipe, cfg)
     runner = parallel.make_runner(recipe.parallel)
+    if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
+        recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)
+        if primary:
+            save_effective(recipe, workdir)  # the effective recipe records the planned values
+    model = build_model(recipe, cfg)
     total, tr = recipe.train.steps, recipe.train
     tx, schedule = make_optimizer(recipe.optim, total)
     init_rng, rng = jax.random.split(jax.random.PRNGKey(tr.seed))

@@ -98,8 +98,11 @@ class MeshRunner:
 
     strategy = "mesh"
 
-    def __init__(self, p: ParallelSection):
-        devices = jax.devices()
+    def __init__(self, p: ParallelSection, devices=None):
+        # devices: the training devices by default; jaxbert.train.aot passes the
+        # abstract devices of a TPU topology to compile for hardware it lacks.
+        explicit = devices
+        devices = jax.devices() if devices is None else list(devices)
         if p.num_devices is not None:
             if jax.process_count() > 1 and p.num_devices != len(devices):
                 raise RecipeError("parallel.num_devices must cover every device in a multi-host run")
@@ -107,9 +110,12 @@ class MeshRunner:
                 raise RecipeError(f"parallel.num_devices={p.num_devices} but {len(devices)} devices exist")
             devices = devices[:p.num_devices]
         self.p = p
-        self.mesh = jax.make_mesh((len(devices),), ("data",), devices=devices,
-                                  axis_types=(jax.sharding.AxisType.Auto,))  # GSPMD propagation
-        self.num_devices = len(devices)
+        auto = (jax.sharding.AxisType.Auto,)  # GSPMD propagation
+        # make_mesh orders real devices by their links; a 1-D mesh of abstract
+        # topology devices (which it rejects) is taken in the topology's order.
+        self.mesh = (jax.make_mesh((len(devices),), ("data",), devices=devices, axis_types=auto)
+                     if explicit is None else jax.sharding.Mesh(np.asarray(devices), ("data",), axis_types=auto))
+        self.devices, self.num_devices = devices, len(devices)
         self.local_devices = [d for d in devices if d.process_index == jax.process_index()]
         self.replicated = NamedSharding(self.mesh, P())
         self.state_sharding = None
@@ -197,7 +203,7 @@ class PmapRunner:
                 raise RecipeError("parallel.num_devices is for one process; leave it unset")
             devices = devices[:p.num_devices]
         self.p = p
-        self.local_devices = devices
+        self.local_devices = self.devices = devices
         self.num_devices = len(devices) * jax.process_count()
         self._one = jax.sharding.SingleDeviceSharding(devices[0])
         self.replicated = self._one  # where saved scalars (step, rng) live

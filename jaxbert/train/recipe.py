@@ -38,7 +38,7 @@ class ModelSection:
     dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
     param_dtype: str = "float32"
     scan_layers: bool = False
-    remat_policy: str = "none"
+    remat_policy: str = "none"  # none | dots | dots_no_batch | full | auto (planned with the batch)
     attention_impl: str = "einsum"
 
 
@@ -76,7 +76,7 @@ class OptimSection:
 @dataclasses.dataclass
 class TrainSection:
     steps: int = 1000  # optimizer steps
-    per_device_batch_size: int = 32  # sequences per device per micro-batch
+    per_device_batch_size: int = 32  # sequences per device per micro-batch; auto = planned (jaxbert plan)
     accum_steps: int = 1  # micro-batches per optimizer step
     seed: int = 0
     log_every: int = 50
@@ -142,8 +142,14 @@ class Recipe:
 
 # ---- loading and checking --------------------------------------------------
 
+# Keys that may say "auto": the loop plans them for its devices (jaxbert.train.plan).
+AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
+
+
 def _check(value: Any, tp: Any, key: str) -> Any:
     """Returns value converted to type tp, or raises RecipeError naming key."""
+    if value == "auto" and key in AUTO_KEYS:
+        return value
     origin = typing.get_origin(tp)
     if origin is typing.Union:
         args = typing.get_args(tp)
@@ -197,7 +203,7 @@ def _validate(r: Recipe) -> None:
                 "checkpoint.every_steps": r.checkpoint.every_steps, "checkpoint.keep": r.checkpoint.keep,
                 "optim.learning_rate": r.optim.learning_rate}
     for key, value in positive.items():
-        if value <= 0:
+        if value != "auto" and value <= 0:
             raise RecipeError(f"{key}: must be > 0, got {value!r}")
     for key in ("mask_rate", "eval_mask_rate"):
         value = getattr(r.data, key)

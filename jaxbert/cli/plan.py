@@ -1,0 +1,91 @@
+"""`jaxbert plan`: the largest per-device batch that fits, per remat policy, and the best of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jaxbert.errors import InputError
+
+
+def add_arguments(p):
+    p.add_argument("--recipe", default=None, help="plan this recipe (name or YAML path); default: a bf16 "
+                   "recipe built from --preset and --seq-len")
+    p.add_argument("--preset", default=None, help="model preset (bert-base-uncased, bert-large-uncased, ...)")
+    p.add_argument("--seq-len", type=int, default=None)
+    p.add_argument("--target", default="local", metavar="TOPOLOGY",
+                   help="TPU topology (v4:2x2x1, v5e:2x2; needs the tpu extra) or local (default)")
+    p.add_argument("--hbm", type=float, default=None, metavar="GiB",
+                   help="memory budget per device (default: the device's own)")
+    p.add_argument("--fsdp", action="store_true", help="shard params and optimizer state (parallel.fsdp)")
+    p.add_argument("--policies", nargs="+", default=None, help="remat policies to try (default: none dots full)")
+    p.add_argument("--scan", default="recipe", choices=["recipe", "yes", "no", "both"],
+                   help="layer layouts to try (default: the recipe's scan_layers)")
+    p.add_argument("--start", type=int, default=8, help="first batch compiled")
+    p.add_argument("--max-batch", type=int, default=4096)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override")
+    p.add_argument("--json", type=Path, default=None)
+
+
+def _recipe(args):
+    from jaxbert.train import recipe as recipes
+    overrides = list(args.set)
+    if args.preset:
+        overrides.append(f"model.preset={args.preset}")
+    if args.seq_len:
+        overrides.append(f"data.seq_len={args.seq_len}")
+    if args.fsdp:
+        overrides.append("parallel.fsdp=true")
+    if args.recipe:
+        return recipes.load(args.recipe, overrides)
+    if not args.preset or not args.seq_len:
+        raise InputError("give --recipe, or --preset and --seq-len")
+    data = {"name": f"plan-{args.preset}-{args.seq_len}", "model": {"dtype": "bfloat16"}}
+    for item in overrides:
+        recipes.apply_override(data, item)
+    return recipes.from_dict(data)
+
+
+def run(args) -> int:
+    from jaxbert.train import aot, plan
+    aot.check_target(args.target)
+    r = _recipe(args)
+    cfg = r.bert_config()
+    devices = aot.target_devices(args.target)
+    budget = int(args.hbm * 2**30) if args.hbm else aot.device_hbm_bytes(devices[0])
+    if budget is None:
+        raise InputError(f"--hbm: the memory of {devices[0].device_kind} is unknown; give a budget in GiB")
+    scans = {"recipe": (r.model.scan_layers,), "yes": (True,), "no": (False,), "both": (False, True)}[args.scan]
+    policies = tuple(args.policies) if args.policies else plan.POLICIES
+    print(f"plan {r.name}: {cfg.num_hidden_layers}x{cfg.hidden_size}, T={r.data.seq_len}, "
+          f"{r.model.dtype} compute, fsdp={r.parallel.fsdp}, accum={r.train.accum_steps}; "
+          f"{len(devices)} x {devices[0].device_kind}, budget {budget / 2**30:.2f} GiB per device", flush=True)
+    cands = plan.plan(r, cfg, devices, budget, policies, scans, args.start, args.max_batch,
+                      log=lambda m: print(m, flush=True))
+    choice = plan.best(cands)
+    print("\n" + table(cands, choice))
+    print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
+          f"per_device_batch_size={choice.batch}")
+    if args.json:
+        args.json.write_text(json.dumps({"recipe": r.name, "target": args.target, "budget_bytes": budget,
+                                         "candidates": [_row(c) for c in cands],
+                                         "recommended": _row(choice)}, indent=2) + "\n")
+    return 0
+
+
+def _row(c) -> dict:
+    return {"scan_layers": c.scan_layers, "remat_policy": c.remat_policy, "batch": c.batch,
+            "hbm_bytes": c.fit.hbm if c.fit else None, "over_hbm_bytes": c.over.hbm if c.over else None,
+            "remat_extra_flops": c.remat_extra, "useful_flops": c.useful_flops, "compiles": c.compiles}
+
+
+def table(cands, choice) -> str:
+    lines = ["| scan | remat | largest batch | HBM GiB | batch+1 HBM GiB | FLOPs remat adds | useful TFLOP/step/device | compiles |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in cands:
+        gib = lambda s: f"{s.hbm / 2**30:.2f}" if s else "—"
+        extra = f"{c.remat_extra:+.1%}" if c.remat_extra is not None else "—"
+        mark = " **(recommended)**" if c is choice else ""
+        lines.append(f"| {c.scan_layers} | {c.remat_policy}{mark} | {c.batch} | {gib(c.fit)} | {gib(c.over)} | "
+                     f"{extra} | {c.useful_flops / 1e12:.2f} | {c.compiles} |")
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""Compile the real train step ahead of time for devices that need not be here.
+
+``target_devices("v4:2x2x1")`` returns the abstract devices of a TPU topology
+(libtpu compiles for them on any machine; nothing is allocated or run);
+``"local"`` returns this process's devices. ``compile_train_step`` lowers the
+step exactly as the training loop jits it (MeshRunner shardings, donated
+state) from abstract arguments and reads XLA's per-chip figures:
+``memory_analysis()`` (arguments, outputs, temporaries) and ``cost_analysis()``
+(FLOPs, bytes accessed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxbert.errors import InputError
+from jaxbert.fs import as_path, atomic_write_text
+from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.train.optim import make_optimizer
+from jaxbert.train.parallel import MeshRunner
+from jaxbert.train.recipe import Recipe
+
+TPU_EXTRA = "pip install 'jaxbert[tpu]'"
+# HBM per device (GiB) by device_kind; the first name found in device_kind wins ("TPU v5 lite" is a v5e).
+HBM_GIB = {"TPU v2": 8, "TPU v3": 16, "TPU v4": 32, "TPU v5 lite": 16, "TPU v5e": 16, "TPU v5p": 95,
+           "TPU v5": 95, "TPU v6 lite": 32, "TPU v6e": 32}
+
+
+def build_model(recipe: Recipe, cfg):
+    m = recipe.model
+    return MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
+                                        scan_layers=m.scan_layers, remat_policy=m.remat_policy,
+                                        attention_impl=m.attention_impl)
+
+
+def libtpu_installed() -> bool:
+    return importlib.util.find_spec("libtpu") is not None
+
+
+def check_target(target: str) -> None:
+    """Raises InputError naming the extra to install when `target` needs libtpu and it is missing."""
+    if target != "local" and not libtpu_installed():
+        raise InputError(f"--target {target}: compiling for a TPU needs libtpu, which is not installed; "
+                         f"install the tpu extra: {TPU_EXTRA} (jax[tpu]=={jax.__version__})")
+
+
+def target_devices(target: str) -> list:
+    """The devices to compile for: 'local' (this process's) or a TPU topology name such as v4:2x2x1."""
+    check_target(target)
+    if target == "local":
+        return jax.devices()
+    from jax.experimental import topologies
+    # Off a TPU VM libtpu looks for these and prints warnings; a compile-only client needs neither.
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    try:
+        topo = topologies.get_topology_desc(topology_name=target, platform="tpu")
+    except Exception as e:  # libtpu's own error types; the first line says what it did not like
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise InputError(f"--target {target!r}: not a TPU topology libtpu knows ({first}); "
+                         "examples: v4:2x2x1 (v4-8), v5e:2x2, v5e:4x4") from None
+    return list(topo.devices)
+
+
+def device_hbm_bytes(device) -> int | None:
+    """Memory of one device: the table for TPUs, the runtime's limit for GPUs, None if unknown."""
+    kind = device.device_kind.lower().replace(" ", "")
+    for name, gib in HBM_GIB.items():
+        if name.lower().replace(" ", "") in kind:
+            return gib * 2**30
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # abstract topology devices and some backends have none
+        stats = {}
+    return stats.get("bytes_limit")
+
+
+@dataclasses.dataclass
+class StepCost:
+    """XLA's figures for one compiled step, per chip (bytes, FLOPs, seconds)."""
+    per_device_batch: int
+    hbm: int  # arguments + outputs - aliased (donated) + temporaries
+    arguments: int
+    outputs: int
+    aliased: int
+    temporaries: int
+    flops: float | None  # a scanned step counts its scan body once: comparable only unscanned
+    bytes_accessed: float | None
+    lower_s: float
+    compile_s: float
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float) -> StepCost:
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis() or {}
+    if isinstance(cost, (list, tuple)):  # older jax: one dict per program
+        cost = cost[0] if cost else {}
+    hbm = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes
+           + mem.temp_size_in_bytes)
+    return StepCost(per_device_batch, int(hbm), int(mem.argument_size_in_bytes),
+                    int(mem.output_size_in_bytes), int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes),
+                    cost.get("flops"), cost.get("bytes accessed"), round(lower_s, 2), round(compile_s, 2))
+
+
+def masked_slots(recipe: Recipe) -> int:
+    """M, the masked positions gathered per sequence, as the loop's data sources size it."""
+    d = recipe.data
+    return d.max_predictions or max(1, int(round(d.seq_len * d.mask_rate)))
+
+
+def abstract_batch(recipe: Recipe, global_batch: int, sharding) -> dict:
+    """ShapeDtypeStructs of one train batch [A, B_global, ...] as the loop feeds it."""
+    A, T, M = recipe.train.accum_steps, recipe.data.seq_len, masked_slots(recipe)
+    shapes = {"input_ids": (T, jnp.int32), "token_type_ids": (T, jnp.int32), "attention_mask": (T, jnp.int32),
+              "masked_positions": (M, jnp.int32), "masked_labels": (M, jnp.int32),
+              "masked_weights": (M, jnp.float32)}
+    batch = {k: jax.ShapeDtypeStruct((A, global_batch, n), dt, sharding=sharding) for k, (n, dt) in shapes.items()}
+    if recipe.data.nsp:
+        batch["next_sentence_labels"] = jax.ShapeDtypeStruct((A, global_batch), jnp.int32, sharding=sharding)
+    return batch
+
+
+def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_dir=None) -> StepCost:
+    """Lowers and compiles the loop's train step for `devices` from shapes alone.
+
+    recipe.train.per_device_batch_size is ignored: per_device_batch is compiled.
+    hlo_dir: where to write the optimized HLO text (train_step.hlo.txt), for reading fusions.
+    """
+    model = build_model(recipe, cfg)
+    runner = MeshRunner(recipe.parallel, devices=devices)
+    tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
+    dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
+    runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), dummy, dummy)["params"], tx, schedule)
+    batch = abstract_batch(recipe, per_device_batch * runner.num_devices,
+                           NamedSharding(runner.mesh, P(None, "data")))
+    rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)
+    t0 = time.perf_counter()
+    lowered = runner.compile_train().lower(runner.abstract, batch, rng)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    if hlo_dir is not None:
+        atomic_write_text(as_path(hlo_dir) / "train_step.hlo.txt", compiled.as_text())
+    return cost_of(compiled, per_device_batch, t1 - t0, t2 - t1)

@@ -1,0 +1,175 @@
+"""The batch planner: the largest per-device batch that fits, per remat policy and layer layout.
+
+For each (scan_layers, remat_policy) candidate it compiles the real train step
+(jaxbert.train.aot) from shapes alone and searches the per-device batch:
+memory grows about linearly with the batch, so two compiles predict the
+largest batch that fits and a few more confirm it, the last pair being a
+batch that fits and the batch one larger that does not. Among the candidates
+that fit it recommends the one with the most useful FLOPs per step (the model
+FLOPs formula: masked-only logits, no recomputation) after discounting what
+remat recomputes, i.e. the most useful work per unit of compute.
+
+Recipes may say ``train.per_device_batch_size: auto`` and
+``model.remat_policy: auto``; ``resolve_auto`` plans them for the devices the
+run has and returns the recipe with the choice written in.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Callable
+
+from jaxbert.errors import InputError
+from jaxbert.model.flops import train_flops_per_token
+from jaxbert.train.aot import StepCost, compile_train_step, device_hbm_bytes, masked_slots
+from jaxbert.train.recipe import Recipe
+
+POLICIES = ("none", "dots", "full")
+# What a policy recomputes, as a share of the step's model FLOPs, when no unscanned compile measured it
+# (a scanned step's cost analysis counts its loop body once). full reruns the forward: +1/3.
+REMAT_EXTRA_GUESS = {"none": 0.0, "dots_no_batch": 0.1, "dots": 0.05, "full": 1 / 3}
+
+
+@dataclasses.dataclass
+class Candidate:
+    scan_layers: bool
+    remat_policy: str
+    batch: int  # the largest per-device batch that fits; 0 = not even 1
+    fit: StepCost | None  # the compile at `batch`
+    over: StepCost | None  # the compile at batch + 1 (did not fit); None when max_batch was reached
+    useful_flops: float  # per device per step, model formula
+    remat_extra: float | None  # XLA FLOPs / model FLOPs - 1 (unscanned compiles only)
+    compiles: int
+
+    def score(self) -> float:
+        extra = self.remat_extra if self.remat_extra is not None else REMAT_EXTRA_GUESS.get(self.remat_policy, 0)
+        return self.useful_flops / (1 + max(extra, 0.0))
+
+
+def variant(recipe: Recipe, scan_layers: bool, remat_policy: str, batch: int | None = None) -> Recipe:
+    r = copy.deepcopy(recipe)
+    r.model.scan_layers, r.model.remat_policy = scan_layers, remat_policy
+    if batch is not None:
+        r.train.per_device_batch_size = batch
+    return r
+
+
+def model_flops_per_device(recipe: Recipe, cfg, batch: int) -> float:
+    T = recipe.data.seq_len
+    return train_flops_per_token(cfg, T, masked_slots(recipe) / T) * batch * T * recipe.train.accum_steps
+
+
+def largest_batch(cost_at: Callable[[int], StepCost], budget: int, start: int = 8,
+                  max_batch: int = 4096) -> tuple[int, dict[int, StepCost]]:
+    """(largest b <= max_batch with cost_at(b).hbm <= budget, every cost compiled on the way)."""
+    seen: dict[int, StepCost] = {}
+
+    def fits(b):
+        if b not in seen:
+            seen[b] = cost_at(b)
+        return seen[b].hbm <= budget
+
+    lo, hi = 0, None  # lo fits (0: nothing yet), hi does not
+    b = min(start, max_batch)
+    for turn in range(64):
+        if fits(b):
+            lo = b
+        else:
+            hi = b
+        if lo == max_batch or (hi is not None and hi - lo <= 1):
+            break
+        b = _next_guess(seen, budget, lo, hi, max_batch, bisect=turn % 3 == 2)
+    return lo, seen
+
+
+def _next_guess(seen, budget, lo, hi, max_batch, bisect: bool) -> int:
+    """Secant on the memory line through the nearest known points; every third turn a plain bisection."""
+    upper = max_batch if hi is None else hi - 1
+    if lo == 0 and hi is not None and hi <= 1:
+        return 1
+    if bisect and hi is not None:
+        return max(lo + 1, min(upper, (lo + hi) // 2))
+    pts = sorted(seen)
+    near = [b for b in pts if b <= lo][-1:] + [b for b in pts if hi is not None and b >= hi][:1]
+    if len(near) < 2:
+        near = pts[-2:] if len(pts) >= 2 else pts
+    if len(near) < 2:  # one point: double or halve to get a second
+        guess = near[0] * 2 if hi is None else near[0] // 2
+    else:
+        (b0, b1), (m0, m1) = near, (seen[near[0]].hbm, seen[near[1]].hbm)
+        slope = (m1 - m0) / (b1 - b0) if b1 != b0 else 0
+        guess = int(b0 + (budget - m0) / slope) if slope > 0 else b1 * 2
+    return max(lo + 1, min(upper, guess))
+
+
+def plan(recipe: Recipe, cfg, devices, budget: int, policies=POLICIES, scans=(True,),
+         start: int = 8, max_batch: int = 4096, log=print) -> list[Candidate]:
+    """A Candidate per (scan, policy), in that order. budget: bytes per device."""
+    out = []
+    for scan in scans:
+        for policy in policies:
+            def cost_at(b, scan=scan, policy=policy):
+                c = compile_train_step(variant(recipe, scan, policy), cfg, devices, b)
+                log(f"  scan={scan} remat={policy} batch {b}: {c.hbm / 2**30:.2f} GiB "
+                    f"({'fits' if c.hbm <= budget else 'over'}; compiled in {c.lower_s + c.compile_s:.0f}s)")
+                return c
+            b, seen = largest_batch(cost_at, budget, start, max_batch)
+            fit = seen.get(b)
+            useful = model_flops_per_device(recipe, cfg, b)
+            extra = None
+            if fit is not None and not scan and fit.flops:
+                extra = fit.flops / useful - 1
+            out.append(Candidate(scan, policy, b, fit, seen.get(b + 1), useful, extra, len(seen)))
+    _share_remat_extra(out)
+    return out
+
+
+def _share_remat_extra(cands: list[Candidate]) -> None:
+    """A scanned candidate recomputes what the unscanned one with its policy measured."""
+    measured = {c.remat_policy: c.remat_extra for c in cands if c.remat_extra is not None}
+    for c in cands:
+        if c.remat_extra is None:
+            c.remat_extra = measured.get(c.remat_policy)
+
+
+def best(cands: list[Candidate]) -> Candidate:
+    fitting = [c for c in cands if c.batch > 0]
+    if not fitting:
+        raise InputError("no candidate fits even one sequence per device; try --fsdp, a shorter seq_len "
+                         "or a larger memory budget")
+    return max(fitting, key=lambda c: (c.score(), c.batch))
+
+
+def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
+    """The recipe with 'auto' batch and remat policy planned for `devices` (unchanged if neither is auto)."""
+    auto_batch = recipe.train.per_device_batch_size == "auto"
+    auto_remat = recipe.model.remat_policy == "auto"
+    if not (auto_batch or auto_remat):
+        return recipe
+    budget = device_hbm_bytes(devices[0])
+    if budget is None:
+        raise InputError(f"train.per_device_batch_size / model.remat_policy 'auto': the memory of "
+                         f"{devices[0].device_kind} is unknown; set them in the recipe")
+    log(f"planning {'batch' if auto_batch else ''}{' and ' if auto_batch and auto_remat else ''}"
+        f"{'remat policy' if auto_remat else ''} for {len(devices)} x {devices[0].device_kind} "
+        f"({budget / 2**30:.1f} GiB each)")
+    if auto_batch:
+        policies = POLICIES if auto_remat else (recipe.model.remat_policy,)
+        choice = best(plan(recipe, cfg, devices, budget, policies, (recipe.model.scan_layers,), log=log))
+    else:  # the batch is fixed: the first policy that fits it, from the one recomputing least
+        b = recipe.train.per_device_batch_size
+        for policy in POLICIES:
+            cost = compile_train_step(variant(recipe, recipe.model.scan_layers, policy), cfg, devices, b)
+            log(f"  remat={policy} batch {b}: {cost.hbm / 2**30:.2f} GiB")
+            if cost.hbm <= budget:
+                choice = Candidate(recipe.model.scan_layers, policy, b, cost, None,
+                                   model_flops_per_device(recipe, cfg, b), None, 1)
+                break
+        else:
+            raise InputError(f"train.per_device_batch_size={b} fits no remat policy in "
+                             f"{budget / 2**30:.1f} GiB per device; lower it or set it to auto")
+    out = variant(recipe, recipe.model.scan_layers, choice.remat_policy, choice.batch)
+    log(f"plan: per_device_batch_size {choice.batch}, remat_policy {choice.remat_policy} "
+        f"({choice.fit.hbm / 2**30:.2f} GiB of {budget / 2**30:.1f})")
+    return out

@@ -1,0 +1,111 @@
+"""The batch planner and compile-for-a-target: jaxbert plan, jaxbert bench --target.
+
+The real-compile test plans a 1-layer model for the local CPU backend; the
+long TPU compiles are benchmarks (jaxbert bench --target), not tests.
+"""
+
+import json
+
+import pytest
+
+from jaxbert.cli.main import main
+from jaxbert.train import aot, plan
+from jaxbert.train import recipe as recipes
+
+TINY = ["model.preset=bert-tiny", "model.config.num_hidden_layers=1", "model.config.hidden_size=32",
+        "model.config.num_attention_heads=2", "model.config.intermediate_size=64",
+        "model.config.vocab_size=256", "data.seq_len=16"]
+
+
+def _fake_cost(hbm: int, b: int) -> aot.StepCost:
+    return aot.StepCost(b, hbm, 0, 0, 0, hbm, None, None, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("base,slope,budget,expected", [
+    (600_000, 70_000, 1_500_000, 12),  # (1.5e6 - 6e5) // 7e4 = 12
+    (600_000, 70_000, 650_000, 0),     # not even one sequence
+    (100, 3, 100 + 3 * 1000, 1000),    # far above the first guess
+    (100, 3, 100 + 3 * 4096 + 50, 4096),  # capped at max_batch
+])
+def test_largest_batch_finds_the_edge_in_few_compiles(base, slope, budget, expected):
+    calls = []
+
+    def cost_at(b):
+        calls.append(b)
+        return _fake_cost(base + slope * b, b)
+
+    b, seen = plan.largest_batch(cost_at, budget, start=8, max_batch=4096)
+    assert b == expected
+    if 0 < b < 4096:
+        assert seen[b].hbm <= budget < seen[b + 1].hbm
+    assert len(calls) == len(set(calls)) <= 12
+
+
+def test_largest_batch_with_a_kink():
+    # Above 20 the step needs a second buffer: the line through small batches overshoots.
+    cost = lambda b: _fake_cost(1000 + 10 * b + (500 if b > 20 else 0), b)
+    b, seen = plan.largest_batch(cost, 1600, start=8)
+    assert b == 20 and seen[21].hbm > 1600
+
+
+def test_plan_on_the_local_backend_picks_a_batch_that_fits_and_one_more_does_not(tmp_path, capsys):
+    budget_gib = 1.5e6 / 2**30
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--target", "local", "--hbm", str(budget_gib), "--policies", "none", "--scan", "no",
+            "--max-batch", "64", "--json", str(out)]
+    for item in TINY:
+        argv += ["--set", item]
+    argv += ["--preset", "bert-tiny", "--seq-len", "16"]
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    budget = result["budget_bytes"]
+    (cand,) = result["candidates"]
+    b = cand["batch"]
+    assert 1 < b < 64, cand  # the budget sits inside the range, so the search had an edge to find
+    assert cand["hbm_bytes"] <= budget < cand["over_hbm_bytes"]
+    assert result["recommended"]["batch"] == b
+    # A compile of our own at b + 1 agrees that it does not fit, and at b that it does.
+    data = {"model": {"dtype": "bfloat16"}}
+    for item in TINY:
+        recipes.apply_override(data, item)
+    r = recipes.from_dict(data)
+    devices = aot.target_devices("local")
+    assert aot.compile_train_step(r, r.bert_config(), devices, b + 1).hbm > budget
+    assert "recommended: scan_layers=False remat_policy=none per_device_batch_size" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("verb", [["bench", "--target", "v4:2x2x1"],
+                                  ["plan", "--preset", "bert-base-uncased", "--seq-len", "128",
+                                   "--target", "v4:2x2x1"]])
+def test_a_tpu_target_without_libtpu_names_the_extra(monkeypatch, capsys, verb):
+    monkeypatch.setattr(aot, "libtpu_installed", lambda: False)
+    assert main(verb) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "libtpu" in err[0] and "pip install 'jaxbert[tpu]'" in err[0]
+
+
+def test_recipe_auto_keys():
+    r = recipes.from_dict({"train": {"per_device_batch_size": "auto"}, "model": {"remat_policy": "auto"}})
+    assert r.train.per_device_batch_size == "auto" and r.model.remat_policy == "auto"
+    with pytest.raises(recipes.RecipeError, match="train.accum_steps"):
+        recipes.from_dict({"train": {"accum_steps": "auto"}})
+
+
+def test_auto_without_a_known_memory_size_is_a_clear_error():
+    import jax
+    r = recipes.from_dict({"train": {"per_device_batch_size": "auto"}})
+    with pytest.raises(recipes.InputError, match="memory of .* is unknown"):
+        plan.resolve_auto(r, r.bert_config(), jax.devices("cpu"), log=lambda m: None)
+
+
+def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeypatch, capsys):
+    import yaml
+    from _train_util import write_recipe
+    monkeypatch.setattr(plan, "device_hbm_bytes", lambda device: 2**30)  # CPU devices report none
+    recipe = write_recipe(tmp_path / "t.yaml", model={"remat_policy": "auto"},
+                          train={"steps": 2, "log_every": 1, "eval_every": 0})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0
+    assert "plan: per_device_batch_size 8, remat_policy none" in capsys.readouterr().out
+    effective = yaml.safe_load((wd / "recipe.yaml").read_text())
+    assert effective["model"]["remat_policy"] == "none" and effective["train"]["per_device_batch_size"] == 8
