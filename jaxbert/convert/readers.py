@@ -21,6 +21,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
+from jaxbert.errors import require
 from jaxbert.model.params import iter_flat
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
@@ -73,11 +74,7 @@ class SafetensorsSource(Source):
 
 def torch_load(path: Path) -> dict:
     """A PyTorch state dict, loaded weights-only: tensors and plain containers, never code."""
-    try:
-        import torch
-    except ImportError as e:
-        raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch: "
-                              "pip install 'jaxbert[torch]' (or convert it to safetensors first)") from e
+    torch = require("torch", "torch", f"reading the PyTorch checkpoint {path}")
     try:
         # mmap keeps a zip checkpoint on disk until each tensor is read.
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))

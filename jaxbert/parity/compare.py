@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.errors import require
 from jaxbert.model.registry import head
 from jaxbert.parity.grad import GradResult, grad_parity
 
@@ -96,8 +97,8 @@ def _diff(stage, ours, ref, real, tolerance) -> Row:
 
 def torch_model(module, params):
     """The transformers model of ``module``'s class, holding ``params`` (float32, eval mode)."""
-    import torch
-    import transformers
+    torch = require("torch", "torch", "a parity check")
+    transformers = require("transformers", "torch", "a parity check")
 
     name = type(module).__name__
     cfg = transformers.BertConfig(**module.config.to_dict())

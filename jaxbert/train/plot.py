@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxbert.errors import require
 from jaxbert.train.metrics import read_metrics
 
 
 def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     """Writes train and held-out (eval_*) loss and accuracy against step; returns the PNG path."""
-    import matplotlib
+    matplotlib = require("matplotlib", "plot", "plotting curves")
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
