@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import require
+from jaxbert.fs import atomic_write_text
 from jaxbert.model.registry import head
 from jaxbert.parity.grad import GradResult, grad_parity
 
@@ -78,8 +79,7 @@ class ParityReport:
         return out
 
     def write_json(self, path) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=2)
+        atomic_write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
 
 
 def _diff(stage, ours, ref, real, tolerance) -> Row:
