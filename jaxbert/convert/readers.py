@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 from flax import serialization
 
 from jaxbert.errors import require
-from jaxbert.model.params import iter_flat
+from jaxbert.model.params import iter_flat, stacked
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
@@ -152,11 +152,11 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray]]:
     for name, value in tree.items():
         if not isinstance(value, dict):
             yield _as_state_dict_item(path + (name,), np.asarray(value))
-        elif name == "layer" and value and not all(k.isdigit() for k in value):
-            for sub, stacked in iter_flat(value):
-                stacked = np.asarray(stacked)
-                for i in range(stacked.shape[0]):
-                    yield _as_state_dict_item(path + (name, str(i)) + sub, stacked[i])
+        elif name == "layer" and value and stacked(value):
+            for sub, leaf in iter_flat(value):
+                leaf = np.asarray(leaf)
+                for i in range(leaf.shape[0]):
+                    yield _as_state_dict_item(path + (name, str(i)) + sub, leaf[i])
         else:
             yield from _flatten_per_layer(value, path + (name,))
 
