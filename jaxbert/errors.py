@@ -13,6 +13,8 @@ class's ``exit_code``:
 
 from __future__ import annotations
 
+import importlib
+
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_DIVERGED = 0, 1, 2, 3
 
 EXIT_CODES_HELP = ("exit codes: 0 success, 1 a check failed, 2 bad input or usage "
@@ -41,3 +43,11 @@ class Diverged(JaxbertError, RuntimeError):
     """Training produced a non-finite loss or parameter."""
 
     exit_code = EXIT_DIVERGED
+
+
+def require(module: str, extra: str, purpose: str):
+    """Import an optional dependency, or raise an InputError naming the extra that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InputError(f"{purpose} needs {module.split('.')[0]}: pip install 'jaxbert[{extra}]'") from None

@@ -151,8 +151,8 @@ def test_cli_converts_both_ways_and_fails_loudly(tmp_path, capsys):
     assert "initialised (missing from the checkpoint): cls/predictions/bias [99]" in out
     assert "unused: pooler.dense.weight (BertForMaskedLM has no pooler)" in out
     assert cli_main(["convert", str(tmp_path / "hf"), str(tmp_path / "x"), "--to", "hf",
-                     "--model-class", "BertForMaskedLM", "--strict"]) == 1
+                     "--model-class", "BertForMaskedLM", "--strict"]) == 2  # bad input
     assert "missing cls.predictions.bias" in capsys.readouterr().err
-    assert cli_main(["convert", str(tmp_path / "nope"), str(tmp_path / "x"), "--to", "hf"]) == 1
+    assert cli_main(["convert", str(tmp_path / "nope"), str(tmp_path / "x"), "--to", "hf"]) == 2
     assert "nope: no such file or directory" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxbert.data.loader import (DataCompatibilityError, MLMLoader, check_compatible, continuation_table,
-                                  metadata, prefetch_to_device)
+                                  metadata)
 from jaxbert.data.prepare import prepare
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["##s", "##ing", "."]
@@ -173,23 +173,3 @@ def test_compatibility_checks(data):
         MLMLoader(data / "mlm", 4096)
     with pytest.raises(DataCompatibilityError, match="not a prepared dataset"):
         metadata(data / "tok")
-
-
-def test_prefetch_to_device(data):
-    import jax
-
-    loader = MLMLoader(data / "mlm", 8)
-    it = prefetch_to_device(loader, size=2)
-    got = [next(it) for _ in range(3)]
-    assert isinstance(got[0]["input_ids"], jax.Array)
-    for step, batch in enumerate(got):
-        np.testing.assert_array_equal(np.asarray(batch["masked_labels"]), loader.batch_at(step)["masked_labels"])
-
-    def broken():
-        yield loader.batch_at(0)
-        raise RuntimeError("disk went away")
-
-    it = prefetch_to_device(broken())
-    next(it)
-    with pytest.raises(RuntimeError, match="disk went away"):
-        next(it)

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 
+from jaxbert.errors import InputError
 from jaxbert.model.config import preset
 from jaxbert.bench import works
 from jaxbert.bench.convert import run_convert_bench
@@ -57,12 +58,12 @@ class Bench:
         if args.malloc == "tcmalloc":
             lib = find_tcmalloc()
             if lib is None:
-                raise SystemExit("--malloc tcmalloc: libtcmalloc_minimal.so.4 not found in "
+                raise InputError("--malloc tcmalloc: libtcmalloc_minimal.so.4 not found in "
                                  f"{', '.join(TCMALLOC_PATHS)} (Debian/Ubuntu: apt install libtcmalloc-minimal4)")
             self.env["LD_PRELOAD"] = ":".join(filter(None, [self.env.get("LD_PRELOAD"), lib]))
         device = self._worker({"work": "device", "contender": "jaxbert", "repeats": 0})
         if device is None:
-            raise SystemExit("jaxbert bench: a worker process could not start jax (see the line above)")
+            raise InputError("a worker process could not start jax (see the line above)")
         self.device = device["extra"]
 
     def machine(self) -> str:

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxbert.errors import require
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.train.step import TrainState, train_step
@@ -115,8 +116,8 @@ def jax_peak_memory() -> float | None:
 # ---- transformers (PyTorch) ------------------------------------------------------------
 
 def _torch_model(cfg: BertConfig, compile_: bool):
-    import torch
-    import transformers
+    torch = require("torch", "torch", "a PyTorch contender")
+    transformers = require("transformers", "torch", "a PyTorch contender")
     hf_cfg = transformers.BertConfig(**no_dropout(cfg).to_dict())
     hf_cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from jaxbert.bench.harness import Bench, command_line
+from jaxbert.fs import atomic_write_text
 from jaxbert.bench.timing import markdown_table
 
 
@@ -41,9 +42,9 @@ def run(args) -> int:
     table = markdown_table(bench.records)
     print("\n" + table)
     if args.json:
-        args.json.write_text(json.dumps([r.to_json() for r in bench.records], indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps([r.to_json() for r in bench.records], indent=2) + "\n")
     if args.markdown:
-        args.markdown.write_text(f"Machine: {bench.machine()}\n\nCommand: `{command_line(args)}`\n\n{table}\n")
+        atomic_write_text(args.markdown, f"Machine: {bench.machine()}\n\nCommand: `{command_line(args)}`\n\n{table}\n")
     return 0
 
 

@@ -21,7 +21,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
-from jaxbert.model.params import iter_flat
+from jaxbert.errors import require
+from jaxbert.model.params import iter_flat, stacked
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
@@ -73,11 +74,7 @@ class SafetensorsSource(Source):
 
 def torch_load(path: Path) -> dict:
     """A PyTorch state dict, loaded weights-only: tensors and plain containers, never code."""
-    try:
-        import torch
-    except ImportError as e:
-        raise ConversionError(f"{path}: reading a PyTorch checkpoint needs torch: "
-                              "pip install 'jaxbert[torch]' (or convert it to safetensors first)") from e
+    torch = require("torch", "torch", f"reading the PyTorch checkpoint {path}")
     try:
         # mmap keeps a zip checkpoint on disk until each tensor is read.
         obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
@@ -155,11 +152,11 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray]]:
     for name, value in tree.items():
         if not isinstance(value, dict):
             yield _as_state_dict_item(path + (name,), np.asarray(value))
-        elif name == "layer" and value and not all(k.isdigit() for k in value):
-            for sub, stacked in iter_flat(value):
-                stacked = np.asarray(stacked)
-                for i in range(stacked.shape[0]):
-                    yield _as_state_dict_item(path + (name, str(i)) + sub, stacked[i])
+        elif name == "layer" and value and stacked(value):
+            for sub, leaf in iter_flat(value):
+                leaf = np.asarray(leaf)
+                for i in range(leaf.shape[0]):
+                    yield _as_state_dict_item(path + (name, str(i)) + sub, leaf[i])
         else:
             yield from _flatten_per_layer(value, path + (name,))
 

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig
 from jaxbert.model.params import flatten, is_scanned, unflatten
 from jaxbert.model.registry import head
@@ -105,9 +106,7 @@ def hf_config(config: BertConfig, model_class: str, dtype_name: str | None) -> d
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _dtype_name(flat: dict) -> str | None:

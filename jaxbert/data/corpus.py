@@ -19,6 +19,7 @@ from typing import Iterator
 
 from jaxbert.data.embedded import default_corpus_size, default_documents
 from jaxbert.data.stats import CorpusError, SourceStats
+from jaxbert.errors import require
 
 TEXT_SUFFIXES = {".txt", ".text"}
 JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
@@ -132,11 +133,8 @@ def _jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
 
 
 def _arrow_documents(path: Path, kind: str, text_field: str) -> Iterator[tuple[str, int]]:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise CorpusError(f"reading {path} needs pyarrow: pip install pyarrow") from None
+    pa = require("pyarrow", "data", f"reading {path}")
+    pq = require("pyarrow.parquet", "data", f"reading {path}")
 
     size = path.stat().st_size
     if kind == "parquet":

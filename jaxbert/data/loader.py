@@ -12,15 +12,12 @@ exactly what an uninterrupted one would have produced.
 from __future__ import annotations
 
 import json
-import queue
-import threading
 from pathlib import Path
 
 import numpy as np
 
 from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
 from jaxbert.errors import InputError
-import jax
 
 SUPPORTED_FORMAT_VERSIONS = (1,)
 
@@ -162,11 +159,6 @@ class MLMLoader:
         self.step += 1
         return batch
 
-    def epoch_batches(self, epoch: int = 0):
-        """The steps_per_epoch batches of one epoch (e.g. for evaluation); leaves `step` alone."""
-        for j in range(self.steps_per_epoch):
-            yield self.batch_at(epoch * self.steps_per_epoch + j)
-
     def example_indices(self, step: int) -> np.ndarray:
         """int [B]: indices into the split of the rows this process reads at `step`."""
         epoch, j = divmod(int(step), self.steps_per_epoch)
@@ -210,52 +202,3 @@ class MLMLoader:
         else:
             batch["token_type_ids"] = np.zeros_like(ids)
         return batch
-
-
-def prefetch_to_device(iterator, size: int = 2, sharding=None):
-    """Yield batches already on device, `size` ahead, produced and transferred in a thread.
-
-    `sharding`: None (default device), a jax.sharding.Sharding for every array, or a dict of
-    them by key. With several JAX processes each one passes its local rows and gets global
-    arrays (jax.make_array_from_process_local_data).
-    """
-
-    def put(batch):
-        if sharding is None:
-            return jax.device_put(batch)
-        shard_of = (lambda k: sharding[k]) if isinstance(sharding, dict) else (lambda k: sharding)
-        if jax.process_count() > 1:
-            return {k: jax.make_array_from_process_local_data(shard_of(k), v) for k, v in batch.items()}
-        return {k: jax.device_put(v, shard_of(k)) for k, v in batch.items()}
-
-    q: queue.Queue = queue.Queue(maxsize=size)
-    stop = threading.Event()
-    done = object()
-
-    def produce():
-        try:
-            for batch in iterator:
-                item = put(batch)
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as e:  # handed to the consumer, raised there
-            q.put(e)
-
-    threading.Thread(target=produce, daemon=True, name="prefetch_to_device").start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from jaxbert.errors import InputError
+from jaxbert.fs import atomic_write_text
 from jaxbert.data.corpus import iter_documents
 
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
@@ -140,13 +140,6 @@ def tokenizer_hash(tok: Tokenizer | str | os.PathLike) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase: bool,
                         model_max_length: int = 512) -> Path:
     """Write tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json."""
@@ -159,10 +152,10 @@ def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "tokenize_chinese_chars": True,
               "strip_accents": None, "model_max_length": model_max_length,
               "clean_up_tokenization_spaces": True, **specials}
-    _atomic_write(out / "tokenizer.json", tok.to_str(pretty=True))
-    _atomic_write(out / "vocab.txt", "".join(t + "\n" for t, _ in vocab))
-    _atomic_write(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
-    _atomic_write(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
+    atomic_write_text(out / "tokenizer.json", tok.to_str(pretty=True))
+    atomic_write_text(out / "vocab.txt", "".join(t + "\n" for t, _ in vocab))
+    atomic_write_text(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
     return out
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxbert.errors import InputError
+from jaxbert.fs import atomic_write_text
 
 ACTIVATIONS = (
     "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
@@ -178,7 +179,7 @@ class BertConfig:
             raise ConfigError(f"{path}: {e}") from e
 
     def to_json_file(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path) -> "BertConfig":

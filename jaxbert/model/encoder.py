@@ -65,9 +65,11 @@ class BertEmbeddings(BertModule):
 class BertSelfOutput(BertModule):
     """dense -> dropout -> residual add -> LayerNorm."""
 
+    axes = ("heads", "embed")  # logical axes of the dense kernel (a class constant, not a field)
+
     @nn.compact
     def __call__(self, hidden_states, input_tensor, deterministic=True):
-        x = self.dense(self.config.hidden_size, ("heads", "embed"), "dense")(hidden_states)
+        x = self.dense(self.config.hidden_size, self.axes, "dense")(hidden_states)
         x = nn.Dropout(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
         return self.layer_norm()(x + input_tensor)
 
@@ -93,12 +95,10 @@ class BertIntermediate(BertModule):
         return ACT_FNS[self.config.hidden_act](x)
 
 
-class BertOutput(BertModule):
-    @nn.compact
-    def __call__(self, hidden_states, input_tensor, deterministic=True):
-        x = self.dense(self.config.hidden_size, ("mlp", "embed"), "dense")(hidden_states)
-        x = nn.Dropout(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
-        return self.layer_norm()(x + input_tensor)
+class BertOutput(BertSelfOutput):
+    """The feed-forward block's dense(I -> H) -> dropout -> residual add -> LayerNorm."""
+
+    axes = ("mlp", "embed")
 
 
 class BertLayer(BertModule):

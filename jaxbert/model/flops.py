@@ -1,4 +1,4 @@
-"""Model FLOPs for MFU, as DESIGN.md states them (Kaplan et al.; PaLM appendix B)."""
+"""Model FLOPs for MFU: 6 N + 12 L H T + 6 (H V + H^2) f per trained token (Kaplan et al.; PaLM appendix B)."""
 
 from __future__ import annotations
 

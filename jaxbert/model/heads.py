@@ -155,16 +155,34 @@ class _PreTrainingHeads(BertModule):
         return mlm, nsp
 
 
-class BertForNextSentencePrediction(BertPreTrainedModel):
-    """logits [B, 2]: 0 = B follows A, 1 = B is random."""
+class _EncoderHead(BertPreTrainedModel):
+    """A head on the encoder's output; the registry says whether the encoder has a pooler."""
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
                  output_attentions: bool = False):
-        out = self._bert(True)(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
-                               deterministic=deterministic, output_hidden_states=output_hidden_states,
-                               output_attentions=output_attentions)
+        bert = self._bert(HEADS[type(self).__name__].pooler)
+        out = bert(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
+                   deterministic=deterministic, output_hidden_states=output_hidden_states,
+                   output_attentions=output_attentions)
+        return self.head(out, deterministic)
+
+    def head(self, out: ModelOutput, deterministic: bool) -> ModelOutput:
+        raise NotImplementedError
+
+    def classify(self, x, features, deterministic):
+        """dropout(classifier_dropout or hidden_dropout) -> Dense 'classifier'."""
+        cfg = self.config
+        rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
+        x = nn.Dropout(rate)(x, deterministic=deterministic)
+        return self.dense(features, ("embed", None), "classifier")(x)
+
+
+class BertForNextSentencePrediction(_EncoderHead):
+    """logits [B, 2]: 0 = B follows A, 1 = B is random."""
+
+    def head(self, out, deterministic):
         logits = _OnlyNSPHead(**self.options(), name="cls")(out.pooler_output)
         return out.replace(logits=logits, seq_relationship_logits=logits)
 
@@ -175,43 +193,21 @@ class _OnlyNSPHead(BertModule):
         return self.dense(2, ("embed", None), "seq_relationship")(pooled)
 
 
-class _ClassifierHead(BertPreTrainedModel):
-    """dropout(classifier_dropout or hidden_dropout) -> Dense 'classifier'."""
-
-    def classify(self, x, features, deterministic):
-        cfg = self.config
-        rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
-        x = nn.Dropout(rate)(x, deterministic=deterministic)
-        return self.dense(features, ("embed", None), "classifier")(x)
-
-
-class BertForSequenceClassification(_ClassifierHead):
+class BertForSequenceClassification(_EncoderHead):
     """Pooled output -> logits [B, num_labels]."""
 
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
-                 head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
-        out = self._bert(True)(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
-                               deterministic=deterministic, output_hidden_states=output_hidden_states,
-                               output_attentions=output_attentions)
+    def head(self, out, deterministic):
         return out.replace(logits=self.classify(out.pooler_output, self.config.num_labels, deterministic))
 
 
-class BertForTokenClassification(_ClassifierHead):
+class BertForTokenClassification(_EncoderHead):
     """Every token -> logits [B, L, num_labels]; no pooler."""
 
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
-                 head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
-        out = self._bert(False)(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
-                                deterministic=deterministic, output_hidden_states=output_hidden_states,
-                                output_attentions=output_attentions)
+    def head(self, out, deterministic):
         return out.replace(logits=self.classify(out.last_hidden_state, self.config.num_labels, deterministic))
 
 
-class BertForMultipleChoice(_ClassifierHead):
+class BertForMultipleChoice(_EncoderHead):
     """Inputs [B, C, L] (C choices) -> logits [B, C]."""
 
     @nn.compact
@@ -228,16 +224,10 @@ class BertForMultipleChoice(_ClassifierHead):
         return out.replace(logits=logits)
 
 
-class BertForQuestionAnswering(BertPreTrainedModel):
+class BertForQuestionAnswering(_EncoderHead):
     """Span extraction: start_logits, end_logits [B, L]; no pooler."""
 
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
-                 head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
-        out = self._bert(False)(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
-                                deterministic=deterministic, output_hidden_states=output_hidden_states,
-                                output_attentions=output_attentions)
+    def head(self, out, deterministic):
         # transformers sizes qa_outputs by num_labels (2 in practice) and reads columns 0 and 1.
         logits = self.dense(self.config.num_labels, ("embed", None), "qa_outputs")(out.last_hidden_state)
         start, end = logits[..., 0], logits[..., 1]

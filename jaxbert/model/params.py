@@ -23,20 +23,26 @@ def iter_flat(tree: Mapping, path: tuple = ()) -> Iterator[tuple[tuple, object]]
             yield path + (name,), value
 
 
-def flatten(tree: Mapping) -> dict:
-    """Nested mapping -> {path tuple: leaf}."""
-    return dict(iter_flat(tree))
+def flatten(tree: Mapping, sep: str | None = None) -> dict:
+    """Nested mapping -> {path tuple: leaf}, or {'a/b/c': leaf} with ``sep='/'``."""
+    return {(sep.join(p) if sep else p): v for p, v in iter_flat(tree)}
 
 
-def unflatten(flat: Mapping) -> dict:
-    """{path tuple: leaf} -> nested dicts."""
+def unflatten(flat: Mapping, sep: str | None = None) -> dict:
+    """{path tuple: leaf} (or {'a/b/c': leaf} with ``sep``) -> nested dicts."""
     tree: dict = {}
     for path, value in flat.items():
+        path = tuple(path.split(sep)) if sep else path
         node = tree
         for name in path[:-1]:
             node = node.setdefault(name, {})
         node[path[-1]] = value
     return tree
+
+
+def stacked(layer: Mapping) -> bool:
+    """Whether one encoder's 'layer' dict is the scanned stack (no '0', '1', ... level)."""
+    return not all(str(k).isdigit() for k in layer)
 
 
 def _find_layer_parent(tree: dict, path=()):
@@ -60,7 +66,7 @@ def _map_encoders(params, fn):
 def unscan_params(params: dict) -> dict:
     """Scanned layout (one 'layer' dict, leading layer axis) -> {'0': ..., '1': ...}."""
     def split(layer):
-        if all(k.isdigit() for k in layer):
+        if not stacked(layer):
             return layer  # already per-layer
         n = jax.tree_util.tree_leaves(layer)[0].shape[0]
         return {str(i): jax.tree_util.tree_map(lambda x, i=i: x[i], layer) for i in range(n)}
@@ -70,7 +76,7 @@ def unscan_params(params: dict) -> dict:
 def scan_params(params: dict) -> dict:
     """Per-layer layout {'0': ..., '1': ...} -> scanned (leading layer axis)."""
     def stack(layer):
-        if not all(k.isdigit() for k in layer):
+        if stacked(layer):
             return layer  # already scanned
         layers = [layer[str(i)] for i in range(len(layer))]
         return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *layers)
@@ -79,4 +85,4 @@ def scan_params(params: dict) -> dict:
 
 def is_scanned(params) -> bool:
     """Whether an encoder's 'layer' dict is stacked (no '0', '1', ... level); False without layers."""
-    return any(not all(k.isdigit() for k in enc["layer"]) for _, enc in _find_layer_parent(params))
+    return any(stacked(enc["layer"]) for _, enc in _find_layer_parent(params))

@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.errors import require
+from jaxbert.fs import atomic_write_text
 from jaxbert.model.registry import head
 from jaxbert.parity.grad import GradResult, grad_parity
 
@@ -77,8 +79,7 @@ class ParityReport:
         return out
 
     def write_json(self, path) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f, indent=2)
+        atomic_write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
 
 
 def _diff(stage, ours, ref, real, tolerance) -> Row:
@@ -96,8 +97,8 @@ def _diff(stage, ours, ref, real, tolerance) -> Row:
 
 def torch_model(module, params):
     """The transformers model of ``module``'s class, holding ``params`` (float32, eval mode)."""
-    import torch
-    import transformers
+    torch = require("torch", "torch", "a parity check")
+    transformers = require("transformers", "torch", "a parity check")
 
     name = type(module).__name__
     cfg = transformers.BertConfig(**module.config.to_dict())

@@ -23,8 +23,8 @@ from tqdm import tqdm
 from jaxbert.train import parallel, plan, sources
 from jaxbert.train.aot import build_model  # noqa: F401  (also imported from here by callers)
 from jaxbert.train.checkpoint import Checkpoints
-from jaxbert.model.flops import peak_flops
-from jaxbert.train.metrics import MetricsWriter, flops_per_token
+from jaxbert.model.flops import peak_flops, train_flops_per_token
+from jaxbert.train.metrics import MetricsWriter
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import Recipe, save_effective
 from jaxbert.train.step import summarize
@@ -102,7 +102,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     train_fn, eval_fn = runner.compile_train(), runner.compile_eval(model.apply)
     tokens_per_step = parallel.global_batch_size(recipe, runner) * recipe.data.seq_len
     m_frac = (recipe.data.max_predictions or round(recipe.data.seq_len * recipe.data.mask_rate)) / recipe.data.seq_len
-    flops = flops_per_token(cfg, runner.abstract.params, recipe.data.seq_len, m_frac)
+    flops = train_flops_per_token(cfg, recipe.data.seq_len, m_frac)
     peak = peak_flops(jax.devices()[0].device_kind)
     writer = MetricsWriter(workdir, active=primary)
     stop = _SigtermFlag()

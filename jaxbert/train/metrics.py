@@ -1,25 +1,16 @@
-"""Metric sinks for a training workdir, and the FLOPs estimate behind MFU.
+"""Metric sinks for a training workdir: metrics.jsonl and TensorBoard event files.
 
 ``MetricsWriter`` appends one JSON object per line to WORKDIR/metrics.jsonl and
 writes the same scalars as TensorBoard event files under WORKDIR/tensorboard
-(a TFRecord of Event protos, encoded here so that neither TensorFlow nor
-tensorboard is a dependency).
+(with tensorboardX: neither TensorFlow nor tensorboard is a dependency).
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import struct
-import time
 from pathlib import Path
 
-from jaxbert.model.flops import train_flops_per_token
-
-def flops_per_token(cfg, params, seq_len: int, masked_fraction: float) -> float:
-    """Training FLOPs per token (DESIGN.md); ``params`` is unused, kept for callers."""
-    del params
-    return train_flops_per_token(cfg, seq_len, masked_fraction)
+from tensorboardX import SummaryWriter
 
 
 class MetricsWriter:
@@ -31,18 +22,15 @@ class MetricsWriter:
             return
         workdir = Path(workdir)
         self._jsonl = open(workdir / "metrics.jsonl", "a", buffering=1)
-        tb = workdir / "tensorboard"
-        tb.mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
-        self._events = open(tb / name, "ab")
-        self._record(_event(time.time(), 0, file_version="brain.Event:2"))
+        self._events = SummaryWriter(str(workdir / "tensorboard"), flush_secs=30)
 
     def write(self, step: int, scalars: dict) -> None:
         if not self.active:
             return
         self._jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
-        values = {k: v for k, v in scalars.items() if isinstance(v, (int, float))}
-        self._record(_event(time.time(), step, values=values))
+        for key, value in scalars.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._events.add_scalar(key, value, step)
         self._events.flush()
 
     def close(self) -> None:
@@ -50,63 +38,9 @@ class MetricsWriter:
             self._jsonl.close()
             self._events.close()
 
-    def _record(self, data: bytes) -> None:
-        header = struct.pack("<Q", len(data))
-        self._events.write(header + struct.pack("<I", _masked_crc(header)) + data
-                           + struct.pack("<I", _masked_crc(data)))
-
 
 def read_metrics(workdir: str | Path) -> list[dict]:
     path = Path(workdir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-# ---- TensorBoard event encoding (protobuf wire format by hand) -------------
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, n = n & 0x7F, n >> 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:  # length-delimited field
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _event(wall_time: float, step: int, values: dict | None = None, file_version: str | None = None) -> bytes:
-    # Event: 1 wall_time (double), 2 step (int64), 3 file_version, 5 summary.
-    out = b"\x09" + struct.pack("<d", wall_time) + b"\x10" + _varint(step)
-    if file_version:
-        out += _field(3, file_version.encode())
-    if values:
-        # Summary.value (1) -> Value: 1 tag, 2 simple_value (float32).
-        summary = b"".join(_field(1, _field(1, k.encode()) + b"\x15" + struct.pack("<f", v))
-                           for k, v in values.items())
-        out += _field(5, summary)
-    return out
-
-
-def _crc_table() -> list[int]:
-    table = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1  # CRC-32C (Castagnoli)
-        table.append(crc)
-    return table
-
-
-_TABLE = _crc_table()
-
-
-def _masked_crc(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxbert.data.tokenizer import load_tokenizer
+from jaxbert.fs import atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.train.export import export_params
 from jaxbert.train.fill_mask import fill_mask, format_predictions
@@ -27,6 +28,6 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         tok = load_tokenizer(tokenizer_dir)
         mlm = BertForMaskedLM(model.config, scan_layers=recipe.model.scan_layers)
         lines = [format_predictions(t, fill_mask(mlm, params, tok, t)) for t in o.fill_mask]
-        (workdir / "fill_mask.txt").write_text("\n".join(lines) + "\n")
+        atomic_write_text(workdir / "fill_mask.txt", "\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))
     return out

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+from jaxbert.errors import require
+from jaxbert.fs import atomic_write_bytes
 from jaxbert.train.metrics import read_metrics
 
 
 def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     """Writes train and held-out (eval_*) loss and accuracy against step; returns the PNG path."""
-    import matplotlib
+    matplotlib = require("matplotlib", "plot", "plotting curves")
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
@@ -32,7 +35,8 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
         ax.legend()
     fig.suptitle(Path(workdir).resolve().name)
     fig.tight_layout()
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    return tmp.replace(out)
+    atomic_write_bytes(out, png.getvalue())
+    return out

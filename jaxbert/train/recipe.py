@@ -20,6 +20,7 @@ import yaml
 
 from jaxbert.model.config import BertConfig, ConfigError
 from jaxbert.errors import InputError
+from jaxbert.fs import atomic_write_text
 
 DEFAULT_RECIPE = "tiny-demo"
 BERT_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
@@ -268,6 +269,5 @@ def save_effective(recipe: Recipe, workdir: str | Path) -> Path:
     """Writes the recipe as run (overrides applied) to WORKDIR/recipe.yaml."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    tmp = workdir / "recipe.yaml.tmp"
-    tmp.write_text(yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    return tmp.replace(workdir / "recipe.yaml")
+    atomic_write_text(workdir / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
+    return workdir / "recipe.yaml"

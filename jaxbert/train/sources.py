@@ -38,14 +38,12 @@ class SyntheticMLM:
 
     def __init__(self, vocab_size: int, batch_size: int, seq_len: int, *, seed: int = 0,
                  split: str = "train", mask_rate: float = 0.15, max_predictions: int | None = None,
-                 process_index: int = 0, process_count: int = 1, fixed_masking: bool = False,
-                 nsp: bool = False):
+                 process_index: int = 0, process_count: int = 1, nsp: bool = False):
         self.vocab_size, self.batch_size, self.seq_len = vocab_size, batch_size, seq_len
         self.seed, self.mask_rate, self.nsp = seed, mask_rate, nsp
         self.split_id = 0 if split == "train" else 1
         self.max_predictions = max_predictions or max(1, int(round(seq_len * mask_rate)))
         self.process_index, self.process_count = process_index, process_count
-        self.fixed_masking = fixed_masking
         self._batch = 0
 
     def state(self) -> list[int]:
@@ -124,7 +122,7 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
         return SyntheticMLM(vocab_size, batch_size, d.seq_len, seed=seed, split=split,
                             mask_rate=mask_rate, max_predictions=d.max_predictions,
                             process_index=process_index, process_count=process_count,
-                            fixed_masking=fixed_masking, nsp=d.nsp)
+                            nsp=d.nsp)
     return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=mask_rate,
                      max_predictions=d.max_predictions, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,

@@ -13,11 +13,10 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from flax import traverse_util
 
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import InputError
-from jaxbert.model.params import scan_params, unscan_params
+from jaxbert.model.params import flatten, scan_params, unflatten, unscan_params
 
 
 def load_source_params(path: str, model_class: str) -> dict:
@@ -28,9 +27,9 @@ def load_source_params(path: str, model_class: str) -> dict:
                                             return_report=True)
     # from_pretrained initialised the params the checkpoint lacks: drop them, so the
     # run's own initialisation (its seed) fills them and the log names them.
-    flat = traverse_util.flatten_dict(unscan_params(params), sep="/")
+    flat = flatten(unscan_params(params), sep="/")
     missing = set(report.missing_paths)
-    return traverse_util.unflatten_dict(
+    return unflatten(
         {k: v for k, v in flat.items() if k not in missing and not _is_layer_of(k, missing)}, sep="/")
 
 
@@ -47,8 +46,8 @@ def merge(fresh: dict, loaded: dict, scanned: bool, log=print) -> dict:
     A leaf of a different shape is an error naming it. Returns host (NumPy) params
     in fresh's layout (scanned or not).
     """
-    fresh_flat = traverse_util.flatten_dict(unscan_params(fresh) if scanned else fresh, sep="/")
-    loaded_flat = traverse_util.flatten_dict(loaded, sep="/")
+    fresh_flat = flatten(unscan_params(fresh) if scanned else fresh, sep="/")
+    loaded_flat = flatten(loaded, sep="/")
     if "bert/embeddings/word_embeddings/embedding" not in loaded_flat and "embeddings/word_embeddings/embedding" in loaded_flat:
         # A bare BertModel checkpoint has no 'bert/' prefix.
         loaded_flat = {f"bert/{k}": v for k, v in loaded_flat.items()}
@@ -68,5 +67,5 @@ def merge(fresh: dict, loaded: dict, scanned: bool, log=print) -> dict:
         + (f"; freshly initialised {len(kept_fresh)}: {', '.join(kept_fresh[:6])}"
            + (" ..." if len(kept_fresh) > 6 else "") if kept_fresh else "")
         + (f"; ignored {len(ignored)} the model lacks: {', '.join(ignored[:4])}" if ignored else ""))
-    tree = traverse_util.unflatten_dict(out, sep="/")
+    tree = unflatten(out, sep="/")
     return scan_params(tree) if scanned else tree
