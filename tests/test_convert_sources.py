@@ -86,7 +86,7 @@ def test_sharded_write_loads_in_transformers_and_stale_shards_go(mlm, tmp_path):
     for k, v in hf.state_dict().items():
         assert torch.equal(back.state_dict()[k], v), k
     jaxbert.save_pretrained(tmp_path, module, params)  # unsharded over the sharded set
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".jaxbert-output", "config.json", "model.safetensors"]
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
 
 
@@ -151,8 +151,8 @@ def test_cli_converts_both_ways_and_fails_loudly(tmp_path, capsys):
     assert "initialised (missing from the checkpoint): cls/predictions/bias [99]" in out
     assert "unused: pooler.dense.weight (BertForMaskedLM has no pooler)" in out
     assert cli_main(["convert", str(tmp_path / "hf"), str(tmp_path / "x"), "--to", "hf",
-                     "--model-class", "BertForMaskedLM", "--strict"]) == 1
+                     "--model-class", "BertForMaskedLM", "--strict"]) == 2
     assert "missing cls.predictions.bias" in capsys.readouterr().err
-    assert cli_main(["convert", str(tmp_path / "nope"), str(tmp_path / "x"), "--to", "hf"]) == 1
+    assert cli_main(["convert", str(tmp_path / "nope"), str(tmp_path / "x"), "--to", "hf"]) == 2
     assert "nope: no such file or directory" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()

@@ -22,6 +22,8 @@ def add_arguments(p) -> None:
     q.add_argument("--num-workers", type=int, default=None, help="processes (default: every core)")
     q.add_argument("--short-seq-prob", type=float, default=0.1, help="nsp: share of pairs with a shorter target")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--overwrite", action="store_true",
+                   help="replace OUTPUT when it is an earlier prepared dataset (anything else is refused)")
     i = sub.add_parser("inspect", help="print a prepared folder's metadata and its first rows decoded")
     i.add_argument("dir")
     i.add_argument("--rows", type=int, default=2)
@@ -34,7 +36,8 @@ def run(args) -> int:
         meta = prepare(args.input, args.tokenizer, args.output, max_length=args.max_length,
                        format=args.format, validation_fraction=args.validation_fraction,
                        text_field=args.text_field, seed=args.seed, num_workers=args.num_workers,
-                       short_seq_prob=args.short_seq_prob, progress=not args.quiet)
+                       short_seq_prob=args.short_seq_prob, progress=not args.quiet,
+                       overwrite=args.overwrite)
         c, s = meta["counts"], meta["splits"]
         print(f"{args.output}: {c['documents']:,} documents, {c['tokens']:,} tokens -> "
               f"{s['train']['examples']:,} train and {s['validation']['examples']:,} validation rows of "

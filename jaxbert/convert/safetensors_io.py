@@ -10,6 +10,7 @@ model. bf16 uses ml_dtypes, so bf16 tensors round-trip bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -148,7 +149,7 @@ def write_safetensors(path: str | Path, specs: list[tuple[str, tuple, object]],
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with _naming(path), open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(text)) + text)
             names = iter(specs)
             for name, array in tensors:
@@ -165,6 +166,15 @@ def write_safetensors(path: str | Path, specs: list[tuple[str, tuple, object]],
         if tmp.exists():
             tmp.unlink()
     return len(text) + 8 + offset
+
+
+@contextlib.contextmanager
+def _naming(path: Path):
+    """An OSError while writing (disk full, file size limit) names the file being written."""
+    try:
+        yield
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write it: {e.strerror or e}", str(path)) from e
 
 
 def iter_safetensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:

@@ -33,7 +33,7 @@ def parse_size(size: int | str) -> int:
         return size
     m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", str(size))
     if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"max_shard_size {size!r} is not a size such as '5GB' or '500MiB'")
+        raise ConversionError(f"max_shard_size {size!r} is not a size such as '5GB' or '500MiB'")
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 

@@ -23,6 +23,8 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from jaxbert.errors import InputError
+
 
 class Checkpoints:
     def __init__(self, workdir: str | Path, every_steps: int, keep: int, async_save: bool = True,
@@ -105,7 +107,7 @@ def restore_params(workdir: str | Path, step: int | None = None):
     steps = [step] if step is not None else sorted(
         (int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
     if not steps:
-        raise FileNotFoundError(f"no checkpoint in {root}")
+        raise InputError(f"{root}: no checkpoint in it (not a training workdir?)")
     last_error = None
     for s in steps:
         try:
@@ -120,7 +122,7 @@ def restore_params(workdir: str | Path, step: int | None = None):
         except Exception as e:  # noqa: BLE001 - try the one before
             last_error = e
             print(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
-    raise RuntimeError(f"no readable checkpoint in {root}: {last_error}")
+    raise InputError(f"no readable checkpoint in {root}: {type(last_error).__name__}")
 
 
 @contextlib.contextmanager

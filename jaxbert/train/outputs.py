@@ -18,7 +18,7 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
     if o.export:
         from jaxbert.train.export import export_params
         out["export"] = str(export_params(workdir / "hf", model.config, recipe.model.model_class,
-                                          params, tokenizer_dir))
+                                          params, tokenizer_dir, overwrite=True))  # its own earlier export
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
         from jaxbert.train.fill_mask import fill_mask, format_predictions
