@@ -44,13 +44,12 @@ def run(args) -> int:
               f"{meta['max_length']} ({meta['format']}, {meta['dtype']}, vocab {meta['vocab_size']:,})")
         return 0
     import numpy as np
-    from tokenizers import Tokenizer
-
     from jaxbert.data.loader import metadata
+    from jaxbert.data.tokenizer import load_tokenizer
 
     meta = metadata(args.dir)
     print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))
-    tok = Tokenizer.from_file(f"{args.dir}/tokenizer.json")
+    tok = load_tokenizer(f"{args.dir}/tokenizer.json")
     rows = np.load(f"{args.dir}/{meta['splits']['train']['shards'][0]['file']}", mmap_mode="r")
     for row in rows[: args.rows]:
         print(repr(tok.decode(row.tolist(), skip_special_tokens=False)))

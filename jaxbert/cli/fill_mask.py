@@ -12,11 +12,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    try:
-        module, params, tok = load_for_fill_mask(args.model)
-        for text in args.text:
-            print(format_predictions(text, fill_mask(module, params, tok, text, args.top_k)))
-    except (FileNotFoundError, ValueError) as e:
-        print(f"jaxbert fill-mask: {e}")
-        return 2
+    module, params, tok = load_for_fill_mask(args.model)
+    for text in args.text:
+        print(format_predictions(text, fill_mask(module, params, tok, text, args.top_k)))
     return 0

@@ -21,16 +21,21 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from tokenizers import Tokenizer
-
     from jaxbert import BertLMHeadModel, from_pretrained
+    from jaxbert.data.tokenizer import load_tokenizer
+    from jaxbert.errors import InputError
 
+    folder = Path(args.model) if Path(args.model).is_dir() else Path(args.model).parent
+    if not any((folder / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+        raise InputError(f"{folder}: no tokenizer.json or vocab.txt to encode the prompt with")
+    tok = load_tokenizer(folder)  # stored padding/truncation switched off
     model, params = from_pretrained(args.model, model_class=BertLMHeadModel)
-    tok_path = Path(args.model) / "tokenizer.json"
-    if not tok_path.exists():
-        raise SystemExit(f"{args.model}: no tokenizer.json to encode the prompt with")
-    tok = Tokenizer.from_file(str(tok_path))
     encoded = [tok.encode(p).ids[:-1] for p in args.prompt]  # drop the trailing [SEP]
+    limit = model.config.max_position_embeddings
+    for p, e in zip(args.prompt, encoded):
+        if len(e) + args.max_new_tokens > limit:  # a prompt cut short would be continued from the wrong place
+            raise InputError(f"prompt {p[:40]!r}: {len(e)} tokens + --max-new-tokens {args.max_new_tokens} "
+                             f"exceed the model's max_position_embeddings {limit}")
     P = max(map(len, encoded))
     ids = np.array([[0] * (P - len(e)) + e for e in encoded], np.int32)
     mask = (np.arange(P)[None] >= (P - np.array([len(e) for e in encoded]))[:, None]).astype(np.int32)

@@ -27,9 +27,17 @@ def add_arguments(p):
 
 def run(args) -> int:
     from jaxbert.convert import from_pretrained
+    from jaxbert.errors import InputError
     from jaxbert.parity.compare import compare
 
+    if args.max_length < 1:
+        raise InputError(f"--max-length {args.max_length}: must be a positive number of tokens")
     module, params = from_pretrained(args.model, model_class=args.model_class)
+    limit = module.config.max_position_embeddings
+    if args.max_length > limit:
+        print(f"warning: --max-length {args.max_length} exceeds the model's max_position_embeddings {limit}; "
+              f"texts are truncated to {limit} tokens", file=sys.stderr)
+        args.max_length = limit
     tokenizer = find_tokenizer(Path(args.model))
     texts = args.text or DEFAULT_TEXTS
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "

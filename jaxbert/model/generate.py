@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxbert.errors import InputError
+
 
 def init_cache(model, batch: int, max_length: int, encoder_hidden_states=None):
     """Zeroed 'cache' collection for ``model.clone(decode=True)``, sized [batch, max_length]."""
@@ -77,13 +79,13 @@ def generate(model, variables, input_ids, attention_mask=None, *, max_new_tokens
     the real tokens. After eos_token_id a row continues with pad_token_id.
     """
     if not model.config.is_decoder:
-        raise ValueError("generate needs a decoder: config.is_decoder=True (BertLMHeadModel)")
+        raise InputError("generate needs a decoder: config.is_decoder=True (BertLMHeadModel)")
     input_ids = jnp.asarray(input_ids, jnp.int32)
     if input_ids.shape[1] + max_new_tokens > model.config.max_position_embeddings:
-        raise ValueError(f"prompt length {input_ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds "
-                         f"max_position_embeddings {model.config.max_position_embeddings}")
+        raise InputError(f"prompt length {input_ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds the "
+                         f"model's max_position_embeddings {model.config.max_position_embeddings}")
     if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+        raise InputError(f"temperature must be >= 0, got {temperature}")
     if attention_mask is None:
         attention_mask = jnp.ones_like(input_ids)
     if "params" not in variables:

@@ -11,6 +11,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxbert.errors import InputError
+
 
 def load_for_fill_mask(model: str | Path):
     """(module, params, tokenizer) for a model directory or a training workdir."""
@@ -26,7 +28,7 @@ def load_for_fill_mask(model: str | Path):
         cfg = recipe.bert_config(params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0])
         tok_dir = tokenizer_dir_of(recipe, path)
         if tok_dir is None:
-            raise ValueError(f"{path} was trained on synthetic data: it has no tokenizer")
+            raise InputError(f"{path} was trained on synthetic data: it has no tokenizer")
         module = BertForMaskedLM(cfg, scan_layers=recipe.model.scan_layers)
         return module, params, load_tokenizer(tok_dir)
     import jaxbert
@@ -39,10 +41,14 @@ def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list
     from jaxbert.data.tokenizer import special_token_ids
     mask_id = special_token_ids(tokenizer)["mask"]
     enc = tokenizer.encode(text)
+    limit = module.config.max_position_embeddings
+    if len(enc.ids) > limit:  # truncating could drop the very [MASK] asked about
+        raise InputError(f"{text[:40]!r}...: {len(enc.ids)} tokens exceed the model's max_position_embeddings "
+                         f"{limit}; shorten the text")
     ids = np.asarray(enc.ids, np.int32)[None]  # [1, L]
     positions = np.flatnonzero(ids[0] == mask_id).astype(np.int32)[None]  # [1, M]
     if positions.size == 0:
-        raise ValueError(f"no {tokenizer.id_to_token(mask_id)} token in {text!r}")
+        raise InputError(f"no {tokenizer.id_to_token(mask_id)} token in {text!r}")
     logits = module.apply({"params": params}, ids, np.asarray(enc.type_ids, np.int32)[None],
                           attention_mask=np.ones_like(ids), masked_positions=positions).logits
     probs = np.asarray(jax.nn.softmax(logits[0].astype(np.float32), -1))  # [M, V]
