@@ -10,6 +10,7 @@ key=value`` overrides are parsed as YAML scalars and checked the same way.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from importlib import resources
@@ -166,9 +167,11 @@ def _check(value: Any, tp: Any, key: str) -> Any:
         return float(value)
     if tp is float and isinstance(value, str):
         try:  # PyYAML reads 1e-3 (no dot) as a string
-            return float(value)
+            value = float(value)
         except ValueError:
             pass
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"{key}: expected a finite number, got {value!r}")
     ok = isinstance(value, origin or tp) and not (tp in (int, float) and isinstance(value, bool))
     if not ok:
         raise RecipeError(f"{key}: expected {expected}, got {value!r}")
@@ -239,6 +242,8 @@ def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recip
         raise RecipeError(f"cannot read recipe {path}: {e}") from e
     except yaml.YAMLError as e:
         raise RecipeError(f"recipe {path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping of sections, got a YAML {type(data).__name__}")
     data.setdefault("name", path.stem)
     for item in overrides:
         apply_override(data, item)
