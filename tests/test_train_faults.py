@@ -167,3 +167,48 @@ def test_a_stale_lock_is_taken_over_with_a_message(tmp_path):
     assert said == [f"{tmp_path / LOCK_NAME}: took over the stale lock of pid {dead.stdout.strip()} on "
                     f"{socket.gethostname()} (no longer running)"]
     assert (tmp_path / LOCK_NAME).read_text() == ""
+
+
+def test_export_writes_only_where_nothing_is_lost(setup, tmp_path, capsys):
+    from jaxbert.cli.main import main
+    wd = tmp_path / "wd"
+    shutil.copytree(setup["reference"], wd)
+    ckpts = _tree_bytes(wd / "checkpoints")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "letter.txt").write_text("keep me")
+    for dst in (docs, wd, tmp_path):  # user files, the workdir itself, a folder holding the workdir
+        for extra in ([], ["--overwrite"]):
+            assert main(["export", str(wd), str(dst)] + extra) == 2
+            err = capsys.readouterr().err
+            assert "refusing" in err or "overlaps the source" in err, err
+            assert len(err.strip().splitlines()) == 1
+    assert (docs / "letter.txt").read_text() == "keep me" and _tree_bytes(wd / "checkpoints") == ckpts
+    assert main(["export", str(wd), str(tmp_path / "hf")]) == 0
+    assert main(["export", str(wd), str(tmp_path / "hf")]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main(["export", str(wd), str(tmp_path / "hf"), "--overwrite"]) == 0
+    assert main(["export", str(wd), str(wd / "hf-export")]) == 0  # a new folder inside the workdir is fine
+    assert _tree_bytes(wd / "checkpoints") == ckpts
+
+
+_FULL_DISK = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))  # checkpoint files are larger: EFBIG, as on a full disk
+from jaxbert.cli.main import main
+sys.exit(main(["train"] + sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_during_training_is_one_line_exit_2(setup, tmp_path):
+    import subprocess
+    import sys
+    wd = tmp_path / "full"
+    r = subprocess.run([sys.executable, "-c", _FULL_DISK, *_args(setup, wd)], env=setup["env"], timeout=300,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 2, r.stdout
+    # One line from jaxbert. (Orbax logs the failed write as ERROR lines, and tensorstore callbacks may
+    # print "Event loop is closed" tracebacks from its own threads afterwards; none come from jaxbert.)
+    ours = [line for line in r.stdout.splitlines() if line.startswith("jaxbert train: error:")]
+    assert len(ours) == 1 and ours[0].startswith(f"jaxbert train: error: {wd / 'checkpoints'}: cannot write a checkpoint")
+    assert "File Too Large" in ours[0].title() and "/jaxbert/" not in "".join(
+        line for line in r.stdout.splitlines() if line.lstrip().startswith("File "))

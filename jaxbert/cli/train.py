@@ -8,7 +8,6 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 
 from __future__ import annotations
 
-import sys
 
 
 def add_arguments(parser) -> None:
@@ -23,30 +22,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from jaxbert.train.recipe import RecipeError, load
+    from jaxbert.train.recipe import load
     overrides = list(args.overrides)
     for flag, key in ((args.coordinator, "coordinator_address"), (args.num_processes, "num_processes"),
                       (args.process_id, "process_id")):
         if flag is not None:
             overrides.append(f"parallel.{key}={flag}")
-    try:
-        recipe = load(args.config, overrides)
-    except RecipeError as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)
-        return 2
-    from jaxbert.model.config import ConfigError
-    from jaxbert.data.loader import DataCompatibilityError
-    from jaxbert.train.loop import TrainingDiverged, train_and_evaluate
-    from jaxbert.data.tokenizer import TokenizerError
+    recipe = load(args.config, overrides)
+    from jaxbert.train.loop import train_and_evaluate
     workdir = args.workdir or f"runs/{recipe.name}"
-    try:
-        summary = train_and_evaluate(recipe, workdir)
-    except (RecipeError, ConfigError, DataCompatibilityError, TokenizerError) as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)  # bad input, named by the message
-        return 2
-    except TrainingDiverged as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)
-        return 3
+    summary = train_and_evaluate(recipe, workdir)  # errors: one line and an exit code (cli.main)
     ev = summary["eval"]
     if ev:
         print(f"{summary['status']} at step {summary['step']} in {summary['wall_s']:.0f} s: held-out MLM "

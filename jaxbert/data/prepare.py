@@ -185,8 +185,10 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
         raise PrepareError(f"format must be one of {FORMATS}, got {format!r}")
     if not 0.0 <= validation_fraction < 1.0:
         raise PrepareError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
-    if max_length < (3 if format == "mlm" else 5) or max_length > 65535:
-        raise PrepareError(f"max_length {max_length} is out of range for format {format!r}")
+    low = 3 if format == "mlm" else 5
+    if max_length < low or max_length > 65535:
+        raise PrepareError(f"max_length {max_length} is out of range for format {format!r}: "
+                           f"expected {low} to 65535 tokens")
     tok = load_tokenizer(tokenizer)
     specials = special_token_ids(tok, tokenizer)
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
@@ -209,23 +211,25 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
                    for s in SPLITS}
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress,
                    file=sys.stderr, dynamic_ncols=True)
-        for res in _run(_chunks(corpus), config, num_workers):
-            for split, w in writers.items():
-                if nsp:
-                    rows, a_len, labels, ntok, ndocs = res[split]
-                    w.add(rows, np.stack([a_len, labels], 1).astype(np.uint16))
-                    w.random_next += int(labels.sum())
-                else:
-                    tokens, lengths = res[split]
-                    w.add(packers[split].add(tokens, lengths))
-                    ntok, ndocs = int(lengths.sum()), int((lengths > 0).sum())
-                w.tokens += ntok
-                w.documents += ndocs
-            bar.update(res["units"])
-            bar.set_postfix(docs=sum(w.documents for w in writers.values()),
-                            rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
-        bar.update(max(0, total - bar.n))
-        bar.close()
+        try:
+            for res in _run(_chunks(corpus), config, num_workers):
+                for split, w in writers.items():
+                    if nsp:
+                        rows, a_len, labels, ntok, ndocs = res[split]
+                        w.add(rows, np.stack([a_len, labels], 1).astype(np.uint16))
+                        w.random_next += int(labels.sum())
+                    else:
+                        tokens, lengths = res[split]
+                        w.add(packers[split].add(tokens, lengths))
+                        ntok, ndocs = int(lengths.sum()), int((lengths > 0).sum())
+                    w.tokens += ntok
+                    w.documents += ndocs
+                bar.update(res["units"])
+                bar.set_postfix(docs=sum(w.documents for w in writers.values()),
+                                rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
+            bar.update(max(0, total - bar.n))
+        finally:  # a failure's message then starts on a line of its own
+            bar.close()
         if not nsp:
             for split, w in writers.items():
                 w.add(packers[split].finish())

@@ -26,6 +26,24 @@ from jax.experimental import multihost_utils
 from jaxbert.errors import InputError
 
 
+class CheckpointWriteError(InputError):
+    """A checkpoint could not be written (disk full, file size limit, permissions)."""
+
+
+class _OneLine(logging.Filter):
+    """Orbax logs a failed background write with its traceback, then raises it to us, and
+    we report it as one line: the log keeps the message and drops the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.exc_info:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+if not any(isinstance(f, _OneLine) for f in logging.getLogger("absl").filters):
+    logging.getLogger("absl").addFilter(_OneLine())
+
+
 class RecipeMismatch(InputError):
     """A readable checkpoint made with a recipe whose model or optimizer does not fit this one."""
 
@@ -76,7 +94,8 @@ class Checkpoints:
         if step in self._mngr.all_steps():
             return  # already saved (e.g. a SIGTERM right after a periodic save)
         args = ocp.args.Composite(state=ocp.args.StandardSave(tree), meta=ocp.args.JsonSave(meta))
-        self._mngr.save(step, args=args, force=True)
+        with self._writing():
+            self._mngr.save(step, args=args, force=True)
 
     def restore_latest(self, abstract_tree, recipe: dict | None = None) -> tuple[int, dict, dict] | None:
         """(step, tree, meta) of the newest readable checkpoint, or None when there is none.
@@ -137,11 +156,27 @@ class Checkpoints:
         self._mngr = self._open()
 
     def wait(self) -> None:
-        self._mngr.wait_until_finished()
+        with self._writing():
+            self._mngr.wait_until_finished()
 
     def close(self) -> None:
-        self._mngr.wait_until_finished()
-        self._mngr.close()
+        try:
+            self.wait()
+        finally:
+            self._mngr.close()
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A failed (background) write, e.g. a full disk, as one line naming the folder."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise ValueError, OSError, ...
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if len(first) > 300:  # keep the start (what) and the end (why: the OS error)
+                first = f"{first[:120]} ... {first[-160:]}"
+            raise CheckpointWriteError(
+                f"{self.directory}: cannot write a checkpoint ({first}); make room or fix the folder and run "
+                "again: the run resumes from its last complete checkpoint") from e
 
 
 def restore_params(workdir: str | Path, step: int | None = None):

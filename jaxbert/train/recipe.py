@@ -215,6 +215,7 @@ def _validate(r: Recipe) -> None:
         raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
+    r.bert_config()  # model.preset and model.config checked now, before any data is prepared
 
 
 def from_dict(data: dict) -> Recipe:
