@@ -6,7 +6,6 @@ or the library call that the verbs share.
 
 import json
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -240,13 +239,7 @@ def test_index_shard_names_stay_inside_the_folder(sharded, tmp_path, capsys, nam
     outside = tmp_path / "x.safetensors"
     outside.write_bytes((sharded / sorted(f for f in os.listdir(sharded) if f.startswith("model-"))[0]).read_bytes())
     name = str(outside) if name == "ABSOLUTE" else name
-    first = {}
-
-    def rewrite(wm):
-        k = next(iter(wm))
-        first[k] = wm[k]
-        return {**wm, k: name}
-    d = _with_index(sharded, tmp_path / "d", rewrite)
+    d = _with_index(sharded, tmp_path / "d", lambda wm: {**wm, next(iter(wm)): name})
     assert main(["convert", str(d), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, "outside its folder", name)
 
