@@ -70,15 +70,22 @@ def output_kind(path: PathLike) -> str | None:
         return None
 
 
+def _real(p: epath.Path) -> str:
+    s = os.fspath(p)
+    return s.rstrip("/") if is_url(s) else os.path.realpath(s)
+
+
 def _same_or_inside(a: epath.Path, b: epath.Path) -> bool:
-    a, b = os.fspath(a).rstrip("/"), os.fspath(b).rstrip("/")
-    return a == b or a.startswith(b + "/")
+    a, b = _real(a), _real(b)
+    return a == b or a.startswith(b.rstrip("/") + "/")
 
 
 def check_destination(dst: PathLike, kind: str, overwrite: bool = False, sources: tuple = ()) -> epath.Path:
     """Raise InputError unless dst may receive a new `kind` output; return it as a Path."""
     dst = as_path(dst)
     for src in sources:
+        if src is None:
+            continue
         src = as_path(src)
         if _same_or_inside(dst, src) or _same_or_inside(src, dst):
             raise InputError(f"{dst}: the destination overlaps the source {src}; choose another destination")
@@ -94,7 +101,8 @@ def check_destination(dst: PathLike, kind: str, overwrite: bool = False, sources
         what = f"a jaxbert {found} output" if found else f"files jaxbert did not write ({', '.join(entries[:3])})"
         raise InputError(f"{dst}: holds {what}; refusing to replace it with a {kind} output")
     if not overwrite:
-        raise InputError(f"{dst}: holds an earlier jaxbert {kind} output; pass --overwrite to replace it")
+        raise InputError(f"{dst}: holds an earlier jaxbert {kind} output; pass --overwrite to replace it "
+                         "(or choose a new destination)")
     return dst
 
 

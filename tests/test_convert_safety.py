@@ -97,4 +97,4 @@ def test_failed_write_leaves_the_old_file(hf_dir, tmp_path):
     with pytest.raises(ConversionError, match=r"pooler/dense/kernel: params \[3, 3\], BertModel expects \[32, 32\]"):
         jaxbert.save_pretrained(tmp_path, module, broken)
     assert (tmp_path / "model.safetensors").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".jaxbert-output", "config.json", "model.safetensors"]

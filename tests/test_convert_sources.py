@@ -86,7 +86,7 @@ def test_sharded_write_loads_in_transformers_and_stale_shards_go(mlm, tmp_path):
     for k, v in hf.state_dict().items():
         assert torch.equal(back.state_dict()[k], v), k
     jaxbert.save_pretrained(tmp_path, module, params)  # unsharded over the sharded set
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".jaxbert-output", "config.json", "model.safetensors"]
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
 
 

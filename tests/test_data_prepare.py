@@ -11,6 +11,7 @@ from jaxbert.data.corpus import CorpusError
 from jaxbert.data.packing import MLMPacker, fit_pair, nsp_examples, split_sentences
 from jaxbert.data.prepare import is_validation, prepare
 from jaxbert.data.tokenizer import TokenizerError
+from jaxbert.errors import InputError
 
 # [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, a..z = 5..30, ##s=31, ##ing=32, .=33
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["##s", "##ing", "."]
@@ -149,7 +150,7 @@ def test_prepare_is_deterministic_for_any_worker_count(vocab, tmp_path, monkeypa
         files = sorted(p.name for p in (tmp_path / name).iterdir())
         outs.append({f: (tmp_path / name / f).read_bytes() for f in files})
     assert outs[0] == outs[1] == outs[2]
-    assert set(outs[0]) == {"metadata.json", "tokenizer.json", "train-00000.npy", "train-00000-pairs.npy",
+    assert set(outs[0]) == {".jaxbert-output", "metadata.json", "tokenizer.json", "train-00000.npy", "train-00000-pairs.npy",
                             "validation-00000.npy", "validation-00000-pairs.npy"}
     assert meta["splits"]["validation"]["documents"] == 15
     # one-sentence chunks are always paired at random, so a little over half are random
@@ -191,7 +192,7 @@ def test_bad_inputs_are_reported(vocab, tmp_path):
     # a folder of other files is never written over; no partial output is left behind
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "notes.md").write_text("mine")
-    with pytest.raises(prepare_mod.PrepareError, match="refusing"):
+    with pytest.raises(InputError, match="refusing"):
         prepare([str(tmp_path / "bad.txt")], vocab, str(tmp_path / "keep"), progress=False)
     assert not (tmp_path / "o2").exists() and not list(tmp_path.glob(".o2*"))
 

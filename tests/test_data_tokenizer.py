@@ -19,7 +19,7 @@ TEXT = ("The quick brown fox jumps over the lazy dog. Packing documents into row
 def test_train_tokenizer_loads_in_transformers(tmp_path):
     (tmp_path / "c.txt").write_text(TEXT)
     out = train_tokenizer([str(tmp_path / "c.txt")], 120, tmp_path / "tok")
-    assert sorted(os.listdir(out)) == ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+    assert sorted(os.listdir(out)) == [".jaxbert-output", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
                                        "vocab.txt"]
     ours = load_tokenizer(out)
     assert ours.get_vocab_size() == 120

@@ -119,3 +119,96 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_one_before(setup, tmp_path)
     assert list((wd / "checkpoints.corrupt").iterdir())[0].name.startswith("12-")
     assert checkpoint_steps(wd) == [4, 8, 12]
     _assert_same_params(wd, setup["reference"])  # steps 9..12 redone exactly
+
+
+def _tree_bytes(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("override,field", [("model.config.hidden_size=64", "model.config.hidden_size: 32"),
+                                            ("model.config.num_hidden_layers=2", "model.config.num_hidden_layers: 1")])
+def test_resume_with_a_changed_recipe_is_refused_and_keeps_every_checkpoint(setup, tmp_path, override, field):
+    wd = tmp_path / "changed"
+    shutil.copytree(setup["reference"], wd)
+    before, recipe = _tree_bytes(wd / "checkpoints"), (wd / "recipe.yaml").read_text()
+    r = run_train(_args(setup, wd) + ["--set", override, "--set", "train.steps=16"], setup["env"])
+    assert r.returncode == 2, r.stdout
+    assert "Traceback" not in r.stdout and f"{field} in the checkpoint" in r.stdout
+    assert "train.steps: 12 in the checkpoint, 16 now" in r.stdout  # every differing field is named
+    assert _tree_bytes(wd / "checkpoints") == before and not (wd / "checkpoints.corrupt").exists()
+    assert (wd / "recipe.yaml").read_text() == recipe
+
+
+def test_a_second_training_on_a_locked_workdir_is_refused_while_the_first_finishes(setup, tmp_path):
+    wd = tmp_path / "locked"
+    first = train_child(_args(setup, wd), setup["env"], delay=0.3)
+    _wait_for(lambda: len(metric_rows(wd)) >= 1, first)
+    second = run_train(_args(setup, wd), setup["env"])
+    assert second.returncode == 2, second.stdout
+    assert f"{wd}: another `jaxbert train` (pid {first.pid} on" in second.stdout and "Traceback" not in second.stdout
+    out, _ = first.communicate(timeout=180)
+    assert first.returncode == 0, out
+    assert checkpoint_steps(wd) == [4, 8, 12]
+    _assert_same_params(wd, setup["reference"])
+    assert [r["step"] for r in metric_rows(wd) if "loss" in r] == list(range(1, STEPS + 1))  # one writer
+    assert (wd / ".jaxbert-train.lock").read_text() == ""  # released on exit
+
+
+def test_a_stale_lock_is_taken_over_with_a_message(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    from jaxbert.train.lock import LOCK_NAME, workdir_lock
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / LOCK_NAME).write_text(f"{dead.stdout.strip()} {socket.gethostname()}\n")  # a crashed run's record
+    said = []
+    with workdir_lock(tmp_path, log=said.append):
+        assert (tmp_path / LOCK_NAME).read_text().split()[0] == str(__import__("os").getpid())
+    assert said == [f"{tmp_path / LOCK_NAME}: took over the stale lock of pid {dead.stdout.strip()} on "
+                    f"{socket.gethostname()} (no longer running)"]
+    assert (tmp_path / LOCK_NAME).read_text() == ""
+
+
+def test_export_writes_only_where_nothing_is_lost(setup, tmp_path, capsys):
+    from jaxbert.cli.main import main
+    wd = tmp_path / "wd"
+    shutil.copytree(setup["reference"], wd)
+    ckpts = _tree_bytes(wd / "checkpoints")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "letter.txt").write_text("keep me")
+    for dst in (docs, wd, tmp_path):  # user files, the workdir itself, a folder holding the workdir
+        for extra in ([], ["--overwrite"]):
+            assert main(["export", str(wd), str(dst)] + extra) == 2
+            err = capsys.readouterr().err
+            assert "refusing" in err or "overlaps the source" in err, err
+            assert len(err.strip().splitlines()) == 1
+    assert (docs / "letter.txt").read_text() == "keep me" and _tree_bytes(wd / "checkpoints") == ckpts
+    assert main(["export", str(wd), str(tmp_path / "hf")]) == 0
+    assert main(["export", str(wd), str(tmp_path / "hf")]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main(["export", str(wd), str(tmp_path / "hf"), "--overwrite"]) == 0
+    assert main(["export", str(wd), str(wd / "hf-export")]) == 0  # a new folder inside the workdir is fine
+    assert _tree_bytes(wd / "checkpoints") == ckpts
+
+
+_FULL_DISK = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))  # checkpoint files are larger: EFBIG, as on a full disk
+from jaxbert.cli.main import main
+sys.exit(main(["train"] + sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_during_training_is_one_line_exit_2(setup, tmp_path):
+    import subprocess
+    import sys
+    wd = tmp_path / "full"
+    r = subprocess.run([sys.executable, "-c", _FULL_DISK, *_args(setup, wd)], env=setup["env"], timeout=300,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 2, r.stdout
+    # One line from jaxbert. (Orbax logs the failed write as ERROR lines, and tensorstore callbacks may
+    # print "Event loop is closed" tracebacks from its own threads afterwards; none come from jaxbert.)
+    ours = [line for line in r.stdout.splitlines() if line.startswith("jaxbert train: error:")]
+    assert len(ours) == 1 and ours[0].startswith(f"jaxbert train: error: {wd / 'checkpoints'}: cannot write a checkpoint")
+    assert "File Too Large" in ours[0].title() and "/jaxbert/" not in "".join(
+        line for line in r.stdout.splitlines() if line.lstrip().startswith("File "))

@@ -21,12 +21,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-layers", action="store_true",
                         help="with --to jaxbert: store the scanned (stacked) layer layout")
     parser.add_argument("--max-shard-size", default="5GB", help="with --to hf: shard above this size")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace DST when it is an earlier jaxbert model directory (anything else is refused)")
 
 
 def run(args: argparse.Namespace) -> int:
     report = convert(args.src, args.dst, args.to, args.model_class, config=args.config,
                      dtype=args.dtype, strict=args.strict, scan_layers=args.scan_layers,
-                     max_shard_size=args.max_shard_size)
+                     max_shard_size=args.max_shard_size, overwrite=args.overwrite)
     print(report.summary())
     print(f"wrote {args.to} directory {args.dst}")
     return 0

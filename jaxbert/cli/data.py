@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from jaxbert.data.loader import metadata
 from jaxbert.data.prepare import prepare
+from jaxbert.data.tokenizer import load_tokenizer
 
 
 def add_arguments(p) -> None:
@@ -28,6 +28,8 @@ def add_arguments(p) -> None:
     q.add_argument("--num-workers", type=int, default=None, help="processes (default: every core)")
     q.add_argument("--short-seq-prob", type=float, default=0.1, help="nsp: share of pairs with a shorter target")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--overwrite", action="store_true",
+                   help="replace OUTPUT when it is an earlier prepared dataset (anything else is refused)")
     i = sub.add_parser("inspect", help="print a prepared folder's metadata and its first rows decoded")
     i.add_argument("dir")
     i.add_argument("--rows", type=int, default=2)
@@ -35,21 +37,20 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if args.action == "prepare":
-
         meta = prepare(args.input, args.tokenizer, args.output, max_length=args.max_length,
                        format=args.format, validation_fraction=args.validation_fraction,
                        text_field=args.text_field, seed=args.seed, num_workers=args.num_workers,
-                       short_seq_prob=args.short_seq_prob, progress=not args.quiet)
+                       short_seq_prob=args.short_seq_prob, progress=not args.quiet,
+                       overwrite=args.overwrite)
         c, s = meta["counts"], meta["splits"]
         print(f"{args.output}: {c['documents']:,} documents, {c['tokens']:,} tokens -> "
               f"{s['train']['examples']:,} train and {s['validation']['examples']:,} validation rows of "
               f"{meta['max_length']} ({meta['format']}, {meta['dtype']}, vocab {meta['vocab_size']:,})")
         return 0
 
-
     meta = metadata(args.dir)
     print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))
-    tok = Tokenizer.from_file(f"{args.dir}/tokenizer.json")
+    tok = load_tokenizer(f"{args.dir}/tokenizer.json")
     rows = np.load(f"{args.dir}/{meta['splits']['train']['shards'][0]['file']}", mmap_mode="r")
     for row in rows[: args.rows]:
         print(repr(tok.decode(row.tolist(), skip_special_tokens=False)))

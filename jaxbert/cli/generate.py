@@ -6,9 +6,9 @@ import time
 
 import jax
 import numpy as np
-from tokenizers import Tokenizer
 
 from jaxbert.convert import from_pretrained, tokenizer_path
+from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.model.generate import generate
 
@@ -24,11 +24,16 @@ def add_arguments(p):
 
 def run(args) -> int:
     tok_dir = tokenizer_path(args.model)
-    if tok_dir is None or not (tok_dir / "tokenizer.json").exists():
-        raise InputError(f"{args.model}: no tokenizer.json to encode the prompt with")
+    if tok_dir is None or not any((tok_dir / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+        raise InputError(f"{args.model}: no tokenizer.json or vocab.txt to encode the prompt with")
+    tok = load_tokenizer(tok_dir)  # stored padding/truncation switched off
     model, params = from_pretrained(args.model, model_class="BertLMHeadModel")
-    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     encoded = [tok.encode(p).ids[:-1] for p in args.prompt]  # drop the trailing [SEP]
+    limit = model.config.max_position_embeddings
+    for p, e in zip(args.prompt, encoded):
+        if len(e) + args.max_new_tokens > limit:  # a prompt cut short would be continued from the wrong place
+            raise InputError(f"prompt {p[:40]!r}: {len(e)} tokens + --max-new-tokens {args.max_new_tokens} "
+                             f"exceed the model's max_position_embeddings {limit}")
     P = max(map(len, encoded))
     ids = np.array([[0] * (P - len(e)) + e for e in encoded], np.int32)
     mask = (np.arange(P)[None] >= (P - np.array([len(e) for e in encoded]))[:, None]).astype(np.int32)

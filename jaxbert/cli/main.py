@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(importlib.import_module(args._module).run(args) or 0)
     except JaxbertError as e:
         return _fail(args.verb, e, e.exit_code)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+    except OSError as e:  # a missing or unreadable input, a read-only or full destination
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
         return _fail(args.verb, f"{where}{e.strerror or e}", EXIT_BAD_INPUT)
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxbert.convert import from_pretrained
-from jaxbert.errors import CheckFailed
+from jaxbert.errors import CheckFailed, InputError
 from jaxbert.model.registry import HEADS
 from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
@@ -30,7 +30,14 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    if args.max_length < 1:
+        raise InputError(f"--max-length {args.max_length}: must be a positive number of tokens")
     module, params = from_pretrained(args.model, model_class=args.model_class)
+    limit = module.config.max_position_embeddings
+    if args.max_length > limit:
+        print(f"warning: --max-length {args.max_length} exceeds the model's max_position_embeddings {limit}; "
+              f"texts are truncated to {limit} tokens", file=sys.stderr)
+        args.max_length = limit
     tokenizer = find_tokenizer(args.model)
     texts = args.text or DEFAULT_TEXTS
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "

@@ -15,11 +15,14 @@ def add_arguments(p) -> None:
     t.add_argument("--cased", action="store_true", help="keep case (default: lower-case, like bert-base-uncased)")
     t.add_argument("--text-field", default="text")
     t.add_argument("--min-frequency", type=int, default=2)
+    t.add_argument("--overwrite", action="store_true",
+                   help="replace OUTPUT when it is an earlier jaxbert tokenizer (anything else is refused)")
 
 
 def run(args) -> int:
     out = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
-                          text_field=args.text_field, min_frequency=args.min_frequency, progress=True)
+                          text_field=args.text_field, min_frequency=args.min_frequency, progress=True,
+                          overwrite=args.overwrite)
     tok = load_tokenizer(out)
     print(f"{out}: WordPiece vocabulary of {tok.get_vocab_size():,} tokens "
           f"({'cased' if args.cased else 'lower-cased'})")

@@ -30,7 +30,8 @@ def run(args) -> int:
         if flag is not None:
             overrides.append(f"parallel.{key}={flag}")
     recipe = load(args.config, overrides)
-    summary = train_and_evaluate(recipe, args.workdir or f"runs/{recipe.name}")
+    workdir = args.workdir or f"runs/{recipe.name}"
+    summary = train_and_evaluate(recipe, workdir)  # errors: one line and an exit code (cli.main)
     ev = summary["eval"]
     if ev:
         print(f"{summary['status']} at step {summary['step']} in {summary['wall_s']:.0f} s: held-out MLM "

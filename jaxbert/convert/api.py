@@ -10,6 +10,8 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from jaxbert.errors import InputError
+from jaxbert.fs import check_destination, publish_dir
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import MODEL_CLASSES
 from jaxbert.model.params import flatten, unflatten
@@ -19,6 +21,8 @@ from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
 from jaxbert.convert.workdir import is_workdir, read_workdir
 from jaxbert.convert.writers import write_hf, write_jaxbert
+
+MODEL_KIND = "model"  # what save_pretrained, convert and export publish (fs.publish_dir)
 
 DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16,
           "half": np.float16, "bfloat16": ml_dtypes.bfloat16, "bf16": ml_dtypes.bfloat16}
@@ -150,7 +154,8 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 
-def save_pretrained(path, module, params, format: str = "hf", max_shard_size: int | str = "5GB") -> Path:
+def save_pretrained(path, module, params, format: str = "hf", max_shard_size: int | str = "5GB",
+                    overwrite: bool = True) -> Path:
     """Write ``params`` (either layout) for ``module``.
 
     format='hf': config.json (architectures set) + model.safetensors, sharded
@@ -158,32 +163,44 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
     bytes); transformers' from_pretrained loads it. format='jaxbert':
     config.json + jaxbert.json + an Orbax checkpoint of the params, loadable
     without torch or transformers.
+
+    The directory is built beside ``path`` and swapped in when complete. An
+    existing ``path`` is replaced only when it is an earlier jaxbert model
+    directory (and ``overwrite``); a folder holding anything else is refused.
     """
+    if format not in ("hf", "jaxbert"):
+        raise InputError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
     name = type(module).__name__
     pooling = getattr(module, "add_pooling_layer", None) if HEADS[name].base else None
-    if format == "hf":
-        write_hf(path, module.config, name, params, max_shard_size=max_shard_size, add_pooling_layer=pooling)
-    elif format == "jaxbert":
-        write_jaxbert(path, module.config, name, params, add_pooling_layer=pooling)
-    else:
-        raise ConversionError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
+    with publish_dir(path, MODEL_KIND, overwrite) as tmp:
+        _write(tmp, format, module.config, name, params, max_shard_size, pooling)
     return Path(path)
 
 
+def _write(directory, to, config, name, params, max_shard_size, pooling=None) -> None:
+    if to == "hf":
+        write_hf(directory, config, name, params, max_shard_size=max_shard_size, add_pooling_layer=pooling)
+    else:
+        write_jaxbert(directory, config, name, params, add_pooling_layer=pooling)
+
+
 def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, strict: bool = False,
-            scan_layers: bool = False, max_shard_size: int | str = "5GB") -> ConversionReport:
+            scan_layers: bool = False, max_shard_size: int | str = "5GB",
+            overwrite: bool = False) -> ConversionReport:
     """Read ``src`` (any supported checkpoint) and write ``dst`` as ``to`` ('jaxbert' or 'hf').
 
     The params stay NumPy arrays throughout: nothing is placed on an accelerator.
+    ``dst`` is written as ``save_pretrained`` writes it, except that an earlier
+    jaxbert model directory there is replaced only with ``overwrite``; ``dst``
+    may not be ``src``, inside it or around it.
     """
     if to not in ("hf", "jaxbert"):
-        raise ConversionError(f"to={to!r} is unknown; expected 'hf' or 'jaxbert'")
+        raise InputError(f"to={to!r} is unknown; expected 'hf' or 'jaxbert'")
     t0 = time.perf_counter()
+    check_destination(dst, MODEL_KIND, overwrite, sources=(src,))  # before the (long) read
     config, name, params, report = load_checkpoint(src, model_class, config=config, dtype=dtype,
                                                    strict=strict, scan_layers=scan_layers)
-    if to == "hf":
-        write_hf(dst, config, name, params, max_shard_size=max_shard_size)
-    else:
-        write_jaxbert(dst, config, name, params)
+    with publish_dir(dst, MODEL_KIND, overwrite, sources=(src,)) as tmp:
+        _write(tmp, to, config, name, params, max_shard_size)
     report.seconds = time.perf_counter() - t0
     return report

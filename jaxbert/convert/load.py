@@ -8,6 +8,7 @@ tensor.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Iterable, Mapping
 
@@ -25,6 +26,18 @@ from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
 from jaxbert.convert.table import LEGACY_LEAVES, Table, to_flax
 
 _BASE_MODULES = ("embeddings.", "encoder.", "pooler.")
+# A load that finds fewer of the model's tensors than this share is refused: the
+# checkpoint is of another architecture (a head or two may be missing, not the body).
+MIN_MATCHED = 0.5
+_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
+
+
+def check_layer_count(keys: list[str], config: BertConfig, source: str) -> None:
+    """Refuse a config with more layers than the checkpoint before anything is built for it."""
+    found = {int(m.group(1)) for m in map(_LAYER.search, keys) if m}
+    if found and config.num_hidden_layers > max(found) + 1:
+        raise ConversionError(f"{source}: the config asks for num_hidden_layers={config.num_hidden_layers}, "
+                              f"the checkpoint holds {max(found) + 1} layers")
 
 
 def _normalise(key: str, table: Table, ckpt_has_prefix: bool) -> tuple[str | None, str]:
@@ -113,16 +126,22 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
         shapes), tied tensors that differ, or under ``strict`` any missing/unused key.
     """
     t0 = time.perf_counter()
-    table = Table(config, model_class, scan_layers, add_pooling_layer)
     if keys is None:
         keys = list(state_dict.keys())
         items = ((k, state_dict[k]) for k in keys)
     else:
         items = state_dict
+    check_layer_count(keys, config, source)  # before the table: its size follows the config
+    table = Table(config, model_class, scan_layers, add_pooling_layer)
     actions, ignored, unused = plan(keys, table)
     report = ConversionReport(source, model_class, ignored=ignored, unused=unused)
     loaded_keys = {target for action, target in actions.values() if action == "load"}
     missing = [e for e in table.entries if e.key not in loaded_keys]
+    if len(loaded_keys) < MIN_MATCHED * len(table.entries):
+        seen = ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "") if keys else "no tensors at all"
+        raise ConversionError(
+            f"{source}: only {len(loaded_keys)} of the {len(table.entries)} {model_class} tensors are in it "
+            f"(it holds {seen}); not a checkpoint of this model")
     if strict and (missing or unused):
         lines = [f"{source} does not match {model_class} (strict=True):"]
         lines += [f"  missing {e.key} -> {'/'.join(e.path)} {list(e.torch_shape)}" for e in missing]
@@ -157,6 +176,9 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
             _check_tied(tie_key, target, tie_array, flat[entry.path], entry, source)
             report.tied.append((tie_key, target))
         del array, value
+    if report.dtypes and not any(d.startswith(("float", "bfloat")) for d in report.dtypes):
+        raise ConversionError(f"{source}: every tensor is {', '.join(sorted(report.dtypes))}; model weights are "
+                              "floating point, so this is not a checkpoint to convert")
     if mismatches:
         raise ConversionError(f"shape mismatch between {source} and {model_class} "
                               f"({config.hidden_size=}, {config.vocab_size=}):\n" + "\n".join(mismatches))

@@ -9,6 +9,7 @@ on the way.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -173,7 +174,17 @@ def read_msgpack(path: Path) -> dict:
         raise ConversionError(f"{path}: not a readable Flax msgpack checkpoint ({type(e).__name__}: {e})") from e
     if not isinstance(tree, dict):
         raise ConversionError(f"{path}: expected a dict of params, found {type(tree).__name__}")
+    _check_names(tree, path)
     return tree.get("params", tree)
+
+
+def _check_names(tree: dict, path: Path, prefix: str = "") -> None:
+    """Every key of a params tree is a string (msgpack allows integers, floats, ...)."""
+    for k, v in tree.items():
+        if not isinstance(k, str):
+            raise ConversionError(f"{path}: params key {prefix}{k!r} is a {type(k).__name__}, not a name")
+        if isinstance(v, dict):
+            _check_names(v, path, f"{prefix}{k}/")
 
 
 def read_orbax(directory: Path) -> dict:
@@ -194,15 +205,46 @@ def read_orbax(directory: Path) -> dict:
 
 
 def _index_files(index: Path) -> tuple[list[Path], list[str]]:
+    """The shards an index names (each inside the index's folder) and its keys."""
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConversionError(f"{index}: not a readable checkpoint index ({type(e).__name__}: {e})") from e
-    files = [index.parent / f for f in dict.fromkeys(weight_map.values())]
-    for f in files:
-        if not f.exists():
-            raise ConversionError(f"{index} names the shard {f.name}, which does not exist ({f})")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ConversionError(f"{index}: weight_map must be a JSON object of tensor name -> shard file name, "
+                              f"got {type(weight_map).__name__}")
+    files = [_shard_path(index, name) for name in dict.fromkeys(weight_map.values())]
+    suffixes = {f.suffix for f in files}
+    if len(suffixes) > 1 or not suffixes <= {".safetensors", ".bin", ".pt", ".pth"}:
+        raise ConversionError(f"{index}: shard files must all be .safetensors or all .bin/.pt, got {sorted(suffixes)}")
     return files, list(weight_map)
+
+
+def _shard_path(index: Path, name: str) -> Path:
+    """A shard named by an index: a relative path that stays inside the index's folder.
+
+    Checked on the names, not on resolved links: a symlink inside the folder may
+    point elsewhere (Hugging Face caches link to blobs), ``../x`` or ``/dev/zero`` may not.
+    """
+    norm = os.path.normpath(name)
+    if not name or os.path.isabs(name) or norm == ".." or norm.startswith(".." + os.sep):
+        raise ConversionError(f"{index} names the shard {name!r}, outside its folder; refusing to read it")
+    f = index.parent / norm
+    if not f.exists():
+        raise ConversionError(f"{index} names the shard {name}, which does not exist ({f})")
+    if not f.is_file():
+        raise ConversionError(f"{index} names the shard {name}, which is not a regular file ({f})")
+    return f
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{path}: not a readable jaxbert.json ({type(e).__name__}: {e})") from e
+    if not isinstance(meta, dict) or not isinstance(meta.get("model_class", ""), str):
+        raise ConversionError(f"{path}: expected a JSON object with model_class, got {str(meta)[:80]}")
+    return meta
 
 
 def open_source(path: str | Path) -> Source:
@@ -212,7 +254,7 @@ def open_source(path: str | Path) -> Source:
         raise ConversionError(f"{path}: no such file or directory")
     if path.is_dir():
         if (path / JAXBERT_META).exists():
-            meta = json.loads((path / JAXBERT_META).read_text())
+            meta = _read_meta(path / JAXBERT_META)
             src = TreeSource(read_orbax(path / PARAMS_DIR), str(path))
             src.meta = meta
             src.config_path = path / "config.json"

@@ -10,6 +10,7 @@ model. bf16 uses ml_dtypes, so bf16 tensors round-trip bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -48,6 +49,13 @@ def is_aligned(array: np.ndarray, align: int = 64) -> bool:
     return array.flags.c_contiguous and array.ctypes.data % align == 0
 
 
+def _dim(x) -> int:
+    """A header integer: a JSON int (a bool, float or string is refused)."""
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(x)
+    return x
+
+
 class SafetensorsError(InputError, OSError):
     """A safetensors file that cannot be read; the message names the file."""
 
@@ -72,22 +80,31 @@ class SafetensorsReader:
             header = json.loads(self._f.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             self._fail(f"header is not valid JSON ({e}): corrupt or not safetensors")
+        except RecursionError:
+            self._fail("header is nested too deeply: not safetensors")
         if not isinstance(header, dict):
             self._fail("header is not a JSON object")
         self.metadata = header.pop("__metadata__", None) or {}
         self._start = 8 + n
         self.entries = {}
-        end = 0
+        ranges = []
         for name, info in header.items():
             try:
                 dtype = DTYPES[info["dtype"]]
-                shape = tuple(int(d) for d in info["shape"])
-                begin, stop = (int(x) for x in info["data_offsets"])
+                shape = tuple(_dim(d) for d in info["shape"])
+                begin, stop = (_dim(x) for x in info["data_offsets"])
             except (KeyError, TypeError, ValueError):
-                self._fail(f"has an unreadable or unsupported header entry for {name!r}: {info!r}")
-            if stop - begin != math.prod(shape) * dtype.itemsize or begin < 0:
+                self._fail(f"has an unreadable or unsupported header entry for {name!r}: {str(info)[:200]}")
+            if any(d < 0 for d in shape) or begin < 0:
+                self._fail(f"tensor {name!r} has a negative dimension or offset: shape {shape}, offset {begin}")
+            if stop - begin != math.prod(shape) * dtype.itemsize:
                 self._fail(f"tensor {name!r} has {stop - begin} bytes for shape {shape} {dtype}")
             self.entries[name] = (dtype, shape, begin)
+            ranges.append((begin, stop, name))
+        end = 0
+        for begin, stop, name in sorted(ranges):  # the format forbids tensors sharing bytes
+            if begin < end:
+                self._fail(f"tensor {name!r} overlaps the bytes of another tensor (offset {begin} < {end})")
             end = max(end, stop)
         if self._start + end > size:
             self._fail(f"is truncated: its header needs {self._start + end} bytes, the file has {size}")
@@ -148,7 +165,7 @@ def write_safetensors(path: str | Path, specs: list[tuple[str, tuple, object]],
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors writes it
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
+        with _naming(path), open(tmp, "wb") as f:
             f.write(struct.pack("<Q", len(text)) + text)
             names = iter(specs)
             for name, array in tensors:
@@ -165,6 +182,15 @@ def write_safetensors(path: str | Path, specs: list[tuple[str, tuple, object]],
         if tmp.exists():
             tmp.unlink()
     return len(text) + 8 + offset
+
+
+@contextlib.contextmanager
+def _naming(path: Path):
+    """An OSError while writing (disk full, file size limit) names the file being written."""
+    try:
+        yield
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write it: {e.strerror or e}", str(path)) from e
 
 
 def iter_safetensors(path: str | Path) -> Iterator[tuple[str, np.ndarray]]:

@@ -93,22 +93,39 @@ def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
 
 
 def _text_documents(path: Path) -> Iterator[tuple[str, int]]:
-    """Blank-line separated documents; yields (document, bytes read since the last yield)."""
-    lines, size, nbytes = [], 0, 0
+    """Blank-line separated documents; yields (document, bytes read since the last yield).
+
+    Reads at most MAX_DOCUMENT_CHARS bytes at a time, so a file without newlines
+    (or with one huge line) becomes documents of bounded size, never one string.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("jaxbert.count")  # a character cut at a read boundary waits
+    pieces, size, nbytes, line_open = [], 0, 0, False
     with open(path, "rb") as f:
-        for raw in f:
+        while True:
+            raw = f.readline(MAX_DOCUMENT_CHARS)
+            if not raw:
+                break
             nbytes += len(raw)
-            line = raw.decode("utf-8", "jaxbert.count").rstrip("\r\n")
-            if line.strip():
-                lines.append(line)
+            ends = raw.endswith(b"\n")
+            text = decoder.decode(raw)
+            line = text.rstrip("\r\n") if ends else text
+            if line.strip() or line_open:
+                if line_open and pieces:  # the rest of a line longer than one read
+                    pieces[-1] += line
+                else:
+                    pieces.append(line)
                 size += len(line)
+                line_open = not ends
                 if size < MAX_DOCUMENT_CHARS:
                     continue
-            if lines:
-                yield "\n".join(lines), nbytes
-                lines, size, nbytes = [], 0, 0
-    if lines or nbytes:
-        yield "\n".join(lines), nbytes
+            if pieces and (size >= MAX_DOCUMENT_CHARS or not line.strip()):
+                yield "\n".join(pieces), nbytes
+                pieces, size, nbytes = [], 0, 0
+        rest = decoder.decode(b"", final=True)
+        if rest:
+            pieces.append(rest)
+    if pieces or nbytes:
+        yield "\n".join(pieces), nbytes
 
 
 def _jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
@@ -216,11 +233,12 @@ class Corpus:
             pending += units
             if not doc.strip():
                 continue
-            if s is not None:
-                s.documents += 1
-            n += 1
-            yield doc, pending
-            pending = 0
+            for piece in _bounded(doc):  # a huge jsonl/parquet text too is cut to bounded documents
+                if s is not None:
+                    s.documents += 1
+                n += 1
+                yield piece, pending
+                pending = 0
         if n == 0:
             where = "the embedded corpus" if self.inputs is None else ", ".join(map(str, self.inputs))
             raise CorpusError(f"empty corpus: no documents in {where}")
@@ -234,6 +252,16 @@ class Corpus:
             if s.skipped:
                 out.append(f"{s.path}: skipped ({s.skipped})")
         return out
+
+
+def _bounded(doc: str) -> Iterator[str]:
+    """doc in pieces of at most MAX_DOCUMENT_CHARS, cut at a space where one is near."""
+    while len(doc) > MAX_DOCUMENT_CHARS:
+        cut = doc.rfind(" ", MAX_DOCUMENT_CHARS // 2, MAX_DOCUMENT_CHARS)
+        cut = cut if cut > 0 else MAX_DOCUMENT_CHARS
+        yield doc[:cut]
+        doc = doc[cut:]
+    yield doc
 
 
 def iter_documents(inputs: list[str] | str | None, text_field: str = "text") -> Iterator[tuple[str, int]]:

@@ -20,26 +20,27 @@ import itertools
 import json
 import multiprocessing as mp
 import os
-import shutil
 import sys
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from jaxbert.data.corpus import Corpus
 from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
-from tokenizers import Tokenizer
+from jaxbert.fs import publish_dir
 
 FORMAT_VERSION = 1
 FORMATS = ("mlm", "nsp")
 SPLITS = ("train", "validation")
 CHUNK_CHARS = 1 << 19  # documents per work unit: ~512k characters, or
 CHUNK_DOCS = 2048
+DATASET_KIND = "dataset"  # what prepare publishes (fs.publish_dir)
 
 _worker: dict = {}
 
@@ -170,35 +171,24 @@ class _ShardWriter:
         return info
 
 
-def _output_folder(output: str | os.PathLike) -> tuple[Path, Path]:
-    out = Path(output)
-    if out.exists() and not out.is_dir():
-        raise PrepareError(f"output {out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / "metadata.json").is_file():
-        raise PrepareError(f"output {out} is a non-empty folder that is not a prepared dataset; "
-                           f"refusing to write over it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    return out, tmp
-
-
 def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: int = 128,
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
-            rows_per_shard: int | None = None, progress: bool = True) -> dict:
+            rows_per_shard: int | None = None, progress: bool = True, overwrite: bool = False) -> dict:
     """Tokenize `inputs` (None: the embedded Python-docs corpus) into shards in `output`.
 
     Returns the metadata dict also written to `output/metadata.json`. The output folder is
-    built beside `output` and renamed into place only when complete.
+    built beside `output` and swapped in only when complete; an existing `output` is
+    replaced only when it is an earlier prepared dataset and `overwrite` is set.
     """
     if format not in FORMATS:
         raise PrepareError(f"format must be one of {FORMATS}, got {format!r}")
     if not 0.0 <= validation_fraction < 1.0:
         raise PrepareError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
-    if max_length < (3 if format == "mlm" else 5) or max_length > 65535:
-        raise PrepareError(f"max_length {max_length} is out of range for format {format!r}")
+    low = 3 if format == "mlm" else 5
+    if max_length < low or max_length > 65535:
+        raise PrepareError(f"max_length {max_length} is out of range for format {format!r}: "
+                           f"expected {low} to 65535 tokens")
     tok = load_tokenizer(tokenizer)
     specials = special_token_ids(tok, tokenizer)
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
@@ -213,31 +203,33 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
               "max_length": max_length, "validation_fraction": validation_fraction, "seed": seed,
               "special_ids": specials, "short_seq_prob": short_seq_prob}
     rows_per_shard = rows_per_shard or max(1, (1 << 27) // (max_length * np.dtype(dtype).itemsize))
-    out, tmp = _output_folder(output)
-    try:
+    with publish_dir(output, DATASET_KIND, overwrite, sources=(tokenizer, *(inputs or ()))) as tmp:
+        tmp = Path(tmp)
         nsp = format == "nsp"
         writers = {s: _ShardWriter(tmp, s, rows_per_shard, nsp) for s in SPLITS}
         packers = {s: MLMPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype)
                    for s in SPLITS}
         bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress,
                    file=sys.stderr, dynamic_ncols=True)
-        for res in _run(_chunks(corpus), config, num_workers):
-            for split, w in writers.items():
-                if nsp:
-                    rows, a_len, labels, ntok, ndocs = res[split]
-                    w.add(rows, np.stack([a_len, labels], 1).astype(np.uint16))
-                    w.random_next += int(labels.sum())
-                else:
-                    tokens, lengths = res[split]
-                    w.add(packers[split].add(tokens, lengths))
-                    ntok, ndocs = int(lengths.sum()), int((lengths > 0).sum())
-                w.tokens += ntok
-                w.documents += ndocs
-            bar.update(res["units"])
-            bar.set_postfix(docs=sum(w.documents for w in writers.values()),
-                            rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
-        bar.update(max(0, total - bar.n))
-        bar.close()
+        try:
+            for res in _run(_chunks(corpus), config, num_workers):
+                for split, w in writers.items():
+                    if nsp:
+                        rows, a_len, labels, ntok, ndocs = res[split]
+                        w.add(rows, np.stack([a_len, labels], 1).astype(np.uint16))
+                        w.random_next += int(labels.sum())
+                    else:
+                        tokens, lengths = res[split]
+                        w.add(packers[split].add(tokens, lengths))
+                        ntok, ndocs = int(lengths.sum()), int((lengths > 0).sum())
+                    w.tokens += ntok
+                    w.documents += ndocs
+                bar.update(res["units"])
+                bar.set_postfix(docs=sum(w.documents for w in writers.values()),
+                                rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
+            bar.update(max(0, total - bar.n))
+        finally:  # a failure's message then starts on a line of its own
+            bar.close()
         if not nsp:
             for split, w in writers.items():
                 w.add(packers[split].finish())
@@ -259,19 +251,7 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
             meta["short_seq_prob"] = short_seq_prob
         (tmp / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
         (tmp / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _swap_into_place(tmp, out)
     if progress:
         for line in meta["warnings"]:
             print(f"warning: {line}", file=sys.stderr)
     return meta
-
-
-def _swap_into_place(tmp: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from jaxbert.errors import InputError
-from jaxbert.fs import atomic_write_text
+from jaxbert.fs import atomic_write_text, check_destination, publish_dir
 from jaxbert.data.corpus import iter_documents
 
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
+TOKENIZER_KIND = "tokenizer"  # what train_tokenizer publishes (fs.publish_dir)
 DEFAULT_SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
@@ -161,19 +162,39 @@ def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase
 
 def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str | os.PathLike,
                     lowercase: bool = True, *, text_field: str = "text", min_frequency: int = 2,
-                    progress: bool = False) -> Path:
+                    progress: bool = False, overwrite: bool = False) -> Path:
     """Train a BERT WordPiece tokenizer on `inputs` (None: the embedded default corpus).
 
     Returns the output directory, which transformers' BertTokenizerFast loads as it is.
+    It is built beside `output_dir` and swapped in when complete; an existing folder is
+    replaced only when it is an earlier jaxbert tokenizer and `overwrite` is set.
     """
 
     if vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
+    check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
     tok = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, show_progress=progress,
         special_tokens=[DEFAULT_SPECIAL_TOKENS[r] for r in SPECIAL_ROLES], continuing_subword_prefix="##")
-    docs = (doc for doc, _ in iter_documents(inputs, text_field=text_field))
-    tok.train_from_iterator(docs, trainer=trainer)
+    failure = []
+
+    def docs():  # an input error raised inside the Rust trainer would come out as a bare Exception
+        try:
+            for doc, _ in iter_documents(inputs, text_field=text_field):
+                yield doc
+        except InputError as e:
+            failure.append(e)
+
+    try:
+        tok.train_from_iterator(docs(), trainer=trainer)
+    finally:
+        if failure:
+            raise failure[0]
+    if tok.get_vocab_size() <= len(SPECIAL_ROLES):
+        where = "the embedded corpus" if inputs is None else ", ".join(map(str, inputs))
+        raise TokenizerError(f"no vocabulary learnt from {where}: it holds no text")
     _add_template(tok, DEFAULT_SPECIAL_TOKENS)
-    return save_bert_tokenizer(tok, output_dir, lowercase)
+    with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
+        save_bert_tokenizer(tok, tmp, lowercase)
+    return Path(output_dir)

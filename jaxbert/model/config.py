@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,6 +22,8 @@ ACTIVATIONS = (
     "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
 )
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
+# config.json model_type values jaxbert reads; anything else is refused by name.
+SUPPORTED_MODEL_TYPES = ("bert",)
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
     "bert-base-uncased", "bert-base-cased", "bert-large-uncased",
@@ -63,6 +66,7 @@ class BertConfig:
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
+        self._check_types()
         id2label = self.id2label
         if id2label is None:
             n = 2 if self.num_labels is None else self.num_labels
@@ -76,6 +80,31 @@ class BertConfig:
         object.__setattr__(self, "num_labels", len(id2label))
         object.__setattr__(self, "extra", dict(self.extra))
         self.validate()
+
+    def _check_types(self) -> None:
+        """Each field's JSON type, before anything uses it: "false" is not a bool, "12" not an int."""
+        for f in dataclasses.fields(self):
+            value, kind = getattr(self, f.name), _FIELD_TYPES.get(f.name)
+            if kind is None or (value is None and f.name in _OPTIONAL):
+                continue
+            if kind is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif kind is float:
+                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and math.isfinite(value))
+            else:
+                ok = isinstance(value, kind)
+            if not ok:
+                raise ConfigError(f"{f.name} must be {_TYPE_NAMES[kind]}, got {value!r}")
+        if isinstance(self.id2label, Mapping):
+            for k in self.id2label:
+                if not (isinstance(k, int) and not isinstance(k, bool)) and not (
+                        isinstance(k, str) and k.lstrip("-").isdigit()):
+                    raise ConfigError(f"id2label keys must be integers, got {k!r}")
+        if isinstance(self.label2id, Mapping):
+            for v in self.label2id.values():
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ConfigError(f"label2id values must be integers, got {v!r}")
 
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -143,6 +172,10 @@ class BertConfig:
     # ---- config.json -------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BertConfig":
+        model_type = data.get("model_type", "bert")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert reads "
+                              f"{', '.join(map(repr, SUPPORTED_MODEL_TYPES))}")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
@@ -190,6 +223,21 @@ class BertConfig:
         if path.is_dir():
             path = path / "config.json"
         return cls.from_json_file(path)
+
+
+_FIELD_TYPES = {
+    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
+                     "num_labels"), int),
+    **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+                     "layer_norm_eps", "classifier_dropout"), float),
+    **dict.fromkeys(("use_cache", "is_decoder", "add_cross_attention", "tie_word_embeddings"), bool),
+    "hidden_act": str, "position_embedding_type": str,
+    "id2label": Mapping, "label2id": Mapping, "extra": Mapping,
+}
+_OPTIONAL = {"pad_token_id", "num_labels", "classifier_dropout", "id2label", "label2id"}
+_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
+               Mapping: "a JSON object"}
 
 
 def preset(name: str) -> BertConfig:

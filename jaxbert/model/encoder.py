@@ -13,8 +13,20 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxbert.errors import InputError
 from jaxbert.model.attention import BertSelfAttention
 from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule
+
+
+def check_length(length: int, config) -> None:
+    """Refuse a sequence longer than the position table.
+
+    Shapes are static, so this runs once per trace. Past the table, an embedding
+    lookup would read out of bounds (NaN or garbage logits, silently).
+    """
+    if length > config.max_position_embeddings:
+        raise InputError(f"input length {length} exceeds the model's max_position_embeddings "
+                         f"{config.max_position_embeddings}; truncate the input")
 
 
 class BertEmbeddings(BertModule):
@@ -35,6 +47,7 @@ class BertEmbeddings(BertModule):
             self.position_index = self.variable("cache", "position_index", lambda: jnp.array(0, jnp.int32))
 
     def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
+        check_length(input_ids.shape[-1], self.config)
         if position_ids is None:
             position_ids = self._default_positions(input_ids.shape)
         words = self.word_embeddings(input_ids)

@@ -79,8 +79,8 @@ def generate(model, variables, input_ids, attention_mask=None, *, max_new_tokens
         raise InputError("generate needs a decoder: config.is_decoder=True (BertLMHeadModel)")
     input_ids = jnp.asarray(input_ids, jnp.int32)
     if input_ids.shape[1] + max_new_tokens > model.config.max_position_embeddings:
-        raise InputError(f"prompt length {input_ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds "
-                         f"max_position_embeddings {model.config.max_position_embeddings}")
+        raise InputError(f"prompt length {input_ids.shape[1]} + max_new_tokens {max_new_tokens} exceeds the "
+                         f"model's max_position_embeddings {model.config.max_position_embeddings}")
     if temperature < 0:
         raise InputError(f"temperature must be >= 0, got {temperature}")
     if attention_mask is None:

@@ -10,33 +10,43 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from jaxbert.convert import read_workdir, save_pretrained, tokenizer_path
+from jaxbert.convert import read_workdir, tokenizer_path
+from jaxbert.convert.api import MODEL_KIND
+from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError
-from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.fs import check_destination, publish_dir
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
-def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None) -> Path:
-    """Writes params as a Hugging Face directory, built beside DST and renamed into place."""
-    dst = Path(dst)
-    tmp = dst.parent / f".{dst.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_pretrained(tmp, MODEL_CLASSES[model_class](cfg), params, format="hf")
-    if tokenizer_dir is not None:
-        for name in TOKENIZER_FILES:
-            if (Path(tokenizer_dir) / name).exists():
-                shutil.copy2(Path(tokenizer_dir) / name, tmp / name)
-    if dst.exists():
-        shutil.rmtree(dst)
-    tmp.rename(dst)
-    return dst
+def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None,
+                  overwrite: bool = False, sources: tuple = ()) -> Path:
+    """Writes params as a Hugging Face directory, built beside DST and swapped in when complete.
+
+    An existing DST is replaced only when it is an earlier jaxbert model directory
+    and ``overwrite`` is set; anything else there is refused by name.
+    """
+    with publish_dir(dst, MODEL_KIND, overwrite, sources=sources) as tmp:
+        write_hf(tmp, cfg, model_class, params)
+        if tokenizer_dir is not None:
+            for name in TOKENIZER_FILES:
+                if (Path(tokenizer_dir) / name).exists():
+                    shutil.copy2(Path(tokenizer_dir) / name, Path(tmp) / name)
+    return Path(dst)
 
 
-def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None) -> Path:
-    """The newest (or given) checkpoint of WORKDIR -> a Hugging Face directory at DST."""
+def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None,
+                   overwrite: bool = False) -> Path:
+    """The newest (or given) checkpoint of WORKDIR -> a Hugging Face directory at DST.
+
+    DST may not be the workdir or hold it (its checkpoints would go); a folder
+    inside the workdir is fine.
+    """
+    checkpoints = Path(workdir) / "checkpoints"
+    check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))  # before the restore
     config, name, params, _ = read_workdir(workdir, step)
     tok_dir = tokenizer_path(workdir)
     if tok_dir is not None and not tok_dir.exists():
         raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")
-    return export_params(dst, config, name, params, tok_dir)
+    return export_params(dst, config, name, params, tok_dir, overwrite,
+                         sources=(checkpoints,) + ((tok_dir,) if tok_dir is not None else ()))

@@ -30,6 +30,10 @@ def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list
     """For each [MASK] in text, in order: top_k (token, probability) pairs."""
     mask_id = special_token_ids(tokenizer)["mask"]
     enc = tokenizer.encode(text)
+    limit = module.config.max_position_embeddings
+    if len(enc.ids) > limit:  # truncating could drop the very [MASK] asked about
+        raise InputError(f"{text[:40]!r}...: {len(enc.ids)} tokens exceed the model's max_position_embeddings "
+                         f"{limit}; shorten the text")
     ids = np.asarray(enc.ids, np.int32)[None]  # [1, L]
     positions = np.flatnonzero(ids[0] == mask_id).astype(np.int32)[None]  # [1, M]
     if positions.size == 0:

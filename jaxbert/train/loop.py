@@ -24,6 +24,7 @@ from jaxbert.train import parallel, plan, sources
 from jaxbert.train.aot import build_model  # noqa: F401  (also imported from here by callers)
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.model.flops import peak_flops, train_flops_per_token
+from jaxbert.train.lock import workdir_lock
 from jaxbert.train.metrics import MetricsWriter
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import Recipe, save_effective
@@ -40,14 +41,20 @@ class TrainingDiverged(Diverged):
 
 
 def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
-    """Trains recipe.train.steps optimizer steps; returns a summary with the last metrics."""
-    t0 = time.time()
+    """Trains recipe.train.steps optimizer steps; returns a summary with the last metrics.
+
+    The workdir is locked for the run: a second run on it is refused (WorkdirBusy).
+    """
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
+    with workdir_lock(workdir, active=jax.process_index() == 0, log=lambda m: tqdm.write(str(m))):
+        return _train_and_evaluate(recipe, workdir)
+
+
+def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
+    t0 = time.time()
     primary, workdir = jax.process_index() == 0, Path(workdir)
     log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
-    if primary:
-        save_effective(recipe, workdir)
     data_dir, tok_dir, vocab = None, None, None
     if recipe.data.source == "prepared":
         if primary:
@@ -80,7 +87,10 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     ckpt = Checkpoints(workdir, recipe.checkpoint.every_steps, recipe.checkpoint.keep,
                        recipe.checkpoint.async_save, log)
     rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
-    restored = ckpt.restore_latest(_saved(runner.abstract, rng_abstract)) if ckpt.steps() else None
+    restored = (ckpt.restore_latest(_saved(runner.abstract, rng_abstract), recipe.to_dict())
+                if ckpt.steps() else None)
+    if primary:  # after the check above: a refused recipe does not replace the one the run was saved with
+        save_effective(recipe, workdir)
     source = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner),
                                  process_index=jax.process_index(), process_count=jax.process_count(),
                                  vocab_size=cfg.vocab_size)

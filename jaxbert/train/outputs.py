@@ -22,7 +22,7 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         log(f"curves: {out['plot']}")
     if o.export:
         out["export"] = str(export_params(workdir / "hf", model.config, recipe.model.model_class,
-                                          params, tokenizer_dir))
+                                          params, tokenizer_dir, overwrite=True))  # its own earlier export
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
         tok = load_tokenizer(tokenizer_dir)

@@ -10,6 +10,7 @@ key=value`` overrides are parsed as YAML scalars and checked the same way.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from importlib import resources
@@ -168,9 +169,11 @@ def _check(value: Any, tp: Any, key: str) -> Any:
         return float(value)
     if tp is float and isinstance(value, str):
         try:  # PyYAML reads 1e-3 (no dot) as a string
-            return float(value)
+            value = float(value)
         except ValueError:
             pass
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"{key}: expected a finite number, got {value!r}")
     ok = isinstance(value, origin or tp) and not (tp in (int, float) and isinstance(value, bool))
     if not ok:
         raise RecipeError(f"{key}: expected {expected}, got {value!r}")
@@ -214,6 +217,7 @@ def _validate(r: Recipe) -> None:
         raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
+    r.bert_config()  # model.preset and model.config checked now, before any data is prepared
 
 
 def from_dict(data: dict) -> Recipe:
@@ -241,6 +245,8 @@ def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recip
         raise RecipeError(f"cannot read recipe {path}: {e}") from e
     except yaml.YAMLError as e:
         raise RecipeError(f"recipe {path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping of sections, got a YAML {type(data).__name__}")
     data.setdefault("name", path.stem)
     for item in overrides:
         apply_override(data, item)

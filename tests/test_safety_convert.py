@@ -1,0 +1,296 @@
+"""Conversion destinations and hostile or mismatched checkpoints: nothing lost, nothing loaded wrong.
+
+Each case goes through `jaxbert.cli.main.main` (exit code and one named line on stderr)
+or the library call that the verbs share.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import jaxbert
+from jaxbert.cli.main import main
+from jaxbert.convert import ConversionError
+from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
+from tests._fixtures import tiny_hf_model
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf") / "hf"
+    tiny_hf_model("BertForMaskedLM", seed=5).save_pretrained(d)
+    return d
+
+
+def _snapshot(folder):
+    """{relative path: bytes} of every file under folder."""
+    return {os.path.relpath(os.path.join(r, f), folder): open(os.path.join(r, f), "rb").read()
+            for r, _, files in os.walk(folder) for f in files}
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert str(n) in err, err
+    return err
+
+
+def _raw_safetensors(path, header: bytes, data: bytes = b""):
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+
+
+def _word(params):
+    return np.asarray(params["bert"]["embeddings"]["word_embeddings"]["embedding"])
+
+
+# ---- destinations -----------------------------------------------------------
+
+def test_convert_replaces_only_its_own_output_and_keeps_user_files(hf_dir, tmp_path, capsys):
+    other = tmp_path / "other"
+    tiny_hf_model("BertForMaskedLM", seed=6).save_pretrained(other)
+    (tmp_path / "notes.txt").write_text("a sibling of the destination")
+    dst = tmp_path / "dst"
+    assert main(["convert", str(other), str(dst), "--to", "jaxbert"]) == 0
+    # --to hf into the jaxbert directory: refused without --overwrite, then replaced whole.
+    assert main(["convert", str(hf_dir), str(dst), "--to", "hf"]) == 2
+    _one_line_error(capsys, dst, "--overwrite")
+    assert main(["convert", str(hf_dir), str(dst), "--to", "hf", "--overwrite"]) == 0
+    assert sorted(os.listdir(dst)) == [".jaxbert-output", "config.json", "model.safetensors"]
+    np.testing.assert_array_equal(_word(jaxbert.from_pretrained(dst)[1]), _word(jaxbert.from_pretrained(hf_dir)[1]))
+    # and back: no model.safetensors is left for transformers to find
+    assert main(["convert", str(other), str(dst), "--to", "jaxbert", "--overwrite"]) == 0
+    assert "model.safetensors" not in os.listdir(dst) and "jaxbert.json" in os.listdir(dst)
+    assert (tmp_path / "notes.txt").read_text() == "a sibling of the destination"
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_convert_refuses_a_folder_of_user_files(hf_dir, tmp_path, capsys, inside):
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "thesis.tex").write_text("years of work")
+    (docs / "sub" / "data.bin").write_bytes(os.urandom(100))
+    before = _snapshot(docs)
+    dst = docs / "sub" if inside else docs
+    args = ["convert", str(hf_dir), str(dst), "--to", "hf"]
+    for extra in ([], ["--overwrite"]):
+        assert main(args + extra) == 2
+        _one_line_error(capsys, dst, "refusing")
+    assert _snapshot(docs) == before and sorted(os.listdir(tmp_path)) == ["docs"]
+
+
+def test_the_source_is_never_the_destination(hf_dir, tmp_path, capsys):
+    src = tmp_path / "src"
+    assert main(["convert", str(hf_dir), str(src), "--to", "hf"]) == 0
+    before = _snapshot(src)
+    for dst in (src, src / "inner", tmp_path):
+        assert main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"]) == 2
+        _one_line_error(capsys, "overlaps the source")
+    assert main(["convert", str(src / "model.safetensors"), str(src), "--to", "jaxbert", "--overwrite"]) == 2
+    _one_line_error(capsys, "overlaps the source")
+    assert _snapshot(src) == before
+
+
+def test_save_pretrained_replaces_its_own_output_only(hf_dir, tmp_path):
+    module, params = jaxbert.from_pretrained(hf_dir)
+    jaxbert.save_pretrained(tmp_path / "a", module, params, format="jaxbert")
+    jaxbert.save_pretrained(tmp_path / "a", module, params, format="hf")  # its own kind: replaced
+    assert sorted(os.listdir(tmp_path / "a")) == [".jaxbert-output", "config.json", "model.safetensors"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "README.md").write_text("mine")
+    with pytest.raises(jaxbert.errors.InputError, match="README.md"):
+        jaxbert.save_pretrained(tmp_path / "b", module, params)
+    assert os.listdir(tmp_path / "b") == ["README.md"]
+
+
+_FSIZE_CHILD = """
+import resource, sys
+from jaxbert.cli.main import main
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_sharded_write_that_fails_halfway_leaves_the_destination_as_it_was(hf_dir, tmp_path):
+    dst = tmp_path / "dst"
+    other = tmp_path / "other"
+    tiny_hf_model("BertForMaskedLM", seed=9).save_pretrained(other)
+    assert main(["convert", str(other), str(dst), "--to", "hf", "--max-shard-size", "20KB"]) == 0
+    sizes = sorted(os.path.getsize(dst / f) for f in os.listdir(dst) if f.endswith(".safetensors"))
+    assert len(sizes) > 2
+    before = _snapshot(dst)
+    limit = sizes[-1] - 1  # the largest shard cannot be written; smaller ones can
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(limit), "convert", str(hf_dir), str(dst),
+                          "--to", "hf", "--max-shard-size", "20KB", "--overwrite"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr and ".safetensors: cannot write it: File too large" in out.stderr
+    assert _snapshot(dst) == before  # old shards only, byte for byte
+    assert sorted(os.listdir(tmp_path)) == ["dst", "other"]  # no temporary directory left behind
+    np.testing.assert_array_equal(_word(jaxbert.from_pretrained(dst)[1]), _word(jaxbert.from_pretrained(other)[1]))
+
+
+# ---- checkpoints of something else --------------------------------------------
+
+def _copy_hf(hf_dir, dst, **config_changes):
+    dst.mkdir()
+    (dst / "model.safetensors").write_bytes((hf_dir / "model.safetensors").read_bytes())
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    for k, v in config_changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_unsupported_model_type_is_refused_by_name(hf_dir, tmp_path, capsys):
+    src = _copy_hf(hf_dir, tmp_path / "rob", model_type="roberta", architectures=None)
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
+    _one_line_error(capsys, "model_type 'roberta' is not supported", "'bert'")
+    src = _copy_hf(hf_dir, tmp_path / "gpt2", model_type="gpt2")
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf", "--model-class", "BertModel"]) == 2
+    _one_line_error(capsys, "model_type 'gpt2'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_loads_matching_none_or_too_few_tensors_are_refused(hf_dir, tmp_path, capsys):
+    gpt2 = tmp_path / "gpt2.safetensors"
+    header = {"h.0.attn.c_attn.weight": {"dtype": "F32", "shape": [32, 96], "data_offsets": [0, 32 * 96 * 4]},
+              "wte.weight": {"dtype": "F32", "shape": [99, 32], "data_offsets": [32 * 96 * 4, 32 * 96 * 4 + 99 * 128]}}
+    _raw_safetensors(gpt2, json.dumps(header).encode(), bytes(32 * 96 * 4 + 99 * 128))
+    cfg = str(hf_dir / "config.json")
+    assert main(["convert", str(gpt2), str(tmp_path / "out"), "--to", "hf", "--config", cfg,
+                 "--model-class", "BertModel"]) == 2
+    _one_line_error(capsys, gpt2, "only 0 of the")
+    empty = tmp_path / "empty.safetensors"
+    _raw_safetensors(empty, b"{}")
+    assert main(["convert", str(empty), str(tmp_path / "out"), "--to", "hf", "--config", cfg,
+                 "--model-class", "BertModel"]) == 2
+    _one_line_error(capsys, "only 0 of the", "no tensors at all")
+    # only the embeddings of a BERT: 5 of 39
+    from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
+    some = [(k, v) for k, v in iter_safetensors(hf_dir / "model.safetensors") if k.startswith("bert.embeddings.")]
+    write_safetensors(tmp_path / "some.safetensors", [(k, v.shape, v.dtype) for k, v in some], some)
+    with pytest.raises(ConversionError, match=r"only 5 of the \d+ BertForMaskedLM tensors"):
+        jaxbert.from_pretrained(tmp_path / "some.safetensors", config=cfg)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_all_integer_checkpoint_is_refused(hf_dir, tmp_path, capsys):
+    from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
+    ints = [(k, v.astype(np.int32)) for k, v in iter_safetensors(hf_dir / "model.safetensors")]
+    (tmp_path / "int").mkdir()
+    write_safetensors(tmp_path / "int" / "model.safetensors", [(k, v.shape, v.dtype) for k, v in ints], ints)
+    (tmp_path / "int" / "config.json").write_text((hf_dir / "config.json").read_text())
+    assert main(["convert", str(tmp_path / "int"), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, "every tensor is int32")
+
+
+def test_config_with_more_layers_than_the_checkpoint_fails_fast(hf_dir, tmp_path, capsys):
+    src = _copy_hf(hf_dir, tmp_path / "big", num_hidden_layers=1000000)
+    t0 = time.perf_counter()
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
+    assert time.perf_counter() - t0 < 30  # was 68 s and 5.8 GB before a MemoryError
+    _one_line_error(capsys, "num_hidden_layers=1000000", "holds 2 layers")
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("tie_word_embeddings", "false", "tie_word_embeddings must be true or false, got 'false'"),
+    ("hidden_size", "32", "hidden_size must be an integer, got '32'"),
+    ("id2label", ["a", "b"], "id2label must be a JSON object"),
+    ("layer_norm_eps", "NaN", "layer_norm_eps must be a finite number"),
+])
+def test_config_types_are_checked_when_read(hf_dir, tmp_path, capsys, field, value, message):
+    src = _copy_hf(hf_dir, tmp_path / "c", **{field: float("nan") if value == "NaN" else value})
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, src / "config.json", message)
+
+
+# ---- index files ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sharded") / "hf"
+    tiny_hf_model("BertModel", seed=3).save_pretrained(d, max_shard_size="20KB")
+    return d
+
+
+def _with_index(sharded, dst, rewrite):
+    dst.mkdir()
+    for f in os.listdir(sharded):
+        (dst / f).write_bytes((sharded / f).read_bytes())
+    index = json.loads((dst / "model.safetensors.index.json").read_text())
+    index["weight_map"] = rewrite(index["weight_map"])
+    (dst / "model.safetensors.index.json").write_text(json.dumps(index))
+    return dst
+
+
+@pytest.mark.parametrize("name", ["../x.safetensors", "ABSOLUTE", "/dev/zero", "sub/../../x.safetensors"])
+def test_index_shard_names_stay_inside_the_folder(sharded, tmp_path, capsys, name):
+    outside = tmp_path / "x.safetensors"
+    outside.write_bytes((sharded / sorted(f for f in os.listdir(sharded) if f.startswith("model-"))[0]).read_bytes())
+    name = str(outside) if name == "ABSOLUTE" else name
+    d = _with_index(sharded, tmp_path / "d", lambda wm: {**wm, next(iter(wm)): name})
+    assert main(["convert", str(d), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, "outside its folder", name)
+
+
+def test_index_shards_may_be_symlinks_to_elsewhere(sharded, tmp_path):
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    d = tmp_path / "snap"
+    d.mkdir()
+    for f in os.listdir(sharded):  # as a Hugging Face cache lays out a snapshot
+        (blobs / f).write_bytes((sharded / f).read_bytes())
+        (d / f).symlink_to(blobs / f)
+    _, params = jaxbert.from_pretrained(d)
+    _, ref = jaxbert.from_pretrained(sharded)
+    np.testing.assert_array_equal(params["embeddings"]["word_embeddings"]["embedding"],
+                                  ref["embeddings"]["word_embeddings"]["embedding"])
+
+
+def test_weight_map_that_is_a_list_is_a_named_error(sharded, tmp_path, capsys):
+    d = _with_index(sharded, tmp_path / "d", lambda wm: sorted(wm.values()))
+    assert main(["convert", str(d), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, "model.safetensors.index.json: weight_map must be a JSON object")
+
+
+# ---- file formats --------------------------------------------------------------
+
+@pytest.mark.parametrize("header,message", [
+    ({"a": {"dtype": "F32", "shape": [-1, 4], "data_offsets": [0, 0]}}, "negative dimension"),
+    ({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, "overlaps the bytes of another tensor"),
+    ({"a": {"dtype": "F32", "shape": [4.0], "data_offsets": [0, 16]}}, "unreadable or unsupported header entry"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+])
+def test_safetensors_reader_rejects_what_the_format_forbids(tmp_path, header, message):
+    path = tmp_path / "bad.safetensors"
+    _raw_safetensors(path, (header if isinstance(header, str) else json.dumps(header)).encode(), bytes(32))
+    with pytest.raises(SafetensorsError, match=message) as e:
+        SafetensorsReader(path)
+    assert str(path) in str(e.value)
+
+
+def test_msgpack_with_integer_keys_and_malformed_jaxbert_json(hf_dir, tmp_path, capsys):
+    from flax import serialization
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "flax_model.msgpack").write_bytes(serialization.msgpack_serialize({"bert": {0: np.zeros(3)}}))
+    (tmp_path / "m" / "config.json").write_text((hf_dir / "config.json").read_text())
+    assert main(["convert", str(tmp_path / "m"), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, "flax_model.msgpack: params key bert/0 is a int")
+    jx = tmp_path / "jx"
+    assert main(["convert", str(hf_dir), str(jx), "--to", "jaxbert"]) == 0
+    capsys.readouterr()
+    (jx / "jaxbert.json").write_text("{not json")
+    assert main(["convert", str(jx), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, jx / "jaxbert.json", "not a readable jaxbert.json")
