@@ -8,9 +8,20 @@ writes the same scalars as TensorBoard event files under WORKDIR/tensorboard
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from tensorboardX import SummaryWriter
+# tensorboardX imports torch whenever it is installed, only to accept torch tensors. jaxbert logs
+# Python floats, and a JAX training process has no use for torch's import time and thread pools,
+# so torch is hidden while tensorboardX loads (unless something already imported it).
+_HIDE_TORCH = "torch" not in sys.modules
+if _HIDE_TORCH:
+    sys.modules["torch"] = None  # `import torch` raises ImportError meanwhile
+try:
+    from tensorboardX import SummaryWriter
+finally:
+    if _HIDE_TORCH:
+        del sys.modules["torch"]
 
 
 class MetricsWriter:
