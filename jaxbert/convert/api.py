@@ -50,6 +50,8 @@ def infer_class(config: BertConfig, keys: list[str]) -> str:
         raise ConversionError(f"config architectures {config.architectures} name no jaxbert class; "
                               f"pass model_class= one of {sorted(MODEL_CLASSES)}")
     has = lambda prefix: any(k.startswith(prefix) for k in keys)  # noqa: E731
+    if config.is_roberta:
+        return config.class_name(_infer_roberta(has))
     if has("cls.predictions.") and has("cls.seq_relationship."):
         return "BertForPreTraining"
     if has("cls.predictions."):
@@ -61,6 +63,17 @@ def infer_class(config: BertConfig, keys: list[str]) -> str:
     if has("classifier."):  # multiple choice looks like sequence classification; name it if so
         return "BertForSequenceClassification" if has("bert.pooler.") else "BertForTokenClassification"
     return "BertModel"
+
+
+def _infer_roberta(has) -> str:
+    """The BERT class a RoBERTa checkpoint's keys fit (its heads are named differently)."""
+    if has("lm_head."):
+        return "BertForMaskedLM"
+    if has("classifier.out_proj."):
+        return "BertForSequenceClassification"
+    if has("classifier."):
+        return "BertForMultipleChoice" if has("roberta.pooler.") else "BertForTokenClassification"
+    return "BertForQuestionAnswering" if has("qa_outputs.") else "BertModel"
 
 
 def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: bool = False,
@@ -79,7 +92,7 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
     if name == "BertLMHeadModel" and not config.is_decoder:
         raise ConversionError(f"{path}: BertLMHeadModel needs is_decoder=true in its config")
-    if add_pooling_layer is None and name == "BertModel":
+    if add_pooling_layer is None and name in ("BertModel", "RobertaModel", "XLMRobertaModel"):
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
@@ -143,7 +156,7 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
     without torch or transformers.
     """
     name = type(module).__name__
-    pooling = getattr(module, "add_pooling_layer", None) if name == "BertModel" else None
+    pooling = getattr(module, "add_pooling_layer", None) if name in ("BertModel", "RobertaModel", "XLMRobertaModel") else None
     if format == "hf":
         write_hf(path, module.config, name, params, max_shard_size=max_shard_size, add_pooling_layer=pooling)
     elif format == "jaxbert":

@@ -13,11 +13,11 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from jaxbert.model.config import BertConfig
+from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.convert.readers import tensor_to_numpy
 from jaxbert.convert.report import ConversionError, ConversionReport
 from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
-from jaxbert.convert.table import LEGACY_LEAVES, Table, to_flax
+from jaxbert.convert.table import CROSS_ATTENTION_CLASSES, LEGACY_LEAVES, Table, to_flax
 
 _BASE_MODULES = ("embeddings.", "encoder.", "pooler.")
 
@@ -31,8 +31,8 @@ def _normalise(key: str, table: Table, ckpt_has_prefix: bool) -> tuple[str | Non
         return None, "buffer, recomputed by the model"
     if table.prefix and not ckpt_has_prefix and key.startswith(_BASE_MODULES):
         key = table.prefix + key  # a BertModel checkpoint into a head class
-    elif not table.prefix and key.startswith("bert."):
-        key = key[len("bert."):]  # a head checkpoint into BertModel
+    elif not table.prefix and key.startswith(table.base + "."):
+        key = key[len(table.base) + 1:]  # a head checkpoint into BertModel
     return key, ""
 
 
@@ -43,7 +43,7 @@ def _unused_reason(key: str, table: Table) -> str:
         return f"{table.model_class} has no cross-attention here (config.add_cross_attention or class)"
     if ".distance_embedding." in key:
         return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
-    if key.startswith("lm_head."):
+    if key.startswith("lm_head.") and not table.config.is_roberta:
         return "a BertGeneration head (decoder without a transform layer); no jaxbert class has it"
     if key.startswith("cls.predictions.decoder.weight"):
         return "config ties the decoder to the word embeddings, and no MLM head uses it"
@@ -57,7 +57,7 @@ def plan(keys: Iterable[str], table: Table) -> tuple[dict, list, list]:
     where "tie" means: check it equals the tensor loaded for the table key.
     """
     keys = list(keys)
-    has_prefix = any(k.startswith("bert.") for k in keys)
+    has_prefix = any(k.startswith(table.base + ".") for k in keys)
     actions, ignored, unused, claimed = {}, [], [], {}
     aliases = []
     for key in keys:
@@ -216,7 +216,7 @@ def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtyp
     module = MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
     ids, types = dummy_inputs(model_class, 1, 4)
     kwargs = {}
-    if config.add_cross_attention and model_class in ("BertModel", "BertForMaskedLM", "BertLMHeadModel"):
+    if config.add_cross_attention and bert_class_name(model_class) in CROSS_ATTENTION_CLASSES:
         kwargs["encoder_hidden_states"] = jnp.zeros((1, 4, config.hidden_size), jnp.float32)
     paths = sorted(paths)
 

@@ -23,7 +23,7 @@ import dataclasses
 import math
 from typing import Iterator
 
-from jaxbert.model.config import BertConfig
+from jaxbert.model.config import BertConfig, bert_class_name
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
 COPY = "copy"
@@ -96,6 +96,25 @@ HEADS = {
 }
 
 
+def _roberta_mlm(c: BertConfig) -> list:
+    H = c.hidden_size
+    rows = [("lm_head.dense", "dense", (H, H)), ("lm_head.layer_norm", "norm", (H,)),
+            ("lm_head", "bias", (c.vocab_size,))]
+    if not c.tie_word_embeddings:
+        rows.append(("lm_head.decoder", "dense_nobias", (H, c.vocab_size)))
+    return rows
+
+
+# RoBERTa / XLM-R (config.is_roberta): the heads that differ from BERT's, by the BERT class
+# they are built from; every other head, and the "roberta." encoder, is named as in BERT.
+ROBERTA_HEADS = {
+    "BertForMaskedLM": (False, _roberta_mlm),
+    "BertForSequenceClassification": (False, lambda c: [
+        ("classifier.dense", "dense", (c.hidden_size, c.hidden_size)),
+        ("classifier.out_proj", "dense", (c.hidden_size, c.num_labels))]),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One tensor. ``key``: state-dict key; ``path``: param path (scanned paths
@@ -118,21 +137,25 @@ class Table:
 
     Attributes:
       entries: the Entry of every param leaf (per layer when scanned).
-      prefix: "bert." for the heads, "" for BertModel.
+      prefix: "bert." (or "roberta.") for the heads, "" for BertModel / RobertaModel.
       aliases: tied state-dict keys -> the key whose tensor they must equal.
       leaf_shapes: param path -> full leaf shape (with the layer axis when scanned).
     """
 
     def __init__(self, config: BertConfig, model_class: str, scan_layers: bool = False,
                  add_pooling_layer: bool | None = None):
-        if model_class not in HEADS:
+        bert_class = bert_class_name(model_class)
+        if bert_class not in HEADS:
             raise KeyError(f"unknown model class {model_class!r}; expected one of {sorted(HEADS)}")
+        config.class_name(model_class)  # refuses a head the config's family lacks
         self.config, self.model_class, self.scan_layers = config, model_class, scan_layers
-        pooler, head = HEADS[model_class]
+        heads = ROBERTA_HEADS if config.is_roberta else {}
+        pooler, head = heads.get(bert_class, HEADS[bert_class])
         if add_pooling_layer is not None:
             pooler = add_pooling_layer
-        self.prefix = "" if model_class == "BertModel" else "bert."
-        cross = config.add_cross_attention and model_class in CROSS_ATTENTION_CLASSES
+        self.base = config.base_prefix  # "bert" or "roberta"
+        self.prefix = "" if bert_class == "BertModel" else self.base + "."
+        cross = config.add_cross_attention and bert_class in CROSS_ATTENTION_CLASSES
         base = _embeddings(config)
         if pooler:
             base.append(("pooler.dense", "dense", (config.hidden_size, config.hidden_size)))
@@ -143,7 +166,11 @@ class Table:
         self.entries = [e for row in rows for e in self._expand(*row)]
         self.by_key = {e.key: e for e in self.entries}
         self.aliases = {}
-        if model_class in ("BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining"):
+        if config.is_roberta and bert_class == "BertForMaskedLM":
+            self.aliases["lm_head.decoder.bias"] = "lm_head.bias"
+            if config.tie_word_embeddings:
+                self.aliases["lm_head.decoder.weight"] = self.prefix + "embeddings.word_embeddings.weight"
+        elif bert_class in ("BertForMaskedLM", "BertLMHeadModel", "BertForPreTraining"):
             # transformers ties decoder.bias to predictions.bias always, and the
             # decoder weight to the word embeddings unless the config unties it.
             self.aliases["cls.predictions.decoder.bias"] = "cls.predictions.bias"

@@ -73,7 +73,7 @@ def check_params(params, table: Table) -> dict:
 
 
 def _table(params, config, model_class, add_pooling_layer=None) -> Table:
-    if add_pooling_layer is None and model_class == "BertModel":
+    if add_pooling_layer is None and model_class in ("BertModel", "RobertaModel", "XLMRobertaModel"):
         add_pooling_layer = "pooler" in _unwrap(params)  # BertModel(add_pooling_layer=False) has none
     return Table(config, model_class, is_scanned_tree(params), add_pooling_layer)
 
@@ -110,7 +110,7 @@ def params_to_state_dict(params, config: BertConfig, model_class: str, *, tied: 
 
 def hf_config(config: BertConfig, model_class: str, dtype_name: str | None) -> dict:
     data = config.to_dict()
-    data["architectures"] = [model_class]
+    data["architectures"] = [config.class_name(model_class)]  # a RoBERTa config names Roberta* classes
     if dtype_name:
         # transformers 4.56+ writes "dtype", older ones "torch_dtype"; keep whichever is there.
         data["dtype" if "dtype" in data else "torch_dtype"] = dtype_name

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from jaxbert.model.attention import BertSelfAttention
 from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule
+from jaxbert.model.roberta import roberta_positions
 
 
 class BertEmbeddings(BertModule):
@@ -24,9 +25,11 @@ class BertEmbeddings(BertModule):
         cfg = self.config
         self.word_embeddings = self.embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"),
                                           "word_embeddings", pad_row=cfg.pad_token_id)
-        # transformers creates the absolute table for every position_embedding_type.
+        # transformers creates the absolute table for every position_embedding_type;
+        # RoBERTa's keeps a zero row at padding_idx, which padding positions point to.
         self.position_embeddings = self.embed(cfg.max_position_embeddings, cfg.hidden_size,
-                                              (None, "embed"), "position_embeddings")
+                                              (None, "embed"), "position_embeddings",
+                                              pad_row=cfg.pad_token_id if cfg.is_roberta else None)
         self.token_type_embeddings = self.embed(cfg.type_vocab_size, cfg.hidden_size,
                                                 (None, "embed"), "token_type_embeddings")
         self.LayerNorm = self.layer_norm()
@@ -35,7 +38,9 @@ class BertEmbeddings(BertModule):
             self.position_index = self.variable("cache", "position_index", lambda: jnp.array(0, jnp.int32))
 
     def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
-        if position_ids is None:
+        if position_ids is None and self.config.is_roberta:
+            position_ids = roberta_positions(input_ids, self.config.pad_token_id)
+        elif position_ids is None:
             position_ids = self._default_positions(input_ids.shape)
         words = self.word_embeddings(input_ids)
         if self.config.pad_token_id is not None:
