@@ -98,6 +98,7 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
         strict=strict, add_pooling_layer=add_pooling_layer, source=src.description, seed=seed,
         adopt_buffers=True)
+    report.ignored[:0] = src.skipped
     return config, name, params, report
 
 
@@ -109,6 +110,8 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     Args:
       path: a Hugging Face directory (model.safetensors, pytorch_model.bin,
         either sharded with an index, or flax_model.msgpack, plus config.json),
+        an original TensorFlow BERT checkpoint (a folder with bert_config.json and
+        bert_model.ckpt.index/.data-*, or the checkpoint prefix; read without TensorFlow),
         a jaxbert directory (save_pretrained(format='jaxbert')), or one weights
         file (.safetensors, .bin, .pt, .msgpack) with config.json beside it or ``config``.
       model_class: a jaxbert class or its name; None picks it from the config's
