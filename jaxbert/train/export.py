@@ -52,4 +52,5 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
 
 
 def _word_embeddings(params):
-    return params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    base = params["roberta"] if "roberta" in params else params["bert"]  # the encoder's family name
+    return base["embeddings"]["word_embeddings"]["embedding"]

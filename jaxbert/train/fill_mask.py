@@ -1,4 +1,4 @@
-"""`jaxbert fill-mask MODEL "text with [MASK]"`: the top-k tokens for each [MASK].
+"""`jaxbert fill-mask MODEL "text with [MASK]"`: the top-k tokens for each [MASK] (RoBERTa: <mask>).
 
 MODEL is anything from_pretrained reads that has a tokenizer beside it (an
 exported Hugging Face directory, for instance), or a training workdir.
@@ -12,6 +12,9 @@ import jax
 import numpy as np
 
 
+MASK_TOKENS = ("[MASK]", "<mask>")  # BERT's WordPiece, RoBERTa's byte-level BPE
+
+
 def load_for_fill_mask(model: str | Path):
     """(module, params, tokenizer) for a model directory or a training workdir."""
     from jaxbert.data.tokenizer import load_tokenizer
@@ -19,11 +22,11 @@ def load_for_fill_mask(model: str | Path):
     if (path / "checkpoints").is_dir():
         from jaxbert.model.heads import BertForMaskedLM
         from jaxbert.train.checkpoint import restore_params
-        from jaxbert.train.export import tokenizer_dir_of
+        from jaxbert.train.export import _word_embeddings, tokenizer_dir_of
         from jaxbert.train.recipe import from_dict
         params, meta = restore_params(path)
         recipe = from_dict(meta["recipe"])
-        cfg = recipe.bert_config(params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0])
+        cfg = recipe.bert_config(_word_embeddings(params).shape[0])
         tok_dir = tokenizer_dir_of(recipe, path)
         if tok_dir is None:
             raise ValueError(f"{path} was trained on synthetic data: it has no tokenizer")
@@ -35,9 +38,10 @@ def load_for_fill_mask(model: str | Path):
 
 
 def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each [MASK] in text, in order: top_k (token, probability) pairs."""
-    from jaxbert.data.tokenizer import special_token_ids
-    mask_id = special_token_ids(tokenizer)["mask"]
+    """For each mask token ([MASK], or RoBERTa's <mask>) in text, in order: top_k (token, probability) pairs."""
+    mask_id = next((i for i in map(tokenizer.token_to_id, MASK_TOKENS) if i is not None), None)
+    if mask_id is None:
+        raise ValueError(f"the tokenizer has no mask token (looked for {' and '.join(MASK_TOKENS)})")
     enc = tokenizer.encode(text)
     ids = np.asarray(enc.ids, np.int32)[None]  # [1, L]
     positions = np.flatnonzero(ids[0] == mask_id).astype(np.int32)[None]  # [1, M]

@@ -25,7 +25,7 @@ from jaxbert.train import parallel, sources
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.train.metrics import MetricsWriter, flops_per_token, peak_flops
 from jaxbert.train.optim import make_optimizer
-from jaxbert.train.recipe import Recipe, save_effective
+from jaxbert.train.recipe import Recipe, RecipeError, save_effective
 from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
 
@@ -56,10 +56,14 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             sources.ensure_data(recipe, workdir, log)
         _barrier("data")
         data_dir, tok_dir = sources.ensure_data(recipe, workdir, log)
-        from jaxbert.data.tokenizer import load_tokenizer, tokenizer_hash
+        from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
         tok = load_tokenizer(tok_dir)
         vocab = tok.get_vocab_size()
     cfg = recipe.bert_config(vocab)
+    if data_dir is not None and cfg.is_roberta:  # its position ids count from the [PAD] id
+        if cfg.pad_token_id != special_token_ids(tok)["pad"]:
+            raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
+                              f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
         from jaxbert.data.loader import check_compatible
         check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
