@@ -8,6 +8,7 @@ import numpy as np
 import optax
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.model.config import bert_class_name
 
 MASK_RATE = 0.15
 FLOOR = 1e-3  # see grad_parity
@@ -43,7 +44,7 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     import torch
 
     from jaxbert.parity.compare import GradResult
-    name = type(module).__name__
+    name = bert_class_name(type(module).__name__)  # RoBERTa classes behave as the BERT class they extend
     masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
     has_mlm = name in ("BertForMaskedLM", "BertForPreTraining", "BertLMHeadModel")
     has_nsp = name in ("BertForPreTraining", "BertForNextSentencePrediction")
