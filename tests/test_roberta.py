@@ -146,3 +146,52 @@ def test_xlmr_base_250k_vocabulary_shards_under_fsdp_with_nothing_allocated():
     assert tuple(vocab_first["lm_head"]["bias"]) == ("data",)
     off = param_specs(boxed, ParallelSection(fsdp=False), 8)
     assert all(axis is None for axis in off["roberta"]["embeddings"]["word_embeddings"]["embedding"])
+
+
+def test_roberta_recipe_trains_and_exports_what_transformers_loads(tmp_path, capsys):
+    from jaxbert.cli.main import main
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import train_tokenizer
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join("The break statement terminates the nearest enclosing loop. "
+                                "A list is a mutable sequence of items, such as strings. " * 3 for _ in range(40)))
+    train_tokenizer([str(text)], 200, tmp_path / "tok")
+    prepare([str(text)], str(tmp_path / "tok"), str(tmp_path / "data"), max_length=32, validation_fraction=0.1,
+            progress=False)
+    # The shipped recipe, shrunk to a 1-layer model and 3 steps on this small corpus.
+    small = ["data.dir=" + str(tmp_path / "data"), "data.seq_len=32", "model.config.hidden_size=32",
+             "model.config.num_hidden_layers=1", "model.config.num_attention_heads=2",
+             "model.config.intermediate_size=64", "model.config.max_position_embeddings=34",
+             "train.steps=3", "train.eval_every=0", "train.eval_batches=1", "train.per_device_batch_size=4",
+             "checkpoint.every_steps=3", "outputs.plot=false"]
+    wd = tmp_path / "run"
+    argv = ["train", "--config", "roberta-tiny-demo", "--workdir", str(wd)]
+    assert main(argv + [a for s in small for a in ("--set", s)]) == 0
+    out = capsys.readouterr().out
+    assert "RobertaForMaskedLM 1x32" in out and "finished at step 3" in out and "[MASK] 1:" in out
+    model, info = transformers.RobertaForMaskedLM.from_pretrained(wd / "hf", output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert model.config.model_type == "roberta" and model.config.pad_token_id == 0
+    module, params = jaxbert.from_pretrained(wd / "hf")
+    ids = np.array([[2, 7, 9, 11, 4, 13, 3, 0, 0]])  # right padding with [PAD] = 0
+    mask = (ids != 0).astype(np.int64)
+    ours = np.asarray(module.apply({"params": params}, ids, attention_mask=mask).logits)
+    with torch.no_grad():
+        theirs = model.eval()(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    np.testing.assert_allclose(ours[0, :7], theirs[0, :7], atol=1e-5)
+
+
+def test_roberta_recipe_refuses_a_pad_id_the_tokenizer_does_not_have(tmp_path):
+    from jaxbert.train.loop import train_and_evaluate
+    from jaxbert.train.recipe import RecipeError, load
+    from jaxbert.data.tokenizer import train_tokenizer
+    from jaxbert.data.prepare import prepare
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join("A list is a mutable sequence of items. " * 4 for _ in range(30)))
+    train_tokenizer([str(text)], 120, tmp_path / "tok")
+    prepare([str(text)], str(tmp_path / "tok"), str(tmp_path / "data"), max_length=16, validation_fraction=0.1,
+            progress=False)
+    recipe = load("roberta-tiny-demo", ["data.dir=" + str(tmp_path / "data"), "data.seq_len=16",
+                                        "model.config.pad_token_id=1"])
+    with pytest.raises(RecipeError, match="pad_token_id: 1, but the tokenizer's pad token is 0"):
+        train_and_evaluate(recipe, tmp_path / "run")
