@@ -1,6 +1,6 @@
 """jaxbert: BERT in JAX/Flax, with Hugging Face conversion, parity checks and MLM pretraining."""
 
-from jaxbert.model.config import BertConfig, ConfigError, preset
+from jaxbert.model.config import MODEL_TYPES, BertConfig, ConfigError, preset
 from jaxbert.model.encoder import (BertAttention, BertEmbeddings, BertEncoder, BertIntermediate, BertLayer,
                        BertLMPredictionHead, BertOutput, BertPooler, BertPredictionHeadTransform,
                        BertSelfOutput)
@@ -9,7 +9,12 @@ from jaxbert.model.heads import (MODEL_CLASSES, BertForMaskedLM, BertForMultiple
                              BertForNextSentencePrediction, BertForPreTraining,
                              BertForQuestionAnswering, BertForSequenceClassification,
                              BertForTokenClassification, BertLMHeadModel, BertModel,
-                             BertPreTrainedModel, dummy_inputs, param_count)
+                             BertPreTrainedModel, RobertaForMaskedLM, RobertaForMultipleChoice,
+                             RobertaForQuestionAnswering, RobertaForSequenceClassification,
+                             RobertaForTokenClassification, RobertaModel, XLMRobertaForMaskedLM,
+                             XLMRobertaForMultipleChoice, XLMRobertaForQuestionAnswering,
+                             XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification,
+                             XLMRobertaModel, dummy_inputs, param_count)
 from jaxbert.model.layers import ModelOutput, is_scanned, scan_params, unscan_params
 from jaxbert.convert import (from_pretrained, params_to_state_dict, save_pretrained,
                       state_dict_to_params)
