@@ -5,7 +5,7 @@ from jaxbert.model.encoder import (BertAttention, BertEmbeddings, BertEncoder, B
                        BertLMPredictionHead, BertOutput, BertPooler, BertPredictionHeadTransform,
                        BertSelfOutput)
 from jaxbert.model.attention import BertSelfAttention
-from jaxbert.model.heads import (MODEL_CLASSES, BertForMaskedLM, BertForMultipleChoice,
+from jaxbert.model.heads import (ALL_MODEL_CLASSES, MODEL_CLASSES, BertForMaskedLM, BertForMultipleChoice,
                              BertForNextSentencePrediction, BertForPreTraining,
                              BertForQuestionAnswering, BertForSequenceClassification,
                              BertForTokenClassification, BertLMHeadModel, BertModel,

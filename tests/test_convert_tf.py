@@ -7,6 +7,8 @@ installed.
 """
 
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -106,6 +108,29 @@ def test_cli_convert_lists_the_skipped_slots(tmp_path, capsys):
     ref = np.load(FIXTURE / "reference.npz")
     real = reference_inputs()["attention_mask"].astype(bool)
     assert np.abs(mlm - ref["prediction_logits"])[real].max() < 1e-5
+
+
+_NO_TF = """
+import sys
+for name in ("tensorflow", "torch", "transformers"):
+    sys.modules[name] = None  # any import of them fails
+import numpy as np, jaxbert
+from jaxbert.convert import convert
+convert(sys.argv[1], sys.argv[2], "hf")
+m, p = jaxbert.from_pretrained(sys.argv[2])
+ref = np.load(sys.argv[1] + "/reference.npz")
+out = m.apply({"params": p}, ref["input_ids"], ref["token_type_ids"], attention_mask=ref["attention_mask"])
+real = ref["attention_mask"].astype(bool)
+print(type(m).__name__, float(np.abs(np.asarray(out.prediction_logits) - ref["prediction_logits"])[real].max()))
+"""
+
+
+def test_read_and_converted_with_tensorflow_torch_and_transformers_unimportable(tmp_path):
+    out = subprocess.run([sys.executable, "-c", _NO_TF, str(FIXTURE), str(tmp_path / "hf")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    name, diff = out.stdout.split()
+    assert name == "BertForPreTraining" and float(diff) < 1e-5
 
 
 def test_damaged_checkpoints_are_refused_naming_the_file(tmp_path):

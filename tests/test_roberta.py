@@ -120,7 +120,7 @@ def test_other_model_types_and_missing_heads_are_refused_by_name(tmp_path):
     with pytest.raises(ConfigError, match="model_type 'roberta' has no RobertaForPreTraining"):
         Table(cfg, "BertForPreTraining")
     with pytest.raises(ConfigError, match="RobertaForMaskedLM needs model_type 'roberta' or 'xlm-roberta'"):
-        jaxbert.MODEL_CLASSES["RobertaForMaskedLM"](BertConfig()).init(
+        jaxbert.ALL_MODEL_CLASSES["RobertaForMaskedLM"](BertConfig()).init(
             jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32))
 
 

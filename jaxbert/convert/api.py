@@ -31,24 +31,24 @@ def resolve_dtype(dtype):
 
 
 def _class_name(model_class) -> str | None:
-    from jaxbert.model.heads import MODEL_CLASSES
+    from jaxbert.model.heads import ALL_MODEL_CLASSES
     if model_class is None:
         return None
     name = model_class if isinstance(model_class, str) else model_class.__name__
-    if name not in MODEL_CLASSES:
-        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(MODEL_CLASSES)}")
+    if name not in ALL_MODEL_CLASSES:
+        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(ALL_MODEL_CLASSES)}")
     return name
 
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
-    from jaxbert.model.heads import MODEL_CLASSES
+    from jaxbert.model.heads import ALL_MODEL_CLASSES
     for arch in config.architectures or ():
-        if arch in MODEL_CLASSES:
+        if arch in ALL_MODEL_CLASSES:
             return arch
     if config.architectures:
         raise ConversionError(f"config architectures {config.architectures} name no jaxbert class; "
-                              f"pass model_class= one of {sorted(MODEL_CLASSES)}")
+                              f"pass model_class= one of {sorted(ALL_MODEL_CLASSES)}")
     has = lambda prefix: any(k.startswith(prefix) for k in keys)  # noqa: E731
     if config.is_roberta:
         return config.class_name(_infer_roberta(has))
@@ -130,7 +130,7 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
       Its leaves are jax Arrays; the module's ``param_dtype`` is their dtype.
     """
     import jax
-    from jaxbert.model.heads import MODEL_CLASSES
+    from jaxbert.model.heads import ALL_MODEL_CLASSES
     if "compute_dtype" in module_options:
         module_options["dtype"] = module_options.pop("compute_dtype")
     config, name, params, report = load_checkpoint(
@@ -145,7 +145,7 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     for path_ in list(flat):  # one leaf at a time: NumPy copy freed as its jax copy is made
         out[path_] = jax.device_put(flat.pop(path_))
     param_dtype = dtypes.pop() if len(dtypes) == 1 else np.float32
-    module = MODEL_CLASSES[name](config, param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
+    module = ALL_MODEL_CLASSES[name](config, param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 

@@ -91,7 +91,7 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
     Args:
       state_dict: key -> array (NumPy, torch or anything np.asarray takes), or an
         iterable of (key, array) pairs together with ``keys`` (streamed).
-      config: the model config; model_class: a name in jaxbert.MODEL_CLASSES.
+      config: the model config; model_class: a name in jaxbert.MODEL_CLASSES (or a Roberta* name).
       scan_layers: build the scanned layout (layer params stacked on axis 0).
       dtype: cast every param to it; None keeps each tensor's checkpoint dtype.
       strict: refuse missing params and unused tensors instead of warning.
@@ -211,9 +211,9 @@ def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtyp
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
     import jax
     import jax.numpy as jnp
-    from jaxbert.model.heads import MODEL_CLASSES, dummy_inputs
+    from jaxbert.model.heads import ALL_MODEL_CLASSES, dummy_inputs
     options = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
-    module = MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
+    module = ALL_MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
     ids, types = dummy_inputs(model_class, 1, 4)
     kwargs = {}
     if config.add_cross_attention and bert_class_name(model_class) in CROSS_ATTENTION_CLASSES:

@@ -267,8 +267,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
 def _family_class(base, prefix: str):
     """The same module under a family's class name (the config decides the layout)."""
-    name = prefix + base.__name__[len("Bert"):]
-    doc = f"{base.__name__} for a RoBERTa / XLM-RoBERTa config (model_type roberta or xlm-roberta)."
+    name, doc = prefix + base.__name__[len("Bert"):], f"{base.__name__} for a roberta / xlm-roberta config."
     return type(name, (base,), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
 
 
@@ -277,16 +276,17 @@ _ROBERTA_BASES = (BertModel, BertForMaskedLM, BertForSequenceClassification, Ber
 (RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
  RobertaForQuestionAnswering, RobertaForMultipleChoice) = (_family_class(b, "Roberta") for b in _ROBERTA_BASES)
 (XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification,
- XLMRobertaForQuestionAnswering, XLMRobertaForMultipleChoice) = (
-    _family_class(b, "XLMRoberta") for b in _ROBERTA_BASES)
+ XLMRobertaForQuestionAnswering, XLMRobertaForMultipleChoice) = (_family_class(b, "XLMRoberta") for b in _ROBERTA_BASES)
 
-MODEL_CLASSES = {cls.__name__: cls for cls in (
+MODEL_CLASSES = {cls.__name__: cls for cls in (  # the BERT classes; any config family fits them
     BertModel, BertForMaskedLM, BertForPreTraining, BertForNextSentencePrediction,
     BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
-    BertForMultipleChoice, BertLMHeadModel, RobertaModel, RobertaForMaskedLM,
-    RobertaForSequenceClassification, RobertaForTokenClassification, RobertaForQuestionAnswering,
-    RobertaForMultipleChoice, XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification,
-    XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering, XLMRobertaForMultipleChoice)}
+    BertForMultipleChoice, BertLMHeadModel)}
+ALL_MODEL_CLASSES = dict(MODEL_CLASSES, **{cls.__name__: cls for cls in (  # + those of the RoBERTa family
+    RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
+    RobertaForQuestionAnswering, RobertaForMultipleChoice, XLMRobertaModel, XLMRobertaForMaskedLM,
+    XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering,
+    XLMRobertaForMultipleChoice)})
 
 
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:

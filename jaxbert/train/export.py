@@ -23,11 +23,11 @@ def tokenizer_dir_of(recipe, workdir: str | Path) -> Path | None:
 def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None) -> Path:
     """Writes params as a Hugging Face directory, built beside DST and renamed into place."""
     import jaxbert
-    from jaxbert.model.heads import MODEL_CLASSES
+    from jaxbert.model.heads import ALL_MODEL_CLASSES
     dst = Path(dst)
     tmp = dst.parent / f".{dst.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    jaxbert.save_pretrained(tmp, MODEL_CLASSES[model_class](cfg), params, format="hf")
+    jaxbert.save_pretrained(tmp, ALL_MODEL_CLASSES[model_class](cfg), params, format="hf")
     if tokenizer_dir is not None:
         for name in TOKENIZER_FILES:
             if (Path(tokenizer_dir) / name).exists():

@@ -20,7 +20,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm import tqdm
 
-from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.model.heads import ALL_MODEL_CLASSES
 from jaxbert.train import parallel, sources
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.train.metrics import MetricsWriter, flops_per_token, peak_flops
@@ -36,7 +36,7 @@ class TrainingDiverged(Diverged):
 
 def build_model(recipe: Recipe, cfg):
     m = recipe.model
-    return MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
+    return ALL_MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
                                         scan_layers=m.scan_layers, remat_policy=m.remat_policy,
                                         attention_impl=m.attention_impl)
 
