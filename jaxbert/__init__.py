@@ -1,15 +1,20 @@
 """jaxbert: BERT in JAX/Flax, with Hugging Face conversion, parity checks and MLM pretraining."""
 
-from jaxbert.model.config import BertConfig, ConfigError, preset
+from jaxbert.model.config import MODEL_TYPES, BertConfig, ConfigError, preset
 from jaxbert.model.encoder import (BertAttention, BertEmbeddings, BertEncoder, BertIntermediate, BertLayer,
                        BertLMPredictionHead, BertOutput, BertPooler, BertPredictionHeadTransform,
                        BertSelfOutput)
 from jaxbert.model.attention import BertSelfAttention
-from jaxbert.model.heads import (MODEL_CLASSES, BertForMaskedLM, BertForMultipleChoice,
+from jaxbert.model.heads import (ALL_MODEL_CLASSES, MODEL_CLASSES, BertForMaskedLM, BertForMultipleChoice,
                              BertForNextSentencePrediction, BertForPreTraining,
                              BertForQuestionAnswering, BertForSequenceClassification,
                              BertForTokenClassification, BertLMHeadModel, BertModel,
-                             BertPreTrainedModel, dummy_inputs, param_count)
+                             BertPreTrainedModel, RobertaForMaskedLM, RobertaForMultipleChoice,
+                             RobertaForQuestionAnswering, RobertaForSequenceClassification,
+                             RobertaForTokenClassification, RobertaModel, XLMRobertaForMaskedLM,
+                             XLMRobertaForMultipleChoice, XLMRobertaForQuestionAnswering,
+                             XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification,
+                             XLMRobertaModel, dummy_inputs, param_count)
 from jaxbert.model.layers import ModelOutput
 from jaxbert.model.params import is_scanned, scan_params, unscan_params
 from jaxbert.convert import (from_pretrained, params_to_state_dict, save_pretrained,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import HEADS, head, main_output
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -59,4 +60,23 @@ def torch_outputs(model, model_class: str, ids, types, mask) -> np.ndarray:
 def jax_outputs(module, params, model_class: str, ids, types, mask) -> np.ndarray:
     import jax.numpy as jnp
     out = module.apply({"params": params}, jnp.asarray(ids), jnp.asarray(types), attention_mask=jnp.asarray(mask))
-    return np.asarray(main_output(head(model_class), out, jnp.stack), np.float32)
+    return np.asarray(main_output(head(bert_class_name(model_class)), out, jnp.stack), np.float32)
+
+
+ROBERTA_TINY = dict(TINY, type_vocab_size=1, max_position_embeddings=40, pad_token_id=1)
+
+
+def tiny_roberta_model(model_class: str, seed: int = 0, **overrides):
+    """A random transformers RoBERTa / XLM-RoBERTa ``model_class`` (eval mode) on a tiny config,
+    its biases and LayerNorms randomised as in tiny_hf_model."""
+    import torch
+    import transformers
+    config_cls = transformers.XLMRobertaConfig if model_class.startswith("XLM") else transformers.RobertaConfig
+    config = config_cls(**dict(ROBERTA_TINY, **overrides))
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_class)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return model

@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import CheckFailed, InputError
+from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import HEADS
 from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
@@ -27,6 +28,7 @@ def add_arguments(p):
                    help="max abs diff on hidden states (default 1e-5 fp32, 0.15 bf16); logits scale it")
     p.add_argument("--model-class", default=None, help="jaxbert class name (default: from the config)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pad-left", action="store_true", help="pad the batch on the left instead of the right")
 
 
 def run(args) -> int:
@@ -42,8 +44,10 @@ def run(args) -> int:
     texts = args.text or DEFAULT_TEXTS
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "
           f"{'tokenizer ' + ('found' if tokenizer else 'missing: random ids')}")
-    choices = 2 if HEADS[type(module).__name__].choices else 0
-    inputs = make_inputs(tokenizer, texts, args.max_length, module.config.vocab_size, args.seed, choices)
+    cfg = module.config
+    choices = 2 if HEADS[bert_class_name(type(module).__name__)].choices else 0
+    inputs = make_inputs(tokenizer, texts, args.max_length, cfg.vocab_size, args.seed, choices,
+                         pad_id=cfg.pad_token_id or 0, type_vocab_size=cfg.type_vocab_size, pad_left=args.pad_left)
     encoder = None
     if module.config.add_cross_attention:  # decoders with cross-attention need encoder states
         rng = np.random.default_rng(args.seed)

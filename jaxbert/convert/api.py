@@ -12,10 +12,10 @@ import numpy as np
 
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
-from jaxbert.model.config import BertConfig
-from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.model.config import BertConfig, ConfigError, bert_class_name
+from jaxbert.model.heads import ALL_MODEL_CLASSES
 from jaxbert.model.params import flatten, unflatten
-from jaxbert.model.registry import HEADS
+from jaxbert.model.registry import HEADS, for_config, head
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
@@ -43,31 +43,38 @@ def _class_name(model_class) -> str | None:
     if model_class is None:
         return None
     name = model_class if isinstance(model_class, str) else model_class.__name__
-    if name not in MODEL_CLASSES:
-        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(MODEL_CLASSES)}")
+    if name not in ALL_MODEL_CLASSES:
+        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(ALL_MODEL_CLASSES)}")
     return name
 
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
     for arch in config.architectures or ():
-        if arch in MODEL_CLASSES:
+        if arch in ALL_MODEL_CLASSES:
             return arch
     if config.architectures:
         raise ConversionError(f"config architectures {config.architectures} name no jaxbert class; "
-                              f"pass model_class= one of {sorted(MODEL_CLASSES)}")
+                              f"pass model_class= one of {sorted(ALL_MODEL_CLASSES)}")
     modules = {k.rpartition(".")[0] for k in keys}
 
     def score(spec):  # (all its head modules present, how many, decoder and pooler as in the checkpoint)
+        spec = for_config(spec, config)
         wanted = {m for m, _, _ in spec.rows(config)}
         pooler = any(m.endswith("pooler.dense") for m in modules)
         return (wanted <= modules, len(wanted), spec.decoder == config.is_decoder, spec.pooler == pooler)
 
     # Registry order breaks ties: multiple choice looks like sequence classification; name it if so.
-    model_type = getattr(config, "model_type", "bert")
-    family = [h for h in HEADS.values() if model_type in h.family.model_types] or list(HEADS.values())
-    best = max(family, key=score)  # max keeps the first of equals
-    return best.name
+    best = max((h for h in HEADS.values() if _in_family(config, h.name)), key=score)  # max keeps the first
+    return config.class_name(best.name)
+
+
+def _in_family(config: BertConfig, name: str) -> bool:
+    try:
+        config.class_name(name)
+    except ConfigError:
+        return False  # RoBERTa has no NSP / pretraining / decoder heads
+    return True
 
 
 def _open(path, step: int | None):
@@ -80,6 +87,17 @@ def _open(path, step: int | None):
     if step is not None:
         raise ConversionError(f"{path}: step={step} needs a training workdir (a folder with checkpoints/)")
     return open_source(path), None
+
+
+def _infer_roberta(has) -> str:
+    """The BERT class a RoBERTa checkpoint's keys fit (its heads are named differently)."""
+    if has("lm_head."):
+        return "BertForMaskedLM"
+    if has("classifier.out_proj."):
+        return "BertForSequenceClassification"
+    if has("classifier."):
+        return "BertForMultipleChoice" if has("roberta.pooler.") else "BertForTokenClassification"
+    return "BertForQuestionAnswering" if has("qa_outputs.") else "BertModel"
 
 
 def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: bool = False,
@@ -100,12 +118,13 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
     if name == "BertLMHeadModel" and not config.is_decoder:
         raise ConversionError(f"{path}: BertLMHeadModel needs is_decoder=true in its config")
-    if add_pooling_layer is None and HEADS[name].base:
+    if add_pooling_layer is None and head(bert_class_name(name)).base:
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
         strict=strict, add_pooling_layer=add_pooling_layer, source=src.description, seed=seed,
         adopt_buffers=True)
+    report.ignored[:0] = src.skipped
     return config, name, params, report
 
 
@@ -117,6 +136,8 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     Args:
       path: a Hugging Face directory (model.safetensors, pytorch_model.bin,
         either sharded with an index, or flax_model.msgpack, plus config.json),
+        an original TensorFlow BERT checkpoint (a folder with bert_config.json and
+        bert_model.ckpt.index/.data-*, or the checkpoint prefix; read without TensorFlow),
         a jaxbert directory (save_pretrained(format='jaxbert')), or one weights
         file (.safetensors, .bin, .pt, .msgpack) with config.json beside it or ``config``,
         or a training workdir (its newest readable checkpoint, or ``step``; the
@@ -150,7 +171,7 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     for path_ in list(flat):  # one leaf at a time: NumPy copy freed as its jax copy is made
         out[path_] = jax.device_put(flat.pop(path_))
     param_dtype = dtypes.pop() if len(dtypes) == 1 else np.float32
-    module = MODEL_CLASSES[name](config, param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
+    module = ALL_MODEL_CLASSES[name](config, param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 
@@ -171,7 +192,7 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
     if format not in ("hf", "jaxbert"):
         raise InputError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
     name = type(module).__name__
-    pooling = getattr(module, "add_pooling_layer", None) if HEADS[name].base else None
+    pooling = getattr(module, "add_pooling_layer", None) if head(bert_class_name(name)).base else None
     with publish_dir(path, MODEL_KIND, overwrite) as tmp:
         _write(tmp, format, module.config, name, params, max_shard_size, pooling)
     return Path(path)

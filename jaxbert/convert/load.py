@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbert.model.config import BertConfig
-from jaxbert.model.heads import MODEL_CLASSES, dummy_inputs
+from jaxbert.model.config import BertConfig, bert_class_name
+from jaxbert.model.heads import ALL_MODEL_CLASSES, dummy_inputs
 from jaxbert.model.params import unflatten
 from jaxbert.model.registry import head
 from jaxbert.convert.readers import tensor_to_numpy
@@ -62,7 +62,7 @@ def _unused_reason(key: str, table: Table) -> str:
         return f"{table.model_class} has no cross-attention here (config.add_cross_attention or class)"
     if ".distance_embedding." in key:
         return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
-    if key.startswith("lm_head."):
+    if key.startswith("lm_head.") and not table.config.is_roberta:
         return "a BertGeneration head (decoder without a transform layer); no jaxbert class has it"
     if key.startswith(table.spec.family.mlm_decoder + ".weight"):
         return "config ties the decoder to the word embeddings, and no MLM head uses it"
@@ -110,7 +110,7 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
     Args:
       state_dict: key -> array (NumPy, torch or anything np.asarray takes), or an
         iterable of (key, array) pairs together with ``keys`` (streamed).
-      config: the model config; model_class: a name in jaxbert.MODEL_CLASSES.
+      config: the model config; model_class: a name in jaxbert.MODEL_CLASSES (or a Roberta* name).
       scan_layers: build the scanned layout (layer params stacked on axis 0).
       dtype: cast every param to it; None keeps each tensor's checkpoint dtype.
       strict: refuse missing params and unused tensors instead of warning.
@@ -228,10 +228,10 @@ def _dominant(report: ConversionReport):
 def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtype, seed=0) -> dict:
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
     options = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
-    module = MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
+    module = ALL_MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
     ids, types = dummy_inputs(model_class, 1, 4)
     kwargs = {}
-    if config.add_cross_attention and head(model_class).cross_attention:
+    if config.add_cross_attention and head(bert_class_name(model_class)).cross_attention:
         kwargs["encoder_hidden_states"] = jnp.zeros((1, 4, config.hidden_size), jnp.float32)
     paths = sorted(paths)
 

@@ -27,6 +27,7 @@ from jaxbert.model.params import iter_flat, stacked
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
+from jaxbert.convert.tf_checkpoint import TFCheckpointSource, checkpoint_prefix
 
 JAXBERT_META = "jaxbert.json"
 PARAMS_DIR = "params"
@@ -41,6 +42,7 @@ class Source:
     description: str = ""
     config_path: Path | None = None
     meta: Mapping = MappingProxyType({})  # jaxbert.json of a jaxbert directory; read-only when absent
+    skipped: tuple = ()  # (name, reason) of tensors that are not weights (optimizer slots)
 
     def keys(self) -> list[str]:
         raise NotImplementedError
@@ -248,8 +250,13 @@ def _read_meta(path: Path) -> dict:
 
 
 def open_source(path: str | Path) -> Source:
-    """A directory (jaxbert, or HF with one of WEIGHT_FILES) or a single weights file."""
+    """A directory (jaxbert, HF with one of WEIGHT_FILES, or an original TensorFlow
+    checkpoint with bert_config.json) or a single weights file / TF checkpoint prefix."""
     path = Path(path)
+    tf_prefix = checkpoint_prefix(path) if not (path / JAXBERT_META).exists() and not any(
+        (path / n).exists() for n in WEIGHT_FILES) else None
+    if tf_prefix is not None:
+        return TFCheckpointSource(tf_prefix)
     if not path.exists():
         raise ConversionError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -265,7 +272,7 @@ def open_source(path: str | Path) -> Source:
                 src.description = str(path / name)
                 return src
         raise ConversionError(f"{path}: no checkpoint found; looked for {JAXBERT_META}, "
-                              + ", ".join(WEIGHT_FILES))
+                              + ", ".join(WEIGHT_FILES) + " and a TensorFlow *.index")
     name = path.name
     if name.endswith(".index.json"):
         files, keys = _index_files(path)

@@ -23,8 +23,8 @@ import dataclasses
 import math
 from typing import Iterator
 
-from jaxbert.model.config import BertConfig
-from jaxbert.model.registry import head
+from jaxbert.model.config import BertConfig, bert_class_name
+from jaxbert.model.registry import for_config, head
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
 COPY = "copy"
@@ -91,16 +91,18 @@ class Table:
 
     Attributes:
       entries: the Entry of every param leaf (per layer when scanned).
-      prefix: the encoder's state-dict prefix ("bert." for the heads, "" for BertModel).
+      prefix: the encoder's state-dict prefix ("bert." or "roberta." for the heads, "" for the bare encoder).
       aliases: tied state-dict keys -> the key whose tensor they must equal.
       leaf_shapes: param path -> full leaf shape (with the layer axis when scanned).
     """
 
     def __init__(self, config: BertConfig, model_class: str, scan_layers: bool = False,
                  add_pooling_layer: bool | None = None):
-        spec = self.spec = head(model_class)
+        config.class_name(model_class)  # refuses a head the config's family lacks
+        spec = self.spec = for_config(head(bert_class_name(model_class)), config)
         self.config, self.model_class, self.scan_layers = config, model_class, scan_layers
         pooler = spec.pooler if add_pooling_layer is None else add_pooling_layer
+        self.base = spec.family.prefix  # "bert" or "roberta"
         self.prefix = spec.prefix
         cross = config.add_cross_attention and spec.cross_attention
         base = _embeddings(config)

@@ -98,10 +98,11 @@ def read_workdir(workdir, step: int | None = None) -> tuple[BertConfig, str, dic
     if not isinstance(recipe, dict):
         raise ConversionError(f"{workdir}: its checkpoint metadata holds no recipe")
     model = recipe.get("model") or {}
+    encoder = "roberta" if isinstance(params, dict) and "roberta" in params else "bert"  # the family's prefix
     try:
-        vocab = params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0]
+        vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
     except (KeyError, TypeError):
-        raise ConversionError(f"{workdir}: its checkpoint has no bert/embeddings/word_embeddings") from None
+        raise ConversionError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
     config = workdir_config(model, vocab)
     return config, config.architectures[0], params, run_tokenizer_dir(recipe.get("data") or {}, workdir)
 

@@ -16,7 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxbert.fs import atomic_write_text
-from jaxbert.model.config import BertConfig
+from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.params import flatten, is_scanned, unflatten
 from jaxbert.model.registry import head
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
@@ -61,7 +61,7 @@ def check_params(params, table: Table) -> dict:
 
 
 def _table(params, config, model_class, add_pooling_layer=None) -> Table:
-    if add_pooling_layer is None and head(model_class).base:
+    if add_pooling_layer is None and head(bert_class_name(model_class)).base:
         add_pooling_layer = "pooler" in _unwrap(params)  # the base model without a pooler has none
     return Table(config, model_class, is_scanned(params), add_pooling_layer)
 
@@ -98,7 +98,7 @@ def params_to_state_dict(params, config: BertConfig, model_class: str, *, tied: 
 
 def hf_config(config: BertConfig, model_class: str, dtype_name: str | None) -> dict:
     data = config.to_dict()
-    data["architectures"] = [model_class]
+    data["architectures"] = [config.class_name(model_class)]  # a RoBERTa config names Roberta* classes
     if dtype_name:
         # transformers 4.56+ writes "dtype", older ones "torch_dtype"; keep whichever is there.
         data["dtype" if "dtype" in data else "torch_dtype"] = dtype_name

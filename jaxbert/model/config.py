@@ -22,8 +22,16 @@ ACTIVATIONS = (
     "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
 )
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
-# config.json model_type values jaxbert reads; anything else is refused by name.
-SUPPORTED_MODEL_TYPES = ("bert",)
+# config.json model_type values jaxbert builds; anything else is refused by name.
+# RoBERTa and XLM-RoBERTa are BERT's modules with different names and position ids.
+MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+SUPPORTED_MODEL_TYPES = MODEL_TYPES
+# model_type -> (param tree prefix of the encoder, class-name prefix as transformers spells it)
+_FAMILY_NAMES = {"bert": ("bert", "Bert"), "roberta": ("roberta", "Roberta"),
+                 "xlm-roberta": ("roberta", "XLMRoberta")}
+# Head classes of the RoBERTa family (transformers has no NSP/pretraining head for it).
+ROBERTA_HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
+                 "ForQuestionAnswering", "ForMultipleChoice")
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
     "bert-base-uncased", "bert-base-cased", "bert-large-uncased",
@@ -57,6 +65,7 @@ class BertConfig:
     is_decoder: bool = False
     add_cross_attention: bool = False
     tie_word_embeddings: bool = True
+    model_type: str = "bert"
     # num_labels is derived from id2label when that is given; otherwise it
     # makes LABEL_0 .. LABEL_{n-1}, as transformers does.
     num_labels: int | None = None
@@ -134,6 +143,11 @@ class BertConfig:
             raise ConfigError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.model_type not in MODEL_TYPES:
+            raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
+        if self.is_roberta and self.max_position_embeddings <= (self.pad_token_id or 0) + 1:
+            raise ConfigError(f"max_position_embeddings ({self.max_position_embeddings}) leaves no room for "
+                              f"{self.model_type} positions, which start at pad_token_id + 1")
         if self.num_labels <= 0:
             raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
 
@@ -144,6 +158,25 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_roberta(self) -> bool:
+        """RoBERTa / XLM-R: positions from padding_idx + 1, `roberta.` prefix, lm_head."""
+        return self.model_type in ("roberta", "xlm-roberta")
+
+    @property
+    def base_prefix(self) -> str:
+        """Name of the encoder in the param tree and state dict: 'bert' or 'roberta'."""
+        return _FAMILY_NAMES[self.model_type][0]
+
+    def class_name(self, name: str) -> str:
+        """A class name in this config's family: 'BertForMaskedLM' -> 'RobertaForMaskedLM'."""
+        suffix = bert_class_name(name)[len("Bert"):]
+        prefix = _FAMILY_NAMES[self.model_type][1]
+        if self.is_roberta and suffix not in ROBERTA_HEADS:
+            raise ConfigError(f"model_type {self.model_type!r} has no {prefix}{suffix}; its classes are "
+                              f"{tuple(prefix + s for s in ROBERTA_HEADS)}")
+        return prefix + suffix
 
     @property
     def architectures(self) -> list[str] | None:
@@ -194,7 +227,6 @@ class BertConfig:
             if f.name == "num_labels":
                 continue  # transformers derives it from id2label
             out[f.name] = value
-        out.setdefault("model_type", "bert")
         return out
 
     @classmethod
@@ -238,6 +270,12 @@ _FIELD_TYPES = {
 _OPTIONAL = {"pad_token_id", "num_labels", "classifier_dropout", "id2label", "label2id"}
 _TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
                Mapping: "a JSON object"}
+def bert_class_name(name: str) -> str:
+    """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel'."""
+    for _, prefix in _FAMILY_NAMES.values():
+        if name.startswith(prefix) and prefix != "Bert":
+            return "Bert" + name[len(prefix):]
+    return name
 
 
 def preset(name: str) -> BertConfig:

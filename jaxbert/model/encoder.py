@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxbert.errors import InputError
 from jaxbert.model.attention import BertSelfAttention
 from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule
+from jaxbert.model.roberta import roberta_positions
 
 
 def check_length(length: int, config) -> None:
@@ -24,9 +25,11 @@ def check_length(length: int, config) -> None:
     Shapes are static, so this runs once per trace. Past the table, an embedding
     lookup would read out of bounds (NaN or garbage logits, silently).
     """
-    if length > config.max_position_embeddings:
-        raise InputError(f"input length {length} exceeds the model's max_position_embeddings "
-                         f"{config.max_position_embeddings}; truncate the input")
+    # RoBERTa's positions start after the padding index: its table holds pad_token_id + 1 fewer.
+    limit = config.max_position_embeddings - ((config.pad_token_id or 0) + 1 if config.is_roberta else 0)
+    if length > limit:
+        raise InputError(f"input length {length} exceeds the model's {limit} positions "
+                         f"(max_position_embeddings {config.max_position_embeddings}); truncate the input")
 
 
 class BertEmbeddings(BertModule):
@@ -36,9 +39,11 @@ class BertEmbeddings(BertModule):
         cfg = self.config
         self.word_embeddings = self.embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"),
                                           "word_embeddings", pad_row=cfg.pad_token_id)
-        # transformers creates the absolute table for every position_embedding_type.
+        # transformers creates the absolute table for every position_embedding_type;
+        # RoBERTa's keeps a zero row at padding_idx, which padding positions point to.
         self.position_embeddings = self.embed(cfg.max_position_embeddings, cfg.hidden_size,
-                                              (None, "embed"), "position_embeddings")
+                                              (None, "embed"), "position_embeddings",
+                                              pad_row=cfg.pad_token_id if cfg.is_roberta else None)
         self.token_type_embeddings = self.embed(cfg.type_vocab_size, cfg.hidden_size,
                                                 (None, "embed"), "token_type_embeddings")
         self.LayerNorm = self.layer_norm()
@@ -48,7 +53,9 @@ class BertEmbeddings(BertModule):
 
     def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
         check_length(input_ids.shape[-1], self.config)
-        if position_ids is None:
+        if position_ids is None and self.config.is_roberta:
+            position_ids = roberta_positions(input_ids, self.config.pad_token_id)
+        elif position_ids is None:
             position_ids = self._default_positions(input_ids.shape)
         words = self.word_embeddings(input_ids)
         if self.config.pad_token_id is not None:

@@ -11,8 +11,10 @@ import jax.numpy as jnp
 from jaxbert.model.encoder import (BertEmbeddings, BertEncoder, BertLMPredictionHead, BertPooler,
                        gather_positions)
 from jaxbert.model.attention import padding_mask
+from jaxbert.model.config import ConfigError, bert_class_name
+from jaxbert.model.roberta import RobertaClassificationHead, RobertaLMHead
 from jaxbert.model.layers import Array, BertModule, ModelOutput, validate_options
-from jaxbert.model.registry import HEADS
+from jaxbert.model.registry import HEADS, for_config
 
 
 class BertPreTrainedModel(BertModule):
@@ -28,12 +30,23 @@ class BertPreTrainedModel(BertModule):
     def init(self, rngs, *args, **kwargs):
         return nn.meta.unbox(self.init_boxed(rngs, *args, **kwargs))
 
-    def _bert(self, add_pooling_layer: bool, name: Optional[str] = "bert"):
+    def _bert(self, add_pooling_layer: bool, name: Optional[str] = ""):
+        """The encoder, named after the family ('bert', 'roberta'); name=None inside setup."""
+        self._check_family()
+        name = self.config.base_prefix if name == "" else name
         return BertModel(**self.options(), add_pooling_layer=add_pooling_layer, name=name)
 
+    def _check_family(self):
+        """Bert* classes take their family from the config; Roberta* ones need a RoBERTa config."""
+        name = type(self).__name__
+        self.config.class_name(name)  # refuses heads the family lacks (RobertaForPreTraining)
+        if name != bert_class_name(name) and not self.config.is_roberta:
+            raise ConfigError(f"{name} needs model_type 'roberta' or 'xlm-roberta', "
+                              f"not {self.config.model_type!r}")
+
     def _word_embeddings(self) -> Array:
-        table = self.bert.variables["params"]["embeddings"]["word_embeddings"]["embedding"]
-        return nn.meta.unbox(table)
+        base = getattr(self, self.config.base_prefix)
+        return nn.meta.unbox(base.variables["params"]["embeddings"]["word_embeddings"]["embedding"])
 
 
 class BertModel(BertPreTrainedModel):
@@ -87,21 +100,25 @@ class _MLMBase(BertPreTrainedModel):
     """Shared by the models with an MLM head: BertForMaskedLM, BertLMHeadModel."""
 
     def setup(self):
-        self.bert = self._bert(add_pooling_layer=False, name=None)
-        self.cls = _OnlyMLMHead(**self.options())
+        # setattr: the encoder's attribute (and so param) name is the family's prefix.
+        setattr(self, self.config.base_prefix, self._bert(add_pooling_layer=False, name=None))
+        if self.config.is_roberta:
+            self.lm_head = RobertaLMHead(**self.options())
+        else:
+            self.cls = _OnlyMLMHead(**self.options())
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, masked_positions=None, deterministic: bool = True,
                  output_hidden_states: bool = False, output_attentions: bool = False, **kwargs):
         """Returns logits [B, L, V], or [B, M, V] for masked_positions [B, M] only."""
-        out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
+        out = getattr(self, self.config.base_prefix)(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
                         deterministic=deterministic, output_hidden_states=output_hidden_states,
                         output_attentions=output_attentions, **kwargs)
         hidden = out.last_hidden_state
         if masked_positions is not None:
             hidden = gather_positions(hidden, masked_positions)
-        logits = self.cls(hidden, self._word_embeddings())
-        return out.replace(logits=logits)
+        head = self.lm_head if self.config.is_roberta else self.cls
+        return out.replace(logits=head(hidden, self._word_embeddings()))
 
 
 class _OnlyMLMHead(BertModule):
@@ -162,7 +179,8 @@ class _EncoderHead(BertPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
                  output_attentions: bool = False):
-        bert = self._bert(HEADS[type(self).__name__].pooler)
+        spec = for_config(HEADS[bert_class_name(type(self).__name__)], self.config)
+        bert = self._bert(spec.pooler)
         out = bert(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
                    deterministic=deterministic, output_hidden_states=output_hidden_states,
                    output_attentions=output_attentions)
@@ -194,9 +212,13 @@ class _OnlyNSPHead(BertModule):
 
 
 class BertForSequenceClassification(_EncoderHead):
-    """Pooled output -> logits [B, num_labels]."""
+    """Pooled output -> logits [B, num_labels]; RoBERTa: the first token through its own head, no pooler."""
 
     def head(self, out, deterministic):
+        if self.config.is_roberta:
+            logits = RobertaClassificationHead(**self.options(), name="classifier")(out.last_hidden_state,
+                                                                                   deterministic)
+            return out.replace(logits=logits)
         return out.replace(logits=self.classify(out.pooler_output, self.config.num_labels, deterministic))
 
 
@@ -234,16 +256,34 @@ class BertForQuestionAnswering(_EncoderHead):
         return out.replace(logits=logits, start_logits=start, end_logits=end)
 
 
-MODEL_CLASSES = {cls.__name__: cls for cls in (
+def _family_class(base, prefix: str):
+    """The same module under a family's class name (the config decides the layout)."""
+    name, doc = prefix + base.__name__[len("Bert"):], f"{base.__name__} for a roberta / xlm-roberta config."
+    return type(name, (base,), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+
+
+_ROBERTA_BASES = (BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
+                  BertForQuestionAnswering, BertForMultipleChoice)
+(RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
+ RobertaForQuestionAnswering, RobertaForMultipleChoice) = (_family_class(b, "Roberta") for b in _ROBERTA_BASES)
+(XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification,
+ XLMRobertaForQuestionAnswering, XLMRobertaForMultipleChoice) = (_family_class(b, "XLMRoberta") for b in _ROBERTA_BASES)
+
+MODEL_CLASSES = {cls.__name__: cls for cls in (  # the BERT classes; any config family fits them
     BertModel, BertForMaskedLM, BertForPreTraining, BertForNextSentencePrediction,
     BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
     BertForMultipleChoice, BertLMHeadModel)}
+ALL_MODEL_CLASSES = dict(MODEL_CLASSES, **{cls.__name__: cls for cls in (  # + those of the RoBERTa family
+    RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
+    RobertaForQuestionAnswering, RobertaForMultipleChoice, XLMRobertaModel, XLMRobertaForMaskedLM,
+    XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering,
+    XLMRobertaForMultipleChoice)})
 
 
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:
     """Integer inputs shaped for init (multiple choice wants [B, C, L])."""
     name = model_cls_or_name if isinstance(model_cls_or_name, str) else model_cls_or_name.__name__
-    shape = (batch, 2, length) if HEADS[name].choices else (batch, length)
+    shape = (batch, 2, length) if HEADS[bert_class_name(name)].choices else (batch, length)
     return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.int32)
 
 

@@ -57,6 +57,22 @@ BERT = Family(
     nsp_module="cls.seq_relationship")
 
 
+def _roberta_mlm_rows(c) -> list:
+    H = c.hidden_size
+    rows = [("lm_head.dense", "dense", (H, H)), ("lm_head.layer_norm", "norm", (H,)),
+            ("lm_head", "bias", (c.vocab_size,))]
+    if not c.tie_word_embeddings:
+        rows.append(("lm_head.decoder", "dense_nobias", (H, c.vocab_size)))
+    return rows
+
+
+# RoBERTa / XLM-R: BERT's encoder under "roberta.", an MLM head named lm_head, no NSP head.
+ROBERTA = Family(
+    name="roberta", prefix="roberta", model_types=("roberta", "xlm-roberta"), mlm_rows=_roberta_mlm_rows,
+    mlm_decoder="lm_head.decoder", mlm_bias="lm_head.bias")
+FAMILIES = {t: f for f in (BERT, ROBERTA) for t in f.model_types}
+
+
 @dataclasses.dataclass(frozen=True)
 class Head:
     """One model class.
@@ -152,3 +168,17 @@ def main_output(spec: Head, out, stack: Callable):
     np.stack, jnp.stack or torch.stack, used when it is several arrays)."""
     values = [getattr(out, attr) for attr in spec.main]
     return values[0] if len(values) == 1 else stack(values, -1)
+
+
+def for_config(spec: Head, config) -> Head:
+    """The class as the config's family names it (a Bert* class takes its family from the config)."""
+    family = FAMILIES[config.model_type]
+    if family is spec.family:
+        return spec
+    changes = {"family": family}
+    if spec.name == "BertForSequenceClassification":
+        # RoBERTa classifies the first token through dense -> tanh -> out_proj, with no pooler.
+        changes.update(pooler=False, extra_rows=lambda c: [
+            ("classifier.dense", "dense", (c.hidden_size, c.hidden_size)),
+            ("classifier.out_proj", "dense", (c.hidden_size, c.num_labels))])
+    return dataclasses.replace(spec, **changes)

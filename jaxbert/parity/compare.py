@@ -18,6 +18,7 @@ import numpy as np
 from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import require
 from jaxbert.fs import atomic_write_text
+from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import head
 from jaxbert.parity.grad import GradResult, grad_parity
 
@@ -100,10 +101,10 @@ def torch_model(module, params):
     torch = require("torch", "torch", "a parity check")
     transformers = require("transformers", "torch", "a parity check")
 
-    name = type(module).__name__
-    cfg = transformers.BertConfig(**module.config.to_dict())
+    name = module.config.class_name(type(module).__name__)  # a RoBERTa config: the Roberta* class
+    cfg = transformers.AutoConfig.for_model(**module.config.to_dict())
     cfg._attn_implementation = "eager"
-    kwargs = {"add_pooling_layer": module.add_pooling_layer} if head(name).base else {}
+    kwargs = {"add_pooling_layer": module.add_pooling_layer} if head(bert_class_name(name)).base else {}
     model = getattr(transformers, name)(cfg, **kwargs).eval()
     state = {k: torch.from_numpy(np.array(v, np.float32))
              for k, v in params_to_state_dict(params, module.config, name).items()}
@@ -170,7 +171,7 @@ def _outputs_jax(module, params, inputs, enc, dtype, jit):
     out = (_jit_forward if jit else _forward)(
         runner, params, jnp.asarray(inputs["input_ids"]), jnp.asarray(inputs["token_type_ids"]),
         jnp.asarray(inputs["attention_mask"]), *enc)
-    return _stages(type(module).__name__, out.hidden_states, out.pooler_output, out)
+    return _stages(bert_class_name(type(module).__name__), out.hidden_states, out.pooler_output, out)
 
 
 def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: float | None = None,
@@ -192,7 +193,7 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
       jit: compile jaxbert's forward (once per module and shapes); False runs it
         op by op, which is quicker for one call of a tiny model.
     """
-    name = type(module).__name__
+    name = bert_class_name(type(module).__name__)  # stages are named as for the BERT class
     tol = TOLERANCE[dtype] if tolerance is None else tolerance
     ref_model = torch_reference if torch_reference is not None else torch_model(module, params)
     ref = _outputs_torch(ref_model, name, inputs, encoder_states)
@@ -211,7 +212,7 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
     if "mlm logits" in ref:
         argmax = bool(np.array_equal(ours["mlm logits"][token_mask].argmax(-1),
                                      ref["mlm logits"][token_mask].argmax(-1)))
-    report = ParityReport(name, dtype, rows, argmax)
+    report = ParityReport(type(module).__name__, dtype, rows, argmax)
     if grad:
         report.grad = grad_parity(module, params, inputs, ref_model, encoder_states)
     return report

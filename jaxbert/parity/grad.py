@@ -10,7 +10,8 @@ import numpy as np
 import optax
 
 from jaxbert.convert import params_to_state_dict
-from jaxbert.model.registry import head, main_output
+from jaxbert.model.config import bert_class_name
+from jaxbert.model.registry import for_config, head, main_output
 
 MASK_RATE = 0.15
 FLOOR = 1e-3  # see grad_parity
@@ -58,8 +59,8 @@ def _ce(logits, labels):
 def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: int = 0):
     """Worst relative gradient error over all parameters, and where it is."""
     import torch
-    name = type(module).__name__
-    spec = head(name)
+    name = bert_class_name(type(module).__name__)  # RoBERTa classes behave as the BERT class they extend
+    spec = for_config(head(name), module.config)
     masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
     stages = dict(spec.stages)
     has_mlm, has_nsp = "mlm logits" in stages, "nsp logits" in stages

@@ -24,10 +24,12 @@ def find_tokenizer(model_path):
     return None if folder is None else load_tokenizer(folder)
 
 
-def make_inputs(tokenizer, texts, max_length: int, vocab_size: int, seed: int = 0, choices: int = 0) -> dict:
-    """Token ids [B, L] padded on the right, with two segments where a text has ' ||| '.
+def make_inputs(tokenizer, texts, max_length: int, vocab_size: int, seed: int = 0, choices: int = 0,
+                pad_id: int = 0, type_vocab_size: int = 2, pad_left: bool = False) -> dict:
+    """Token ids [B, L] padded with ``pad_id`` (on the right, or the left), with two segments
+    where a text has ' ||| ' (one segment type when ``type_vocab_size`` is 1, as in RoBERTa).
 
-    Without a tokenizer, random ids with the same lengths as the default texts.
+    Without a tokenizer, random ids (never ``pad_id``) with the same lengths as the default texts.
     ``choices`` > 0 repeats each row into [B, choices, L] (BertForMultipleChoice).
     """
     rows, types = [], []
@@ -39,16 +41,19 @@ def make_inputs(tokenizer, texts, max_length: int, vocab_size: int, seed: int = 
             ids, tt = enc.ids, enc.type_ids
         else:
             n_a, n_b = 4 + 5 * i, (3 + 2 * i) if second else 0
-            ids = rng.integers(1, vocab_size, n_a + n_b).tolist()
+            ids = rng.integers(1 if pad_id == 0 else 0, vocab_size - (pad_id != 0), n_a + n_b)
+            ids = (ids + (ids >= pad_id) * (pad_id != 0)).tolist()  # step over the pad id
             tt = [0] * n_a + [1] * n_b
         rows.append(ids[:max_length])
-        types.append(tt[:max_length])
+        types.append([t if t < type_vocab_size else 0 for t in tt[:max_length]])
     L = max(map(len, rows))
     out = {k: np.zeros((len(rows), L), np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
+    out["input_ids"][:] = pad_id
     for i, (ids, tt) in enumerate(zip(rows, types)):
-        out["input_ids"][i, :len(ids)] = ids
-        out["token_type_ids"][i, :len(ids)] = tt
-        out["attention_mask"][i, :len(ids)] = 1
+        at = slice(L - len(ids), L) if pad_left else slice(0, len(ids))
+        out["input_ids"][i, at] = ids
+        out["token_type_ids"][i, at] = tt
+        out["attention_mask"][i, at] = 1
     if choices:
         out = {k: np.repeat(v[:, None], choices, axis=1) for k, v in out.items()}
     return out

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxbert.errors import InputError
 from jaxbert.fs import as_path, atomic_write_text
-from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.model.heads import ALL_MODEL_CLASSES
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.parallel import MeshRunner
 from jaxbert.train.recipe import Recipe
@@ -36,7 +36,7 @@ HBM_GIB = {"TPU v2": 8, "TPU v3": 16, "TPU v4": 32, "TPU v5 lite": 16, "TPU v5e"
 
 def build_model(recipe: Recipe, cfg):
     m = recipe.model
-    return MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
+    return ALL_MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
                                         scan_layers=m.scan_layers, remat_policy=m.remat_policy,
                                         attention_impl=m.attention_impl)
 

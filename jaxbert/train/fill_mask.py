@@ -1,4 +1,4 @@
-"""`jaxbert fill-mask MODEL "text with [MASK]"`: the top-k tokens for each [MASK].
+"""`jaxbert fill-mask MODEL "text with [MASK]"`: the top-k tokens for each [MASK] (RoBERTa: <mask>).
 
 MODEL is anything from_pretrained reads that has a tokenizer beside it (an
 exported Hugging Face directory, for instance), or a training workdir.
@@ -16,6 +16,9 @@ from jaxbert.data.tokenizer import load_tokenizer, special_token_ids
 from jaxbert.errors import InputError
 
 
+MASK_TOKENS = ("[MASK]", "<mask>")  # BERT's WordPiece, RoBERTa's byte-level BPE
+
+
 def load_for_fill_mask(model: str | Path):
     """(module, params, tokenizer) for a model directory or a training workdir."""
     tok_dir = tokenizer_path(model)
@@ -27,8 +30,10 @@ def load_for_fill_mask(model: str | Path):
 
 
 def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each [MASK] in text, in order: top_k (token, probability) pairs."""
-    mask_id = special_token_ids(tokenizer)["mask"]
+    """For each mask token ([MASK], or RoBERTa's <mask>) in text, in order: top_k (token, probability) pairs."""
+    mask_id = next((i for i in map(tokenizer.token_to_id, MASK_TOKENS) if i is not None), None)
+    if mask_id is None:
+        raise InputError(f"the tokenizer has no mask token (looked for {' and '.join(MASK_TOKENS)})")
     enc = tokenizer.encode(text)
     limit = module.config.max_position_embeddings
     if len(enc.ids) > limit:  # truncating could drop the very [MASK] asked about

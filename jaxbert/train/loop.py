@@ -27,11 +27,11 @@ from jaxbert.model.flops import peak_flops, train_flops_per_token
 from jaxbert.train.lock import workdir_lock
 from jaxbert.train.metrics import MetricsWriter
 from jaxbert.train.optim import make_optimizer
-from jaxbert.train.recipe import Recipe, save_effective
+from jaxbert.train.recipe import Recipe, RecipeError, save_effective
 from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
 from jaxbert.data.loader import check_compatible
-from jaxbert.data.tokenizer import load_tokenizer, tokenizer_hash
+from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.train import warmstart
 from jaxbert.train.outputs import finish
 
@@ -64,6 +64,10 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         tok = load_tokenizer(tok_dir)
         vocab = tok.get_vocab_size()
     cfg = recipe.bert_config(vocab)
+    if data_dir is not None and cfg.is_roberta:  # its position ids count from the [PAD] id
+        if cfg.pad_token_id != special_token_ids(tok)["pad"]:
+            raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
+                              f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
         check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
     runner = parallel.make_runner(recipe.parallel)

@@ -35,7 +35,7 @@ class RecipeError(InputError):
 class ModelSection:
     preset: str = "bert-tiny"  # preset name, config.json or a directory holding one
     config: dict = dataclasses.field(default_factory=dict)  # BertConfig fields over the preset
-    model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss)
+    model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss), RobertaForMaskedLM, ...
     init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
     dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
     param_dtype: str = "float32"
@@ -191,7 +191,8 @@ def _build(cls, data: dict, prefix: str = ""):
 
 
 def _validate(r: Recipe) -> None:
-    choices = {"model.model_class": (r.model.model_class, ("BertForMaskedLM", "BertForPreTraining")),
+    choices = {"model.model_class": (r.model.model_class, ("BertForMaskedLM", "BertForPreTraining",
+                                                           "RobertaForMaskedLM", "XLMRobertaForMaskedLM")),
                "model.dtype": (r.model.dtype, ("float32", "bfloat16", "float16")),
                "model.param_dtype": (r.model.param_dtype, ("float32", "bfloat16")),
                "data.source": (r.data.source, ("prepared", "synthetic")),
