@@ -15,12 +15,20 @@ def add_arguments(p):
     p.add_argument("--text", action="append", default=None,
                    help='input text, repeatable; "first ||| second" gives two segments')
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="jaxbert compute dtype (transformers runs float32)")
+    p.add_argument("--dtype", default="float32", choices=["float64", "float32", "bfloat16"],
+                   help="compute dtype of jaxbert; transformers runs float32, or float64 with float64 "
+                        "(both sides float64 end to end, tolerance 1e-10)")
+    p.add_argument("--reference", default=None, choices=["float64"],
+                   help="also run transformers in float64 as the truth: each row shows how far jaxbert and "
+                        "transformers are from it, and their ratio (at most 1.25)")
+    p.add_argument("--precision", default="highest", choices=["default", "high", "highest"],
+                   help="jax_default_matmul_precision for jaxbert (default highest: on TPU 'default' "
+                        "runs float32 matmuls in bf16 passes)")
     p.add_argument("--grad", action="store_true", help="also compare every parameter's gradient")
     p.add_argument("--json", type=Path, default=None, help="write the table as JSON")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="max abs diff on hidden states (default 1e-5 fp32, 0.15 bf16); logits scale it")
+                   help="max abs diff on hidden states (default 1e-10 fp64, 1e-5 fp32, 0.15 bf16); "
+                        "logits scale it")
     p.add_argument("--model-class", default=None, help="jaxbert class name (default: from the config)")
     p.add_argument("--seed", type=int, default=0)
 
@@ -42,7 +50,7 @@ def run(args) -> int:
         B = inputs["input_ids"].shape[0]
         encoder = (rng.normal(size=(B, 7, module.config.hidden_size)).astype(np.float32), np.ones((B, 7), np.int32))
     report = compare(module, params, inputs, dtype=args.dtype, tolerance=args.tolerance, grad=args.grad,
-                     encoder_states=encoder)
+                     encoder_states=encoder, reference=args.reference, precision=args.precision)
     print(report.table())
     if args.json:
         report.write_json(args.json)
