@@ -56,6 +56,12 @@ def _diff(stage, ours, ref, real, tolerance) -> Row:
                tolerance)
 
 
+def _distance(a, b, real) -> tuple:
+    """(max, rms) of |a - b| at real tokens."""
+    d = np.abs(a[real] - b[real]) if real is not None else np.abs(a - b)
+    return float(d.max()), float(np.sqrt(np.mean(d ** 2)))
+
+
 def torch_model(module, params, dtype: str = "float32"):
     """The transformers model of ``module``'s class, holding ``params`` (eval mode,
     float32 or float64)."""
@@ -81,15 +87,16 @@ def torch_model(module, params, dtype: str = "float32"):
     return model
 
 
-def check_transformers_supports(config) -> None:
-    """transformers 5 dropped BERT's relative position embeddings: say so by name."""
-    import transformers
-
-    major = int(transformers.__version__.split(".")[0])
-    if major >= 5 and config.position_embedding_type != "absolute":
+def check_transformers_supports(config, version: str | None = None) -> None:
+    """transformers 5 dropped BERT's relative position embeddings: say so by name.
+    ``version`` defaults to the installed transformers'."""
+    if version is None:
+        import transformers
+        version = transformers.__version__
+    if int(version.split(".")[0]) >= 5 and config.position_embedding_type != "absolute":
         raise InputError(f"position_embedding_type {config.position_embedding_type!r} needs transformers < 5 "
-                         f"as the reference (installed: {transformers.__version__}, which has only absolute "
-                         "positions); pip install 'transformers<5'")
+                         f"as the reference (installed: {version}, which has only absolute positions); "
+                         "pip install 'transformers<5'")
 
 
 def as_float64(model):
@@ -224,8 +231,8 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         scale = max(1.0, float(np.abs(r).max())) if "logits" in stage else 1.0
         row = _diff(stage, ours[stage], r, real, tol * scale)
         if truth is not None:
-            row.jax_vs_truth = _diff(stage, ours[stage], truth[stage], real, 0.0).max_abs
-            row.torch_vs_truth = _diff(stage, r, truth[stage], real, 0.0).max_abs
+            row.jax_vs_truth, row.jax_vs_truth_rms = _distance(ours[stage], truth[stage], real)
+            row.torch_vs_truth, row.torch_vs_truth_rms = _distance(r, truth[stage], real)
         rows.append(row)
     argmax = None
     if "mlm logits" in ref:

@@ -22,18 +22,24 @@ class Row:
     mean_abs: float
     max_rel: float
     tolerance: float
-    # --reference float64 only: max |jaxbert - torch fp64| and max |torch - torch fp64|.
+    # --reference float64 only: max |jaxbert - torch fp64| and max |torch - torch fp64|,
+    # and the root mean squares of the same differences.
     jax_vs_truth: float | None = None
     torch_vs_truth: float | None = None
+    jax_vs_truth_rms: float | None = None
+    torch_vs_truth_rms: float | None = None
 
     @property
     def ratio(self) -> float | None:
-        """jaxbert's distance from the float64 truth over PyTorch's (< 1: jaxbert is closer)."""
-        if self.jax_vs_truth is None:
+        """jaxbert's rms distance from the float64 truth over PyTorch's (< 1: jaxbert
+        is closer). The rms, not the max: a max over thousands of rounding errors is
+        one draw from the tail (on all-MiniLM-L6-v2 the max ratio ranged 0.49-1.48
+        over stages and batches while the rms ratio stayed within 0.93-1.28)."""
+        if self.jax_vs_truth_rms is None:
             return None
-        if self.torch_vs_truth == 0.0:
-            return 1.0 if self.jax_vs_truth == 0.0 else float("inf")
-        return self.jax_vs_truth / self.torch_vs_truth
+        if self.torch_vs_truth_rms == 0.0:
+            return 1.0 if self.jax_vs_truth_rms == 0.0 else float("inf")
+        return self.jax_vs_truth_rms / self.torch_vs_truth_rms
 
     @property
     def closer(self) -> str | None:
@@ -111,17 +117,18 @@ class ParityReport:
                  f"{self.model_class}, jaxbert {self.dtype} vs transformers {ref_dtype} (real tokens only)"]
         head = f"{'stage':<16}{'max abs':>12}{'mean abs':>12}{'max rel':>12}{'tolerance':>12}"
         if truth:
-            head += f"{'jax-fp64':>12}{'torch-fp64':>12}{'ratio':>8}  {'closer':<8}"
+            head += f"{'jax-fp64':>12}{'torch-fp64':>12}{'rms ratio':>10}  {'closer':<8}"
         lines.append(head + "  ok")
         for r in self.rows:
             line = (f"{r.stage:<16}{r.max_abs:12.3e}{r.mean_abs:12.3e}{r.max_rel:12.3e}"
                     f"{r.tolerance:12.1e}")
             if truth:
-                line += f"{r.jax_vs_truth:12.3e}{r.torch_vs_truth:12.3e}{r.ratio:8.2f}  {r.closer:<8}"
+                line += f"{r.jax_vs_truth:12.3e}{r.torch_vs_truth:12.3e}{r.ratio:10.2f}  {r.closer:<8}"
             lines.append(line + f"  {'yes' if r.ok else 'NO'}")
         if truth:
             lines.append(f"jax-fp64 = max |jaxbert {self.dtype} - torch float64|, torch-fp64 = max |torch "
-                         f"{self.dtype} - torch float64|; ratio = jax-fp64 / torch-fp64, at most {RATIO_LIMIT}")
+                         f"{self.dtype} - torch float64|; rms ratio = rms |jaxbert - torch float64| / "
+                         f"rms |torch - torch float64|, at most {RATIO_LIMIT}")
         if self.argmax_agree is not None:
             lines.append(f"MLM argmax agrees at every real token: {'yes' if self.argmax_agree else 'NO'}")
         if self.grad is not None:

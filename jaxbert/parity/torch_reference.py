@@ -41,15 +41,16 @@ def _no_decay(name: str) -> bool:
     return name.endswith("bias") or "LayerNorm" in name
 
 
-def torch_trajectory(model, batches: list, optim, total_steps: int) -> list:
+def torch_trajectory(model, batches, optim, total_steps: int):
     """Train ``model`` (a transformers BertForMaskedLM, dropout off) on ``batches``.
 
     Args:
       batches: dicts of NumPy input_ids, token_type_ids, attention_mask ([B, L] or
         [1, B, L]) and labels [B, L] (-100 where not predicted).
       optim: a jaxbert OptimSection (name adamw, schedule linear).
-    Returns per step a dict: loss, grad_norm (before clipping), lr, and
-    params {state-dict key: NumPy array} after the update.
+    Yields per step a dict: loss, grad_norm (before clipping), lr, and
+    params {state-dict key: tensor} after the update (live: read them before
+    the next step).
     """
     import torch
 
@@ -61,7 +62,6 @@ def torch_trajectory(model, batches: list, optim, total_steps: int) -> list:
     params = [p for _, p in named]
     warmup = min(optim.warmup_steps, total_steps)
     model.train()  # the config's dropout rates are 0: train mode changes nothing else in BERT
-    out = []
     for step, b in enumerate(batches):
         lr = warmup_linear(step, optim.learning_rate, warmup, total_steps, optim.end_lr_factor)
         for g in opt.param_groups:
@@ -78,6 +78,5 @@ def torch_trajectory(model, batches: list, optim, total_steps: int) -> list:
             n = float(norm)
             torch.nn.utils.clip_grads_with_norm_(params, optim.clip_norm * (n + 1e-6) / n, norm)
         opt.step()
-        out.append({"loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr,
-                    "params": {k: p.detach().numpy().copy() for k, p in named}})
-    return out
+        yield {"loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr,
+               "params": {k: p.detach() for k, p in named}}

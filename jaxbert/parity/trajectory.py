@@ -145,7 +145,7 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
     batches = mlm_batches(inputs, mlm.config.vocab_size, steps, seed)
 
     reference = torch_model(mlm, p, dtype=dtype)
-    theirs = torch_trajectory(reference, batches, optim, steps)
+    theirs = torch_trajectory(reference, batches, optim, steps)  # one step per next()
 
     rows = []
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
@@ -156,15 +156,15 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
                                   tx, schedule)
         step_fn = jax.jit(train_step)
         rng = jax.random.key(seed)
-        for s, b in enumerate(batches):
+        for s, (b, t) in enumerate(zip(batches, theirs)):
             lr = float(schedule(s))
             jb = {k: jnp.asarray(v) for k, v in b.items() if k != "labels"}
             state, m = step_fn(state, jb, rng)
             m = jax.device_get(m)
             ours = params_to_state_dict(jax.device_get(state.params), mlm.config, "BertForMaskedLM")
-            rel, worst = _worst_param(ours, theirs[s]["params"])
-            rows.append(StepRow(s + 1, lr, float(m["mlm_loss_sum"]) / float(m["mlm_weight"]), theirs[s]["loss"],
-                                float(m["grad_norm"]), theirs[s]["grad_norm"], rel, worst,
+            rel, worst = _worst_param(ours, t["params"])
+            rows.append(StepRow(s + 1, lr, float(m["mlm_loss_sum"]) / float(m["mlm_weight"]), t["loss"],
+                                float(m["grad_norm"]), t["grad_norm"], rel, worst,
                                 TRAJECTORY_TOLERANCE[dtype]))
     env = environment(dtype, precision, f"transformers BertForMaskedLM + torch.optim.AdamW, {dtype}")
     return TrajectoryReport(dtype, rows, env, dataclasses.asdict(optim))
@@ -183,7 +183,7 @@ def _worst_param(ours: dict, theirs: dict) -> tuple:
             continue
         if key not in theirs:
             raise RuntimeError(f"transformers has no parameter {key}")
-        t = np.asarray(theirs[key], np.float64)
+        t = theirs[key].numpy().astype(np.float64)
         rel = float(np.abs(np.asarray(a, np.float64) - t).max() / max(float(np.abs(t).max()), 1e-30))
         if rel > worst[0]:
             worst = (rel, key)
