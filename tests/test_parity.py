@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -15,39 +14,10 @@ transformers = pytest.importorskip("transformers")
 import jaxbert  # noqa: E402
 import jaxbert.errors  # noqa: E402
 import jaxbert.cli.main  # noqa: E402
-from jaxbert import MODEL_CLASSES, BertConfig, dummy_inputs, scan_params  # noqa: E402
+from jaxbert import MODEL_CLASSES, scan_params  # noqa: E402
 from jaxbert.parity import compare, torch_model  # noqa: E402
 from jaxbert.parity.inputs import make_inputs  # noqa: E402
-
-TINY = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=48, max_position_embeddings=40)
-TEXTS = ["a b ||| c d e", "a b c d e f g h ||| i j k l m", "a ||| b"]
-
-
-def _random_params(module, seed=0):
-    """init, then jitter every leaf so biases and LayerNorms are not trivially 0 / 1."""
-    name = type(module).__name__
-    kw = {}
-    if module.config.add_cross_attention:
-        kw["encoder_hidden_states"] = jnp.zeros((1, 3, module.config.hidden_size))
-    params = module.init(jax.random.key(seed), *dummy_inputs(name, 1, 8), **kw)["params"]
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-    return jax.tree_util.tree_unflatten(tree, [x + 0.02 * jax.random.normal(k, x.shape)
-                                               for x, k in zip(leaves, keys)])
-
-
-def _inputs(name, padded: bool):
-    inputs = make_inputs(None, TEXTS, 64, TINY.vocab_size, seed=3,
-                         choices=2 if name == "BertForMultipleChoice" else 0)
-    if not padded:  # every row filled with real tokens: no padding anywhere, same shape
-        rng = np.random.default_rng(4)
-        inputs = dict(inputs, input_ids=rng.integers(1, TINY.vocab_size, inputs["input_ids"].shape, np.int32),
-                      attention_mask=np.ones_like(inputs["attention_mask"]))
-    else:
-        assert not inputs["attention_mask"].all()
-    return inputs
-
+from tests._parity_util import TEXTS, TINY, _inputs, _random_params  # noqa: E402
 
 HEADS = sorted(MODEL_CLASSES) + ["BertLMHeadModel+cross"]
 
@@ -288,51 +258,3 @@ def test_minilm_float64_and_the_float64_truth(minilm):
     # teeth: bf16 compute is far further from the truth than PyTorch fp32
     bf16 = compare(module, params, inputs, dtype="bfloat16", reference="float64")
     assert all(r.ratio > 100 for r in bf16.rows) and not bf16.ok
-
-
-def _tiny_mlm():
-    module = jaxbert.BertForMaskedLM(TINY)
-    return module, _random_params(module)
-
-
-def test_training_trajectory_float64_and_float32():
-    from jaxbert.parity.trajectory import trajectory
-    from jaxbert.train.recipe import OptimSection
-    module, params = _tiny_mlm()
-    inputs = _inputs("BertForMaskedLM", True)
-    optim = OptimSection(learning_rate=1e-3, warmup_steps=2)
-    r64 = trajectory(module, params, inputs, optim, 6, dtype="float64")
-    assert r64.ok, r64.table()
-    assert max(r.loss_rel for r in r64.rows) <= 1e-9 and max(r.param_rel for r in r64.rows) <= 1e-8
-    losses = [r.loss_torch for r in r64.rows]
-    assert len(set(losses)) == 6 and r64.rows[0].lr == 0.0 and r64.rows[2].lr == pytest.approx(1e-3)
-    assert r64.rows[1].grad_norm_torch > optim.clip_norm  # clipping is exercised
-    r32 = trajectory(module, params, inputs, optim, 6, dtype="float32")
-    assert r32.ok and max(r.loss_rel for r in r32.rows) <= 1e-5, r32.table()
-    assert max(r.loss_rel for r in r32.rows) > 1e-9  # float32 really ran
-
-
-def test_training_trajectory_catches_a_wrong_decay_mask(monkeypatch):
-    """Decaying LayerNorm params and biases on the PyTorch side (lr 1e-3, decay 0.1)
-    is visible in float64 after the first real update."""
-    import jaxbert.parity.torch_reference as ref
-    from jaxbert.parity.trajectory import trajectory
-    from jaxbert.train.recipe import OptimSection
-    monkeypatch.setattr(ref, "_no_decay", lambda name: False)
-    module, params = _tiny_mlm()
-    optim = OptimSection(learning_rate=1e-3, warmup_steps=1, weight_decay=0.1)
-    report = trajectory(module, params, _inputs("BertForMaskedLM", True), optim, 3, dtype="float64")
-    assert not report.ok
-    assert report.rows[0].ok and report.rows[1].param_rel > 1e-6
-    assert "LayerNorm" in report.rows[1].worst_param or "bias" in report.rows[1].worst_param
-
-
-def test_parity_command_train_steps(tmp_path):
-    module = jaxbert.BertForPreTraining(TINY)
-    jaxbert.save_pretrained(tmp_path / "hf", module, _random_params(module), format="hf")
-    out = tmp_path / "t.json"
-    assert jaxbert.cli.main.main(["parity", str(tmp_path / "hf"), "--train-steps", "3", "--dtype", "float64",
-                                  "--lr", "1e-3", "--json", str(out)]) == 0
-    data = json.loads(out.read_text())
-    assert data["kind"] == "trajectory" and data["ok"] and [r["step"] for r in data["rows"]] == [1, 2, 3]
-    assert data["optim"]["warmup_steps"] == 0 and data["rows"][1]["loss_rel"] <= 1e-9
