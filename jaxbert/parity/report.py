@@ -33,8 +33,8 @@ class Row:
     def ratio(self) -> float | None:
         """jaxbert's rms distance from the float64 truth over PyTorch's (< 1: jaxbert
         is closer). The rms, not the max: a max over thousands of rounding errors is
-        one draw from the tail (on all-MiniLM-L6-v2 the max ratio ranged 0.49-1.48
-        over stages and batches while the rms ratio stayed within 0.93-1.28)."""
+        one draw from the tail, and which side has the smaller one changes from
+        batch to batch; the rms measures every error."""
         if self.jax_vs_truth_rms is None:
             return None
         if self.torch_vs_truth_rms == 0.0:
