@@ -70,9 +70,13 @@ def _matrix_case(head, pos, act, dtype, tolerance, grad_tolerance=None):
 @pytest.mark.parametrize("head", HEADS)
 def test_parity_matrix_float64(head, pos, act):
     """Every head x position type x activation (x padding x scan x attention
-    implementation) in float64 on both sides: 1e-10 at every stage, gradients 1e-9
-    relative. At this level any difference is an implementation difference."""
-    _matrix_case(head, pos, act, "float64", 1e-10, grad_tolerance=1e-9)
+    implementation) in float64 on both sides: 1e-10 at every stage. At this level any
+    difference is an implementation difference. Gradients (1e-9 relative) for every
+    head x position type with gelu (jaxbert's own backward), and for every activation
+    on BertForPreTraining (MLM + NSP loss): op-by-op gradients cost more than the 8
+    forward passes of a case together."""
+    grad = act == "gelu" or head == "BertForPreTraining"
+    _matrix_case(head, pos, act, "float64", 1e-10, grad_tolerance=1e-9 if grad else None)
 
 
 @pytest.mark.parametrize("head", HEADS)
