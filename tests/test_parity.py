@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -13,56 +12,26 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import jaxbert  # noqa: E402
+import jaxbert.errors  # noqa: E402
 import jaxbert.cli.main  # noqa: E402
-from jaxbert import MODEL_CLASSES, BertConfig, dummy_inputs, scan_params  # noqa: E402
+from jaxbert import MODEL_CLASSES, scan_params  # noqa: E402
 from jaxbert.parity import compare, torch_model  # noqa: E402
 from jaxbert.parity.inputs import make_inputs  # noqa: E402
-
-TINY = BertConfig(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                  intermediate_size=48, max_position_embeddings=40)
-TEXTS = ["a b ||| c d e", "a b c d e f g h ||| i j k l m", "a ||| b"]
-
-
-def _random_params(module, seed=0):
-    """init, then jitter every leaf so biases and LayerNorms are not trivially 0 / 1."""
-    name = type(module).__name__
-    kw = {}
-    if module.config.add_cross_attention:
-        kw["encoder_hidden_states"] = jnp.zeros((1, 3, module.config.hidden_size))
-    params = module.init(jax.random.key(seed), *dummy_inputs(name, 1, 8), **kw)["params"]
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-    return jax.tree_util.tree_unflatten(tree, [x + 0.02 * jax.random.normal(k, x.shape)
-                                               for x, k in zip(leaves, keys)])
-
-
-def _inputs(name, padded: bool):
-    inputs = make_inputs(None, TEXTS, 64, TINY.vocab_size, seed=3,
-                         choices=2 if name == "BertForMultipleChoice" else 0)
-    if not padded:  # every row filled with real tokens: no padding anywhere, same shape
-        rng = np.random.default_rng(4)
-        inputs = dict(inputs, input_ids=rng.integers(1, TINY.vocab_size, inputs["input_ids"].shape, np.int32),
-                      attention_mask=np.ones_like(inputs["attention_mask"]))
-    else:
-        assert not inputs["attention_mask"].all()
-    return inputs
-
+from tests._parity_util import TEXTS, TINY, _inputs, _random_params  # noqa: E402
 
 HEADS = sorted(MODEL_CLASSES) + ["BertLMHeadModel+cross"]
 
 
-@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu"])
-@pytest.mark.parametrize("pos", ["absolute", "relative_key", "relative_key_query"])
-@pytest.mark.parametrize("head", HEADS)
-def test_parity_matrix(head, pos, act):
-    """Every head x position type x activation, each with padding on/off, scan on/off
-    and both attention implementations: max abs diff <= 1e-5 at every stage."""
+def _matrix_case(head, pos, act, dtype, tolerance, grad_tolerance=None):
+    """One config, each with padding on/off, scan on/off and both attention
+    implementations: max abs diff <= tolerance at every stage; gradients (unscanned,
+    padded) within grad_tolerance relative when given."""
     name, _, cross = head.partition("+")
     cfg = TINY.replace(position_embedding_type=pos, hidden_act=act,
                        is_decoder=name == "BertLMHeadModel", add_cross_attention=bool(cross))
     module = MODEL_CLASSES[name](cfg)
     params = _random_params(module)
-    reference = torch_model(module, params)
+    reference = torch_model(module, params, dtype=dtype)
     scanned = scan_params(params)
     rng = np.random.default_rng(0)
     checked = 0
@@ -71,24 +40,54 @@ def test_parity_matrix(head, pos, act):
         enc = None
         if cross:
             B = inputs["input_ids"].shape[0]
-            enc = (rng.normal(size=(B, 5, cfg.hidden_size)).astype(np.float32),
+            enc = (rng.normal(size=(B, 5, cfg.hidden_size)),
                    np.array([[1] * 5, [1] * 3 + [0] * 2, [1] * 4 + [0]][:B], np.int32))
         for scan in (False, True):
             for impl in ("einsum", "dot_product"):
                 m = MODEL_CLASSES[name](cfg, scan_layers=scan, attention_impl=impl)
+                grad = grad_tolerance is not None and padded and not scan and impl == "einsum"
                 # Op by op (no compile) is quickest for one tiny forward. An eager
                 # lax.scan would compile its loop on every call, so under disable_jit
                 # the scanned stack runs as a Python loop over the same nn.scan wiring
                 # and stacked params (compiled scan = loop: tests/test_model.py).
                 with jax.disable_jit(scan):
-                    report = compare(m, scanned if scan else params, inputs, tolerance=1e-5,
-                                     torch_reference=reference, encoder_states=enc, jit=False)
+                    report = compare(m, scanned if scan else params, inputs, dtype=dtype, tolerance=tolerance,
+                                     torch_reference=reference, encoder_states=enc, jit=False, grad=grad)
                 assert report.ok, f"{padded=} {scan=} {impl=}\n{report.table()}"
                 assert len(report.rows) >= cfg.num_hidden_layers + 2
                 if report.argmax_agree is not None:
                     assert report.argmax_agree
+                if grad:
+                    assert report.grad.worst_rel <= grad_tolerance, report.table()
+                    assert abs(report.grad.loss_jax - report.grad.loss_torch) <= grad_tolerance * abs(
+                        report.grad.loss_torch)
                 checked += 1
     assert checked == 8
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu"])
+@pytest.mark.parametrize("pos", ["absolute", "relative_key", "relative_key_query"])
+@pytest.mark.parametrize("head", HEADS)
+def test_parity_matrix_float64(head, pos, act):
+    """Every head x position type x activation (x padding x scan x attention
+    implementation) in float64 on both sides: 1e-10 at every stage. At this level any
+    difference is an implementation difference. Gradients (1e-9 relative) for every
+    head x position type with gelu (jaxbert's own backward), and for every activation
+    on BertForPreTraining (MLM + NSP loss): op-by-op gradients cost more than the 8
+    forward passes of a case together."""
+    grad = act == "gelu" or head == "BertForPreTraining"
+    _matrix_case(head, pos, act, "float64", 1e-10, grad_tolerance=1e-9 if grad else None)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_parity_matrix_float32(head):
+    """float32 on both sides, 1e-5: one config per head (the float64 matrix above
+    proves the implementation; this proves the float32 rounding stays in tolerance),
+    position types and activations taken in turn."""
+    i = HEADS.index(head)
+    pos = ["absolute", "relative_key", "relative_key_query"][i % 3]
+    act = ["gelu", "gelu_new", "relu", "silu"][i % 4]
+    _matrix_case(head, pos, act, "float32", 1e-5)
 
 
 def test_a_broken_weight_fails_the_check():
@@ -200,3 +199,66 @@ def test_parity_command_on_a_transformers_decoder_with_cross_attention(tmp_path)
     table = json.loads(out.read_text())
     assert table["model_class"] == "BertLMHeadModel" and table["grad"]["worst_rel"] <= 1e-4
     assert [r["stage"] for r in table["rows"]][-1] == "mlm logits"
+
+
+def test_a_weight_off_by_1e7_is_caught_in_float64_but_not_in_float32():
+    module = jaxbert.BertForMaskedLM(TINY)
+    params = _random_params(module)
+    reference = torch_model(module, params)
+    with torch.no_grad():
+        reference.bert.encoder.layer[1].output.dense.bias[3] += 1e-7
+    inputs = _inputs("BertForMaskedLM", True)
+    fp32 = compare(module, params, inputs, torch_reference=reference, jit=False)
+    assert fp32.ok  # invisible under float32 rounding
+    fp64 = compare(module, params, inputs, dtype="float64", torch_reference=reference, jit=False)
+    assert not fp64.ok
+    assert fp64.row("layer 1").max_abs < 1e-13  # exact up to the sabotaged layer
+    assert fp64.row("layer 2").max_abs > 1e-9
+
+
+def test_float64_report_header_precision_and_json(tmp_path):
+    module = jaxbert.BertModel(TINY)
+    params = _random_params(module)
+    report = compare(module, params, _inputs("BertModel", True), dtype="float64", precision="high", jit=False)
+    assert report.ok and max(r.max_abs for r in report.rows) < 1e-13
+    table = report.table()
+    assert f"jax {jax.__version__}" in table and f"torch {torch.__version__}" in table
+    assert f"transformers {transformers.__version__}" in table and "matmul precision high;" in table
+    assert "cpu" in report.env["device"] and report.env["reference"] == "transformers float64"
+    report.write_json(tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["env"]["precision"] == "high" and data["rows"][0]["tolerance"] == 1e-10
+    with pytest.raises(jaxbert.errors.InputError, match="precision"):
+        compare(module, params, _inputs("BertModel", True), precision="bf16")
+
+
+def test_transformers_5_refuses_relative_positions_by_name():
+    import sys
+    from jaxbert.errors import InputError
+    check = sys.modules["jaxbert.parity.compare"].check_transformers_supports
+    for pos in ("relative_key", "relative_key_query"):
+        with pytest.raises(InputError, match=f"{pos}' needs transformers < 5.*installed: 5.1.0"):
+            check(TINY.replace(position_embedding_type=pos), "5.1.0")
+        check(TINY.replace(position_embedding_type=pos), "4.57.6")  # fine before 5
+    check(TINY, "5.1.0")  # absolute positions are fine everywhere
+
+
+def test_minilm_float64_and_the_float64_truth(minilm):
+    """float64: every hidden state within 1e-10. --reference float64 on texts the test
+    makes: both fp32 sides are at rounding distance from the truth, side by side."""
+    from jaxbert.parity import RATIO_LIMIT
+    from jaxbert.parity.inputs import find_tokenizer
+    module, params = jaxbert.from_pretrained(minilm)
+    inputs = make_inputs(find_tokenizer(minilm), SENTENCES, 128, module.config.vocab_size)
+    fp64 = compare(module, params, inputs, dtype="float64")
+    assert fp64.ok and max(r.max_abs for r in fp64.rows) < 1e-13, fp64.table()
+
+    truth = compare(module, params, inputs, reference="float64")
+    for r in truth.rows:
+        assert 1e-9 < r.jax_vs_truth < 1e-5 and 1e-9 < r.torch_vs_truth < 1e-5, truth.table()
+        assert 0.5 < r.ratio < 2.0 and r.closer in ("jaxbert", "torch", "tie")
+        assert r.ok == (r.max_abs <= r.tolerance and r.ratio <= RATIO_LIMIT)
+    assert "rms ratio" in truth.table() and "float64 as the truth" in truth.env["reference"]
+    # teeth: bf16 compute is far further from the truth than PyTorch fp32
+    bf16 = compare(module, params, inputs, dtype="bfloat16", reference="float64")
+    assert all(r.ratio > 100 for r in bf16.rows) and not bf16.ok

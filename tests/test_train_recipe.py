@@ -107,6 +107,18 @@ def test_schedules_hit_their_corners():
     assert [float(s(t)) for t in (5, 50, 88, 99, 110)] == pytest.approx([1.0, 2.0, 2.0, 1.1, 0.2], abs=1e-5)
 
 
+def test_schedules_run_in_float64_under_x64():
+    """optax counts in int32, and int32 / int is float32 even with x64 on: the schedule
+    must not hand a float64 run float32 learning rates (5e-4 in float32 is 5.0000002e-4)."""
+    o = OptimSection(learning_rate=1e-3, warmup_steps=2, schedule="linear")
+    with jax.enable_x64(True):
+        lr = make_schedule(o, 10)(jnp.asarray(1, jnp.int32))
+        assert lr.dtype == jnp.float64 and float(lr) == 5e-4
+        lr = make_schedule(o, 10)(jnp.asarray(6, jnp.int32))  # decay: 1e-3 * (1 - 4/8)
+        assert float(lr) == 5e-4
+    assert make_schedule(o, 10)(1).dtype == jnp.float32  # without x64, as before
+
+
 def test_weight_decay_spares_biases_and_layernorm():
     params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)},
               "LayerNorm": {"scale": jnp.ones(2), "bias": jnp.ones(2)},

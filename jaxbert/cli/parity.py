@@ -12,6 +12,8 @@ from jaxbert.errors import CheckFailed, InputError
 from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import HEADS
 from jaxbert.parity.compare import compare
+from jaxbert.parity.trajectory import trajectory
+from jaxbert.train.recipe import OptimSection
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
 
 
@@ -20,12 +22,27 @@ def add_arguments(p):
     p.add_argument("--text", action="append", default=None,
                    help='input text, repeatable; "first ||| second" gives two segments')
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="jaxbert compute dtype (transformers runs float32)")
+    p.add_argument("--dtype", default="float32", choices=["float64", "float32", "bfloat16"],
+                   help="compute dtype of jaxbert; transformers runs float32, or float64 with float64 "
+                        "(both sides float64 end to end, tolerance 1e-10)")
+    p.add_argument("--reference", default=None, choices=["float64"],
+                   help="also run transformers in float64 as the truth: each row shows how far jaxbert and "
+                        "transformers are from it, and their ratio (at most 1.25)")
+    p.add_argument("--precision", default="highest", choices=["default", "high", "highest"],
+                   help="jax_default_matmul_precision for jaxbert (default highest: on TPU 'default' "
+                        "runs float32 matmuls in bf16 passes)")
     p.add_argument("--grad", action="store_true", help="also compare every parameter's gradient")
     p.add_argument("--json", type=Path, default=None, help="write the table as JSON")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="max abs diff on hidden states (default 1e-5 fp32, 0.15 bf16); logits scale it")
+                   help="max abs diff on hidden states (default 1e-10 fp64, 1e-5 fp32, 0.15 bf16); "
+                        "logits scale it")
+    p.add_argument("--train-steps", type=int, default=0, metavar="N",
+                   help="instead of one forward pass: N training steps of jaxbert's train_step and AdamW "
+                        "against transformers + torch.optim.AdamW (MLM head, fresh if the model has none; "
+                        "dropout off; float64 or float32)")
+    p.add_argument("--lr", type=float, default=1e-4, help="--train-steps: peak learning rate")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="--train-steps: linear warmup (default N // 5), then linear decay to 0 at N")
     p.add_argument("--model-class", default=None, help="jaxbert class name (default: from the config)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pad-left", action="store_true", help="pad the batch on the left instead of the right")
@@ -53,8 +70,24 @@ def run(args) -> int:
         rng = np.random.default_rng(args.seed)
         B = inputs["input_ids"].shape[0]
         encoder = (rng.normal(size=(B, 7, module.config.hidden_size)).astype(np.float32), np.ones((B, 7), np.int32))
+    if args.train_steps:
+        return _train_steps(args, module, params, inputs)
     report = compare(module, params, inputs, dtype=args.dtype, tolerance=args.tolerance, grad=args.grad,
-                     encoder_states=encoder)
+                     encoder_states=encoder, reference=args.reference, precision=args.precision)
+    print(report.table())
+    if args.json:
+        report.write_json(args.json)
+    sys.stdout.flush()
+    return 0 if report.ok else 1
+
+
+def _train_steps(args, module, params, inputs) -> int:
+    if args.train_steps < 0 or inputs["input_ids"].ndim != 2:
+        raise InputError("--train-steps needs N > 0 and a model whose encoder reads [batch, length] ids")
+    warmup = args.train_steps // 5 if args.warmup_steps is None else args.warmup_steps
+    optim = OptimSection(learning_rate=args.lr, warmup_steps=warmup)
+    report = trajectory(module, params, inputs, optim, args.train_steps, dtype=args.dtype,
+                        precision=args.precision, seed=args.seed)
     print(report.table())
     if args.json:
         report.write_json(args.json)

@@ -3,6 +3,7 @@ relative position embeddings, in two implementations."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import flax.linen as nn
@@ -55,27 +56,34 @@ class BertSelfAttention(BertModule):
         if cfg.is_decoder and not self.is_cross:
             mask = mask & (jnp.arange(T)[:, None] + offset >= jnp.arange(S)[None, :])
 
+        # sqrt(D) taken in Python (double) and rounded once to the compute dtype,
+        # as transformers divides by math.sqrt(head_dim).
+        scale = jnp.asarray(math.sqrt(D), self.dtype)
         bias = None  # additive score bias [1, N, T, S], already scaled
         # transformers uses absolute positions (none in attention) for cross-attention.
         pos_type = "absolute" if self.is_cross else cfg.position_embedding_type
         if pos_type != "absolute":
-            bias = self._relative_scores(q, k, pos_type, offset) / jnp.sqrt(jnp.float32(D)).astype(self.dtype)
+            bias = self._relative_scores(q, k, pos_type, offset) / scale
 
         dropout = cfg.attention_probs_dropout_prob
         needs_probs = (output_attentions or layer_head_mask is not None
                        or (not deterministic and dropout > 0))
-        if self.attention_impl == "dot_product" and not needs_probs:
-            # jax.nn.dot_product_attention has no dropout, head mask or probs
-            # output; anything that needs them takes the einsum path below.
+        # jax.nn.dot_product_attention has no dropout, head mask or probs output,
+        # and takes its softmax in float32 whatever the dtype: anything that needs
+        # them, and float64 compute, takes the einsum path below.
+        if (self.attention_impl == "dot_product" and not needs_probs
+                and jnp.dtype(self.dtype) != jnp.float64):
             context = jax.nn.dot_product_attention(
                 q, k, v, bias=bias, mask=jnp.broadcast_to(mask, (B, N, T, S)))
             return context.reshape(B, T, H), None
 
-        scores = jnp.einsum("BTND,BSND->BNTS", q, k) / jnp.sqrt(jnp.float32(D)).astype(self.dtype)
+        scores = jnp.einsum("BTND,BSND->BNTS", q, k) / scale
         if bias is not None:
             scores = scores + bias
-        # softmax in fp32 even under bf16 compute: it is where precision goes.
-        scores = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+        # softmax in float32 at least (bf16 compute loses it there), never below
+        # the compute dtype; the mask constant is that dtype's own minimum.
+        softmax_dtype = jnp.promote_types(self.dtype, jnp.float32)
+        scores = jnp.where(mask, scores.astype(softmax_dtype), jnp.finfo(softmax_dtype).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
         probs = nn.Dropout(dropout)(probs, deterministic=deterministic)
         if layer_head_mask is not None:

@@ -8,79 +8,41 @@ on real (non-padding) tokens only.
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import contextlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.convert import params_to_state_dict
-from jaxbert.errors import require
-from jaxbert.fs import atomic_write_text
+from jaxbert.errors import InputError, require
 from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import head
-from jaxbert.parity.grad import GradResult, grad_parity
+from jaxbert.parity.grad import as_float64, grad_parity
+from jaxbert.parity.report import (GRAD_TOLERANCE, RATIO_LIMIT, TOLERANCE, GradResult, ParityReport, Row,
+                                   environment)
 
-# Default tolerances on max abs diff. Hidden states are LayerNorm outputs
-# (order 1); logits rows scale theirs by max(1, max |reference|).
-TOLERANCE = {"float32": 1e-5, "bfloat16": 0.15}
+__all__ = ["GRAD_TOLERANCE", "RATIO_LIMIT", "TOLERANCE", "GradResult", "ParityReport", "Row", "compare",
+           "numerics", "torch_model"]
 
-
-@dataclasses.dataclass
-class Row:
-    stage: str
-    max_abs: float
-    mean_abs: float
-    max_rel: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.max_abs <= self.tolerance)
+DTYPES = {"float64": jnp.float64, "float32": jnp.float32, "bfloat16": jnp.bfloat16}
+PRECISIONS = ("default", "high", "highest")
 
 
-@dataclasses.dataclass
-class ParityReport:
-    model_class: str
-    dtype: str
-    rows: list
-    argmax_agree: bool | None = None  # MLM argmax equal at every real token
-    grad: GradResult | None = None
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.rows) and (self.grad is None or self.grad.ok)
-
-    def row(self, stage: str) -> Row:
-        return next(r for r in self.rows if r.stage == stage)
-
-    def table(self) -> str:
-        lines = [f"{self.model_class}, jaxbert {self.dtype} vs transformers float32 (real tokens only)",
-                 f"{'stage':<16}{'max abs':>12}{'mean abs':>12}{'max rel':>12}{'tolerance':>12}  ok"]
-        for r in self.rows:
-            lines.append(f"{r.stage:<16}{r.max_abs:12.3e}{r.mean_abs:12.3e}{r.max_rel:12.3e}"
-                         f"{r.tolerance:12.1e}  {'yes' if r.ok else 'NO'}")
-        if self.argmax_agree is not None:
-            lines.append(f"MLM argmax agrees at every real token: {'yes' if self.argmax_agree else 'NO'}")
-        if self.grad is not None:
-            g = self.grad
-            lines.append(f"gradients: worst relative error {g.worst_rel:.3e} at {g.worst_param}{list(g.worst_index)}"
-                         f" (loss {g.loss_jax:.6f} vs {g.loss_torch:.6f}; tolerance {g.tolerance:.0e})"
-                         f"  {'yes' if g.ok else 'NO'}")
-        lines.append("PASS" if self.ok else "FAIL")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict:
-        out = {"model_class": self.model_class, "dtype": self.dtype, "ok": self.ok,
-               "argmax_agree": self.argmax_agree,
-               "rows": [dict(dataclasses.asdict(r), ok=r.ok) for r in self.rows]}
-        if self.grad is not None:
-            out["grad"] = dict(dataclasses.asdict(self.grad), ok=self.grad.ok)
-        return out
-
-    def write_json(self, path) -> None:
-        atomic_write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
+@contextlib.contextmanager
+def numerics(dtype: str = "float32", precision: str = "highest"):
+    """The JAX settings a check runs under: float64 switches jax_enable_x64 on
+    for the block; ``precision`` sets jax_default_matmul_precision (on TPU,
+    "default" runs float32 matmuls in bf16 passes, which no parity check survives)."""
+    if precision not in PRECISIONS:
+        raise InputError(f"matmul precision {precision!r} is unknown; expected one of {PRECISIONS}")
+    if dtype not in DTYPES:
+        raise InputError(f"dtype {dtype!r} is unknown; expected one of {tuple(DTYPES)}")
+    with contextlib.ExitStack() as stack:
+        if dtype == "float64":
+            stack.enter_context(jax.enable_x64(True))
+        stack.enter_context(jax.default_matmul_precision(precision))
+        yield
 
 
 def _diff(stage, ours, ref, real, tolerance) -> Row:
@@ -96,17 +58,28 @@ def _diff(stage, ours, ref, real, tolerance) -> Row:
                tolerance)
 
 
-def torch_model(module, params):
-    """The transformers model of ``module``'s class, holding ``params`` (float32, eval mode)."""
+def _distance(a, b, real) -> tuple:
+    """(max, rms) of |a - b| at real tokens."""
+    d = np.abs(a[real] - b[real]) if real is not None else np.abs(a - b)
+    return float(d.max()), float(np.sqrt(np.mean(d ** 2)))
+
+
+def torch_model(module, params, dtype: str = "float32"):
+    """The transformers model of ``module``'s class, holding ``params`` (eval mode,
+    float32 or float64)."""
     torch = require("torch", "torch", "a parity check")
     transformers = require("transformers", "torch", "a parity check")
 
     name = module.config.class_name(type(module).__name__)  # a RoBERTa config: the Roberta* class
+    check_transformers_supports(module.config)
     cfg = transformers.AutoConfig.for_model(**module.config.to_dict())
     cfg._attn_implementation = "eager"
     kwargs = {"add_pooling_layer": module.add_pooling_layer} if head(bert_class_name(name)).base else {}
     model = getattr(transformers, name)(cfg, **kwargs).eval()
-    state = {k: torch.from_numpy(np.array(v, np.float32))
+    np_dtype = np.float64 if dtype == "float64" else np.float32
+    if dtype == "float64":
+        model = model.to(torch.float64)
+    state = {k: torch.from_numpy(np.array(v, np_dtype))
              for k, v in params_to_state_dict(params, module.config, name).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # Tied decoder weights and buffers are the only keys the state dict may lack.
@@ -116,12 +89,24 @@ def torch_model(module, params):
     return model
 
 
+def check_transformers_supports(config, version: str | None = None) -> None:
+    """transformers 5 dropped BERT's relative position embeddings: say so by name.
+    ``version`` defaults to the installed transformers'."""
+    if version is None:
+        import transformers
+        version = transformers.__version__
+    if int(version.split(".")[0]) >= 5 and config.position_embedding_type != "absolute":
+        raise InputError(f"position_embedding_type {config.position_embedding_type!r} needs transformers < 5 "
+                         f"as the reference (installed: {version}, which has only absolute positions); "
+                         "pip install 'transformers<5'")
+
+
 def _outputs_torch(model, name, inputs, enc):
     import torch
 
     kw = {k: torch.from_numpy(np.asarray(v)).long() for k, v in inputs.items()}
     if enc is not None:
-        kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(enc[0], np.float32))
+        kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(enc[0])).to(next(model.parameters()).dtype)
         kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(enc[1])).long()
     if model.config.is_decoder:
         # transformers 4.57 gives every query of a multi-token call the last
@@ -149,7 +134,8 @@ def _stages(name, hidden_states, pooled, out) -> dict:
         stages["pooler"] = pooled
     for stage, attr in head(name).stages:
         stages[stage] = getattr(out, attr)
-    return {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v, np.float32)
+    # float64 holds float32 and bfloat16 values exactly: differences are taken there.
+    return {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v, np.float64)
             for k, v in stages.items()}
 
 
@@ -166,8 +152,13 @@ _jit_forward = jax.jit(_forward, static_argnums=0)
 
 
 def _outputs_jax(module, params, inputs, enc, dtype, jit):
-    runner = module.clone(dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
-    enc = (None, None) if enc is None else (jnp.asarray(enc[0]), jnp.asarray(enc[1]))
+    """jaxbert's stages; call inside numerics(dtype)."""
+    runner = module.clone(dtype=DTYPES[dtype])
+    if dtype == "float64":  # params too: nothing on the way stays float32
+        runner = runner.clone(param_dtype=jnp.float64)
+        params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), params)
+    states_dtype = jnp.float64 if dtype == "float64" else jnp.float32
+    enc = (None, None) if enc is None else (jnp.asarray(enc[0], states_dtype), jnp.asarray(enc[1]))
     out = (_jit_forward if jit else _forward)(
         runner, params, jnp.asarray(inputs["input_ids"]), jnp.asarray(inputs["token_type_ids"]),
         jnp.asarray(inputs["attention_mask"]), *enc)
@@ -175,29 +166,44 @@ def _outputs_jax(module, params, inputs, enc, dtype, jit):
 
 
 def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: float | None = None,
-            grad: bool = False, encoder_states=None, torch_reference=None, jit: bool = True) -> ParityReport:
+            grad: bool = False, encoder_states=None, torch_reference=None, jit: bool = True,
+            reference: str | None = None, precision: str = "highest") -> ParityReport:
     """Run jaxbert and transformers on ``inputs`` and diff every stage.
 
     Args:
       module, params: a jaxbert model and its params (either layout).
       inputs: input_ids, token_type_ids, attention_mask int arrays [B, L]
         ([B, C, L] for BertForMultipleChoice).
-      dtype: jaxbert's compute dtype; transformers always runs float32.
+      dtype: compute dtype of jaxbert. transformers runs float32, or float64
+        when dtype is float64 (then params and compute are float64 on both sides).
       tolerance: max abs diff allowed on hidden states; logits rows scale it
         by max(1, max |reference logits|). Default TOLERANCE[dtype].
-      grad: also compare the gradient of every parameter (see grad_parity).
+      grad: also compare the gradient of every parameter (see grad_parity),
+        in float64 when dtype is float64, else float32.
       encoder_states: (encoder_hidden_states [B, S, H], encoder_attention_mask [B, S])
         for decoders with cross-attention.
       torch_reference: a transformers model already holding the weights (reused
         across calls by test matrices); built from params when None.
       jit: compile jaxbert's forward (once per module and shapes); False runs it
         op by op, which is quicker for one call of a tiny model.
+      reference: "float64" also runs transformers in float64 as the truth: each
+        row gets |jaxbert - truth| and |transformers - truth| and their ratio,
+        which must stay <= RATIO_LIMIT.
+      precision: jax_default_matmul_precision for jaxbert's matmuls.
     """
     name = bert_class_name(type(module).__name__)  # stages are named as for the BERT class
+    if reference not in (None, "float64"):
+        raise InputError(f"reference {reference!r} is unknown; expected float64")
     tol = TOLERANCE[dtype] if tolerance is None else tolerance
     ref_model = torch_reference if torch_reference is not None else torch_model(module, params)
+    if dtype == "float64":
+        ref_model = as_float64(ref_model)
     ref = _outputs_torch(ref_model, name, inputs, encoder_states)
-    ours = _outputs_jax(module, params, inputs, encoder_states, dtype, jit)
+    truth = None
+    if reference == "float64":
+        truth = _outputs_torch(as_float64(ref_model), name, inputs, encoder_states)
+    with numerics(dtype, precision):
+        ours = _outputs_jax(module, params, inputs, encoder_states, dtype, jit)
     mask = np.asarray(inputs["attention_mask"]).astype(bool)
     token_mask = mask.reshape(-1, mask.shape[-1])  # [B*C, L] for multiple choice
     rows = []
@@ -207,12 +213,21 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         else:
             real = token_mask
         scale = max(1.0, float(np.abs(r).max())) if "logits" in stage else 1.0
-        rows.append(_diff(stage, ours[stage], r, real, tol * scale))
+        row = _diff(stage, ours[stage], r, real, tol * scale)
+        if truth is not None:
+            row.jax_vs_truth, row.jax_vs_truth_rms = _distance(ours[stage], truth[stage], real)
+            row.torch_vs_truth, row.torch_vs_truth_rms = _distance(r, truth[stage], real)
+        rows.append(row)
     argmax = None
     if "mlm logits" in ref:
         argmax = bool(np.array_equal(ours["mlm logits"][token_mask].argmax(-1),
                                      ref["mlm logits"][token_mask].argmax(-1)))
-    report = ParityReport(type(module).__name__, dtype, rows, argmax)
+    ref_name = "transformers " + ("float64" if dtype == "float64" else "float32")
+    if truth is not None:
+        ref_name += ", float64 as the truth"
+    report = ParityReport(type(module).__name__, dtype, rows, argmax, env=environment(dtype, precision, ref_name))
     if grad:
-        report.grad = grad_parity(module, params, inputs, ref_model, encoder_states)
+        grad_dtype = "float64" if dtype == "float64" else "float32"
+        with numerics(grad_dtype, precision):
+            report.grad = grad_parity(module, params, inputs, ref_model, encoder_states, dtype=grad_dtype)
     return report

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 
 import jax
 import jax.numpy as jnp
@@ -12,23 +12,10 @@ import optax
 from jaxbert.convert import params_to_state_dict
 from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import for_config, head, main_output
+from jaxbert.parity.report import GRAD_TOLERANCE, GradResult
 
 MASK_RATE = 0.15
 FLOOR = 1e-3  # see grad_parity
-
-
-@dataclasses.dataclass
-class GradResult:
-    worst_rel: float  # max |g_jax - g_torch| / max |g_torch| over the worst tensor
-    worst_param: str  # transformers state-dict key of that tensor
-    worst_index: tuple
-    loss_jax: float
-    loss_torch: float
-    tolerance: float = 1e-4
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.worst_rel <= self.tolerance)
 
 
 def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0):
@@ -52,20 +39,32 @@ def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0):
 def _ce(logits, labels):
     """Mean cross-entropy over labels != -100, as torch.nn.CrossEntropyLoss does."""
     valid = labels != -100
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.where(valid, labels, 0))
+    logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+    nll = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(valid, labels, 0))
     return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1)
 
 
-def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: int = 0):
-    """Worst relative gradient error over all parameters, and where it is."""
+def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: int = 0,
+                dtype: str = "float32"):
+    """Worst relative gradient error over all parameters, and where it is.
+
+    ``dtype`` float64 runs both sides in float64 (call it inside
+    compare.numerics("float64"); ``torch_model`` is then converted to float64).
+    """
     import torch
     name = bert_class_name(type(module).__name__)  # RoBERTa classes behave as the BERT class they extend
     spec = for_config(head(name), module.config)
+    wide = dtype == "float64"
+    jdtype = jnp.float64 if wide else jnp.float32
+    module = module.clone(dtype=jdtype, param_dtype=jdtype)
+    if wide:
+        torch_model = as_float64(torch_model)
+    tdtype = torch.float64 if wide else torch.float32
     masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
     stages = dict(spec.stages)
     has_mlm, has_nsp = "mlm logits" in stages, "nsp logits" in stages
     enc_kw = {} if encoder_states is None else dict(
-        encoder_hidden_states=jnp.asarray(encoder_states[0]), encoder_attention_mask=jnp.asarray(encoder_states[1]))
+        encoder_hidden_states=jnp.asarray(encoder_states[0], jdtype), encoder_attention_mask=jnp.asarray(encoder_states[1]))
 
     def loss_fn(p):
         out = module.apply({"params": p}, masked["input_ids"], masked["token_type_ids"],
@@ -79,13 +78,13 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
             loss += jnp.mean(main_output(spec, out, jnp.stack) ** 2)
         return loss
 
-    p32 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), params)
-    loss_j, grads = jax.value_and_grad(loss_fn)(p32)
+    p = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jdtype), params)
+    loss_j, grads = jax.value_and_grad(loss_fn)(p)
     ours = params_to_state_dict(grads, module.config, name)
 
     kw = {k: torch.from_numpy(np.asarray(v)).long() for k, v in masked.items()}
     if encoder_states is not None:
-        kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(encoder_states[0], np.float32))
+        kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(encoder_states[0])).to(tdtype)
         kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(encoder_states[1])).long()
     if torch_model.config.is_decoder:
         kw["use_cache"] = False  # see compare._outputs_torch
@@ -122,5 +121,14 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
         rel = float(d.max() / max(float(np.abs(t).max()), floor, 1e-30))
         if rel > worst[0]:
             worst = (rel, key, tuple(int(i) for i in np.unravel_index(int(d.argmax()), d.shape)))
-    return GradResult(worst[0], worst[1], worst[2], float(loss_j), float(loss_t.detach()))
+    return GradResult(worst[0], worst[1], worst[2], float(loss_j), float(loss_t.detach()),
+                      tolerance=GRAD_TOLERANCE[dtype])
 
+
+def as_float64(model):
+    """A float64 copy of a transformers model (the float32 weights, exactly)."""
+    import torch
+
+    if next(model.parameters()).dtype == torch.float64:
+        return model
+    return copy.deepcopy(model).to(torch.float64)

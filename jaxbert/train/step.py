@@ -43,14 +43,16 @@ def _sums(params, apply_fn, mb, rng, deterministic):
     out = apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
                    attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
                    deterministic=deterministic, rngs={"dropout": rng})
-    logits = out.logits.astype(jnp.float32)  # [B, M, V]
-    labels, weights = mb["masked_labels"], mb["masked_weights"].astype(jnp.float32)
+    # The loss in float32 at least (bf16 logits lose it there), never below the compute dtype.
+    loss_dtype = jnp.promote_types(out.logits.dtype, jnp.float32)
+    logits = out.logits.astype(loss_dtype)  # [B, M, V]
+    labels, weights = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
     nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [B, M]
     correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
     m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
          "mlm_weight": jnp.sum(weights)}
     if "next_sentence_labels" in mb:
-        nsp_logits = out.seq_relationship_logits.astype(jnp.float32)  # [B, 2]
+        nsp_logits = out.seq_relationship_logits.astype(loss_dtype)  # [B, 2]
         nsp_labels = mb["next_sentence_labels"]
         m["nsp_loss_sum"] = jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels))
         m["nsp_correct"] = jnp.sum((jnp.argmax(nsp_logits, -1) == nsp_labels).astype(jnp.float32))
@@ -64,7 +66,8 @@ def _global_sum(x, axis_name):
 
 
 def _l2(tree) -> jax.Array:
-    return optax.global_norm(jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), tree))
+    return optax.global_norm(jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32)), tree))
 
 
 def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | None = None):
