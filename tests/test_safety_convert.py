@@ -153,9 +153,13 @@ def _copy_hf(hf_dir, dst, **config_changes):
 
 
 def test_unsupported_model_type_is_refused_by_name(hf_dir, tmp_path, capsys):
+    src = _copy_hf(hf_dir, tmp_path / "ele", model_type="electra", architectures=None)
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
+    _one_line_error(capsys, "model_type 'electra' is not supported", "'bert'", "'roberta'")
+    # A BERT checkpoint whose config says roberta: the roberta.* tensors it must hold are not there.
     src = _copy_hf(hf_dir, tmp_path / "rob", model_type="roberta", architectures=None)
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
-    _one_line_error(capsys, "model_type 'roberta' is not supported", "'bert'")
+    _one_line_error(capsys, "only 0 of the", "not a checkpoint of this model")
     src = _copy_hf(hf_dir, tmp_path / "gpt2", model_type="gpt2")
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf", "--model-class", "BertModel"]) == 2
     _one_line_error(capsys, "model_type 'gpt2'")
