@@ -46,8 +46,8 @@ def main(argv=None) -> int:
         size_mb = size / 2**20
         names = [n for n in CONTENDERS if args.flax or "Flax" not in n]
         print(f"{'contender':<50} {'time s':>7} {'base MB':>8} {'peak MB':>8} {'above base':>11} {'/ ckpt':>7}")
-        for name in names:
-            runs = [run_contender(name, ckpt, Path(tmp) / f"out{i}", arch) for i in range(args.repeat)]
+        for j, name in enumerate(names):  # a fresh destination each run: convert refuses to write over one
+            runs = [run_contender(name, ckpt, Path(tmp) / f"out{j}-{i}", arch) for i in range(args.repeat)]
             ok = [r for r in runs if "error" not in r]
             label = name.format(arch=arch)
             if not ok:
