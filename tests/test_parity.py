@@ -73,8 +73,7 @@ def test_parity_matrix_float64(head, pos, act):
     implementation) in float64 on both sides: 1e-10 at every stage. At this level any
     difference is an implementation difference. Gradients (1e-9 relative) for every
     head x position type with gelu (jaxbert's own backward), and for every activation
-    on BertForPreTraining (MLM + NSP loss): op-by-op gradients cost more than the 8
-    forward passes of a case together."""
+    on BertForPreTraining (MLM + NSP loss), to keep the suite's time."""
     grad = act == "gelu" or head == "BertForPreTraining"
     _matrix_case(head, pos, act, "float64", 1e-10, grad_tolerance=1e-9 if grad else None)
 
