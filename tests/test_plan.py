@@ -109,3 +109,29 @@ def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeyp
     assert "plan: per_device_batch_size 8, remat_policy none" in capsys.readouterr().out
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["model"]["remat_policy"] == "none" and effective["train"]["per_device_batch_size"] == 8
+
+
+def test_target_bench_rows_and_table_with_a_stand_in_worker():
+    import argparse
+    from jaxbert.bench.aot import run_target_bench, target_table
+    specs = []
+
+    def worker(spec):
+        specs.append(spec)
+        scanned = "/scan-" in spec["work"]
+        extra = {"hbm_gb": 3.22, "hbm_gib": 3.0}
+        if not scanned:
+            extra.update(gflop=2308.0, gb_accessed=40.1, xla_over_model_flops=1.02)
+        return {"seconds": [61.0], "extra": extra}
+
+    args = argparse.Namespace(quick=True, only=["aot/bert-base/32x128/scan-none", "transformers-flax"],
+                              target="v4:2x2x1")
+    records = run_target_bench(args, worker)
+    assert [(s["work"], s["contender"]) for s in specs] == [
+        ("aot/bert-base/32x128/scan-none", "jaxbert"),
+        ("aot/bert-base/32x128/unscanned-none", "transformers-flax"),
+        ("aot/bert-base/32x128/unscanned-full", "transformers-flax")]
+    assert all(s["options"] == {"target": "v4:2x2x1"} for s in specs)
+    rows = target_table(records, "v4:2x2x1").splitlines()
+    assert rows[2] == "| bert-base/32x128/scan-none jaxbert | 3.0 | — | — | — | 61 |"
+    assert rows[3] == "| bert-base/32x128/unscanned-none transformers-flax | 3.0 | 2,308.0 | 40.1 | 1.02 | 61 |"

@@ -63,7 +63,8 @@ def run_aot_work(work: str, contender: str, target: str) -> dict:
                                      gradient_checkpointing=policy != "none")
         model_flops = train_flops_per_token(cfg, T, 1.0) * B * T  # its head runs at every position
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices),
-             "hbm_gb": round(cost.hbm / 1e9, 2), "temp_gb": round(cost.temporaries / 1e9, 2),
+             "hbm_gb": round(cost.hbm / 1e9, 2), "hbm_gib": round(cost.hbm / 2**30, 2),
+             "temp_gb": round(cost.temporaries / 1e9, 2),
              "model_gflop": round(model_flops / 1e9, 1)}
     if not (scan == "scan") and cost.flops:
         extra.update(gflop=round(cost.flops / 1e9, 1), gb_accessed=round(cost.bytes_accessed / 1e9, 1),
@@ -73,14 +74,15 @@ def run_aot_work(work: str, contender: str, target: str) -> dict:
 
 def target_table(records: list[Record], target: str) -> str:
     """Markdown: one row per compiled step."""
-    lines = [f"| step ({target}) | HBM per chip GB | GFLOP per chip | GB accessed | XLA / model FLOPs | compile s |",
+    lines = [f"| step ({target}) | HBM per chip GiB | GFLOP per chip | GB accessed | XLA / model FLOPs | compile s |",
              "|---|---|---|---|---|---|"]
     for r in records:
         e = r.extra or {}
         dash = lambda k: f"{e[k]:,}" if k in e else "—"
-        lines.append(f"| {r.work.removeprefix('aot/')} {r.contender} | {dash('hbm_gb')} | {dash('gflop')} | "
+        lines.append(f"| {r.work.removeprefix('aot/')} {r.contender} | {dash('hbm_gib')} | {dash('gflop')} | "
                      f"{dash('gb_accessed')} | {dash('xla_over_model_flops')} | {r.median:.0f} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A scanned step's FLOPs and bytes "
+                               "count its loop body once: left out.")
 
 
 def run_target_bench(args, worker) -> list[Record]:
@@ -98,6 +100,6 @@ def run_target_bench(args, worker) -> list[Record]:
         record = time_record(w.name, w.contender, out["seconds"], **out["extra"])
         records.append(record)
         e = record.extra
-        print(f"{w.name:36s} {w.contender:18s} HBM {e['hbm_gb']:6.2f} GB  GFLOP {e.get('gflop', '—')!s:>8}  "
+        print(f"{w.name:36s} {w.contender:18s} HBM {e['hbm_gib']:6.2f} GiB  GFLOP {e.get('gflop', '—')!s:>8}  "
               f"GB accessed {e.get('gb_accessed', '—')!s:>6}  compile {record.median:.0f}s", flush=True)
     return records

@@ -21,7 +21,7 @@ from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from jaxbert.train import parallel, plan, sources
-from jaxbert.train.aot import build_model  # noqa: F401  (also imported from here by callers)
+from jaxbert.train.aot import build_model
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.model.flops import peak_flops, train_flops_per_token
 from jaxbert.train.lock import workdir_lock
