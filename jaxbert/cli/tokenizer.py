@@ -19,7 +19,7 @@ def run(args) -> int:
     from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
 
     out = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
-                          text_field=args.text_field, min_frequency=args.min_frequency, progress=True)
+                          text_field=args.text_field, min_frequency=args.min_frequency)
     tok = load_tokenizer(out)
     print(f"{out}: WordPiece vocabulary of {tok.get_vocab_size():,} tokens "
           f"({'cased' if args.cased else 'lower-cased'})")

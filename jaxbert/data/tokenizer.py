@@ -13,7 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from jaxbert.data.wordpiece import build_vocab, count_words
 from jaxbert.errors import InputError
 
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
@@ -166,21 +167,20 @@ def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase
 
 
 def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str | os.PathLike,
-                    lowercase: bool = True, *, text_field: str = "text", min_frequency: int = 2,
-                    progress: bool = False) -> Path:
+                    lowercase: bool = True, *, text_field: str = "text", min_frequency: int = 2) -> Path:
     """Train a BERT WordPiece tokenizer on `inputs` (None: the embedded default corpus).
 
+    The vocabulary is the same for the same text on every run (jaxbert.data.wordpiece).
     Returns the output directory, which transformers' BertTokenizerFast loads as it is.
     """
     from jaxbert.data.corpus import iter_documents
 
     if vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
-    tok = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=progress,
-        special_tokens=[DEFAULT_SPECIAL_TOKENS[r] for r in SPECIAL_ROLES], continuing_subword_prefix="##")
+    blank = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
     docs = (doc for doc, _ in iter_documents(inputs, text_field=text_field))
-    tok.train_from_iterator(docs, trainer=trainer)
-    _add_template(tok, DEFAULT_SPECIAL_TOKENS)
+    counts = count_words(docs, blank.normalizer, blank.pre_tokenizer)
+    tokens = build_vocab(counts, vocab_size, [DEFAULT_SPECIAL_TOKENS[r] for r in SPECIAL_ROLES],
+                         min_frequency=min_frequency)
+    tok = _bert_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase, DEFAULT_SPECIAL_TOKENS)
     return save_bert_tokenizer(tok, output_dir, lowercase)
