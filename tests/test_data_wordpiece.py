@@ -11,14 +11,14 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def test_merges_by_count_then_older_pair():
-    # ids: specials 0-4, alphabet sorted: ##a 5, ##b 6, a 7. Pairs: (a,##b) 2+3=5, (##b,##a) 3, (##a,##b) 3.
+    # ids: specials 0-4, alphabet sorted: ##a 5, ##b 6, a 7, b 8. Pairs: (a,##b) 2+3=5, (##b,##a) 3, (##a,##b) 3.
     # 1st merge (a,##b) -> "ab"; "abab" becomes [ab, ##a, ##b]: (ab,##a) 3 ties with (##a,##b) 3 and
     # the older pair (##a 5, ##b 6) wins -> "##ab"; then (ab, ##ab) 3 -> "abab".
     words = {"abab": 3, "ab": 2}
-    assert build_vocab(words, 11, SPECIALS) == SPECIALS + ["##a", "##b", "a", "ab", "##ab", "abab"]
-    assert build_vocab(words, 9, SPECIALS) == SPECIALS + ["##a", "##b", "a", "ab"]
+    assert build_vocab(words, 12, SPECIALS) == SPECIALS + ["##a", "##b", "a", "b", "ab", "##ab", "abab"]
+    assert build_vocab(words, 10, SPECIALS) == SPECIALS + ["##a", "##b", "a", "b", "ab"]
     # a pair seen fewer than min_frequency times is never merged
-    assert build_vocab({"xy": 1}, 50, SPECIALS, min_frequency=2) == SPECIALS + ["##y", "x"]
+    assert build_vocab({"xy": 1}, 50, SPECIALS, min_frequency=2) == SPECIALS + ["##y", "x", "y"]
 
 
 _TRAIN = """

@@ -131,7 +131,21 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(hf)
     assert tok("a for loop")["input_ids"][0] == tok.cls_token_id
-    assert transformers.BertForMaskedLM.from_pretrained(hf).config.vocab_size == 200
+    pt = transformers.BertForMaskedLM.from_pretrained(hf)
+    assert pt.config.vocab_size == 200
+    # the tokenizer truncates where the model's 32 positions end, so a longer text runs through both
+    assert tok.model_max_length == pt.config.max_position_embeddings == 32
+    import torch
+    long_text = " ".join(CORPUS.split()[:60])
+    enc = tok(long_text, truncation=True, return_tensors="pt")
+    assert enc["input_ids"].shape == (1, 32) and len(tok(long_text)["input_ids"]) > 32
+    with torch.no_grad():
+        assert pt(**enc).logits.shape == (1, 32, 200)
+    fill = transformers.pipeline("fill-mask", model=pt, tokenizer=tok)
+    assert len(fill(long_text.replace("return", "[MASK]", 1), tokenizer_kwargs={"truncation": True})) == 5
+    assert main(["export", str(wd), str(tmp_path / "hf2")]) == 0
+    printed = capsys.readouterr().out
+    assert f"BertForMaskedLM.from_pretrained('{tmp_path / 'hf2'}')" in printed and "jaxbert[torch]" in printed
 
     assert main(["fill-mask", str(hf), "the break [MASK] terminates", "--top-k", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxbert.train.export import export_workdir
+from jaxbert.train.export import export_workdir, load_instructions
 
 
 def add_arguments(parser) -> None:
@@ -18,4 +18,5 @@ def run(args) -> int:
         print(f"jaxbert export: {e}")
         return 2
     print(f"wrote {path}")
+    print(load_instructions(path))
     return 0

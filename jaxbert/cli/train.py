@@ -8,13 +8,18 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 
 from __future__ import annotations
 
-import sys
+from jaxbert.train.recipe import recipe_names
 
 
 def add_arguments(parser) -> None:
+    names = ", ".join(recipe_names())
     parser.add_argument("--config", default="tiny-demo",
-                        help="recipe: a YAML path or the name of one in configs/train/ (default: tiny-demo)")
-    parser.add_argument("--workdir", default=None, help="checkpoints, metrics and outputs (default: runs/NAME)")
+                        help=f"recipe: a YAML path or the name of one shipped with jaxbert ({names}; "
+                             f"default tiny-demo; --list describes them)")
+    parser.add_argument("--list", action="store_true", help="list the shipped recipes and exit")
+    parser.add_argument("--workdir", default=None,
+                        help="checkpoints, metrics and outputs (default: runs/NAME in the current directory); "
+                             "a workdir with checkpoints resumes")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key, e.g. --set optim.learning_rate=3e-4 (repeatable)")
     parser.add_argument("--coordinator", default=None, help="multi-host: HOST:PORT of process 0")
@@ -23,34 +28,39 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from jaxbert.train.recipe import RecipeError, load
+    from jaxbert.train.recipe import load
+    if args.list:
+        for name, text in recipe_names().items():
+            print(f"{name:24s} {text}")
+        return 0
     overrides = list(args.overrides)
     for flag, key in ((args.coordinator, "coordinator_address"), (args.num_processes, "num_processes"),
                       (args.process_id, "process_id")):
         if flag is not None:
             overrides.append(f"parallel.{key}={flag}")
-    try:
-        recipe = load(args.config, overrides)
-    except RecipeError as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)
-        return 2
-    from jaxbert.model.config import ConfigError
-    from jaxbert.data.loader import DataCompatibilityError
-    from jaxbert.train.loop import TrainingDiverged, train_and_evaluate
-    from jaxbert.data.tokenizer import TokenizerError
+    recipe = load(args.config, overrides)
     workdir = args.workdir or f"runs/{recipe.name}"
-    try:
-        summary = train_and_evaluate(recipe, workdir)
-    except (RecipeError, ConfigError, DataCompatibilityError, TokenizerError) as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)  # bad input, named by the message
-        return 2
-    except TrainingDiverged as e:
-        print(f"jaxbert train: {e}", file=sys.stderr)
-        return 3
+    from jaxbert.train import outputs
+    done = outputs.finished_step(workdir, recipe)
+    if done is not None:
+        print(f"{workdir} is finished at step {done}; --workdir NEW for a fresh run "
+              f"(or --set train.steps=N with N > {done} to train on)")
+        print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
+        return 0
+    from jaxbert.train.allocator import keep_freed_memory
+    from jaxbert.train.loop import train_and_evaluate
+    keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
+    summary = train_and_evaluate(recipe, workdir)
     ev = summary["eval"]
-    if ev:
-        print(f"{summary['status']} at step {summary['step']} in {summary['wall_s']:.0f} s: held-out MLM "
-              f"accuracy {ev.get('eval_mlm_accuracy', float('nan')):.4f}, loss {ev.get('eval_mlm_loss', float('nan')):.4f}")
-    else:
-        print(f"{summary['status']} at step {summary['step']} in {summary['wall_s']:.0f} s")
+    head = f"{summary['status']} at step {summary['step']} in {_duration(summary['wall_s'])}"
+    if summary["status"] != "finished":
+        print(head)
+        return 0
+    print(head)
+    print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
     return 0
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"

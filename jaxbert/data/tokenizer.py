@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from jaxbert.data.wordpiece import build_vocab, count_words
 from jaxbert.errors import InputError
 
@@ -36,6 +36,8 @@ def _bert_tokenizer(vocab: dict[str, int] | None, lowercase: bool, specials: dic
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     if vocab:
+        # matched whole before normalizing and splitting, as BertTokenizerFast does with them
+        tok.add_special_tokens([AddedToken(t, special=True) for t in specials.values() if t in vocab])
         _add_template(tok, specials)
     return tok
 

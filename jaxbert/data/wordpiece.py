@@ -30,13 +30,15 @@ def build_vocab(word_counts: dict[str, int], vocab_size: int, special_tokens: li
                 min_frequency: int = 2) -> list[str]:
     """Tokens in id order: specials, the sorted alphabet, then merged pieces by rank.
 
-    A word's first character is a symbol of its own and every later one carries
-    the "##" prefix. Each round merges the most frequent adjacent pair (at least
+    The alphabet holds every character and, for those seen after a word's first
+    character, its "##" form. A word starts as its first character followed by
+    the "##" forms of the rest. Each round merges the most frequent adjacent pair (at least
     `min_frequency` occurrences, counted over the corpus) until `vocab_size`
     tokens exist or no pair is frequent enough.
     """
     words = sorted(word_counts.items())  # fixed word order: everything after follows from it
-    alphabet = sorted({c if i == 0 else PREFIX + c for w, _ in words for i, c in enumerate(w)})
+    # every character stands alone (a word may start with it at inference); "##c" where it followed one
+    alphabet = sorted({c for w, _ in words for c in w} | {PREFIX + c for w, _ in words for c in w[1:]})
     tokens = list(special_tokens) + [a for a in alphabet if a not in special_tokens]
     ids = {t: i for i, t in enumerate(tokens)}
     symbols = [[ids[c if i == 0 else PREFIX + c] for i, c in enumerate(w)] for w, _ in words]

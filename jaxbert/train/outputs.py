@@ -3,8 +3,10 @@ the curves PNG, a Hugging Face export with its tokenizer, fill-mask examples."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from jaxbert.fs import as_path
 from jaxbert.train.recipe import Recipe
 
 
@@ -30,3 +32,37 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         (workdir / "fill_mask.txt").write_text("\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))
     return out
+
+
+def finished_step(workdir: str | Path, recipe: Recipe) -> int | None:
+    """The newest checkpoint step when it already reaches recipe.train.steps, else None."""
+    ckpts = as_path(workdir) / "checkpoints"
+    steps = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.is_dir() else []
+    return max(steps) if steps and max(steps) >= recipe.train.steps else None
+
+
+def last_eval(workdir: str | Path) -> dict:
+    """The last held-out (eval_*) metrics in WORKDIR/metrics.jsonl; {} when there are none."""
+    path = as_path(workdir) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    evals = [r for r in rows if "eval_mlm_accuracy" in r]
+    return evals[-1] if evals else {}
+
+
+def summary_block(recipe: Recipe, workdir: str | Path, ev: dict) -> str:
+    """What a run left and where, and its held-out score: the last lines `jaxbert train` prints."""
+    wd = as_path(workdir)
+    rate = recipe.data.eval_mask_rate if recipe.data.eval_mask_rate is not None else recipe.data.mask_rate
+    lines = []
+    if ev:
+        lines.append(f"held-out MLM accuracy {ev['eval_mlm_accuracy']:.4f}, loss {ev['eval_mlm_loss']:.4f} "
+                     f"(step {ev.get('step', '?')}, {rate:.0%} of the tokens masked)")
+    lines.append(f"workdir {wd}")
+    items = (("curves.png", "loss and accuracy curves"), ("hf", "Hugging Face model + tokenizer"),
+             ("fill_mask.txt", "fill-mask examples"), ("metrics.jsonl", "every logged metric, one JSON per line"),
+             ("tensorboard", f"tensorboard --logdir {wd / 'tensorboard'}"),
+             ("checkpoints", "Orbax checkpoints; the run resumes from the newest"))
+    for name, what in items:
+        if (wd / name).exists():
+            lines.append(f"  {name + ('/' if (wd / name).is_dir() else ''):15s} {what}")
+    return "\n".join(lines)
