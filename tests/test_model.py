@@ -50,7 +50,7 @@ def test_param_counts_match_transformers(name, cls, expected):
 
 
 def _hf_key(path: tuple) -> str:
-    """DESIGN.md's naming rule: kernel/scale/embedding -> weight, joined with dots."""
+    """The naming rule: kernel/scale/embedding -> weight, joined with dots."""
     leaf = {"kernel": "weight", "scale": "weight", "embedding": "weight"}.get(path[-1], path[-1])
     return ".".join(path[:-1] + (leaf,))
 

@@ -1,4 +1,4 @@
-"""Model FLOPs for MFU, as DESIGN.md states them (Kaplan et al.; PaLM appendix B)."""
+"""Model FLOPs for MFU (Kaplan et al.; PaLM appendix B)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from jaxbert.model.flops import peak_flops, train_flops_per_token  # noqa: F401 (re-exported)
 
 def flops_per_token(cfg, params, seq_len: int, masked_fraction: float) -> float:
-    """Training FLOPs per token (DESIGN.md); ``params`` is unused, kept for callers."""
+    """Training FLOPs per token (jaxbert.model.flops); ``params`` is unused, kept for callers."""
     del params
     return train_flops_per_token(cfg, seq_len, masked_fraction)
 

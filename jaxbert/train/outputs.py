@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from jaxbert.fs import as_path
-from jaxbert.train.recipe import Recipe
+from jaxbert.train.recipe import Recipe, RecipeError
 
 
 def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, log=print) -> dict:
@@ -28,10 +28,25 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         from jaxbert.data.tokenizer import load_tokenizer
         tok = load_tokenizer(tokenizer_dir)
         mlm = BertForMaskedLM(model.config, scan_layers=recipe.model.scan_layers)
-        lines = [format_predictions(t, fill_mask(mlm, params, tok, t)) for t in o.fill_mask]
+        lines = [_showcase(mlm, params, tok, item) for item in o.fill_mask]
         (workdir / "fill_mask.txt").write_text("\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))
     return out
+
+
+def _showcase(module, params, tok, item) -> str:
+    """A recipe's fill-mask entry: "text with [MASK]", or {text: ..., answer: word} to rank the right word."""
+    from jaxbert.train.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
+    text, answer = (item.get("text"), item.get("answer")) if isinstance(item, dict) else (item, None)
+    if not isinstance(text, str) or (answer is not None and not isinstance(answer, str)):
+        raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
+    shown = format_predictions(text, fill_mask(module, params, tok, text))
+    if answer is None:
+        return shown
+    rank = answer_rank(mask_probabilities(module, params, tok, text)[0], tok, answer)
+    verdict = (f"{answer!r} is not one token of the vocabulary" if rank is None
+               else f"{answer!r} ranks {rank}" + (" (top 5)" if rank <= 5 else ""))
+    return f"{shown}\n  right word {verdict}"
 
 
 def finished_step(workdir: str | Path, recipe: Recipe) -> int | None:

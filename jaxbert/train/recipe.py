@@ -108,7 +108,8 @@ class OutputsSection:
     """What a finished run leaves beside its checkpoints (primary process only)."""
     plot: bool = True  # WORKDIR/curves.png
     export: bool = False  # a Hugging Face directory in WORKDIR/hf, tokenizer beside it
-    fill_mask: list = dataclasses.field(default_factory=list)  # sentences with [MASK] to complete
+    # sentences with [MASK] to complete; {text: ..., answer: word} also prints the right word's rank
+    fill_mask: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -213,6 +214,12 @@ def _validate(r: Recipe) -> None:
         raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
+    for item in r.outputs.fill_mask:
+        ok = isinstance(item, str) or (isinstance(item, dict) and set(item) <= {"text", "answer"}
+                                       and isinstance(item.get("text"), str)
+                                       and isinstance(item.get("answer", ""), str))
+        if not ok:
+            raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
 
 
 def from_dict(data: dict) -> Recipe:
