@@ -24,6 +24,18 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "optim.warmup_steps=3"]) == 0
     out = capsys.readouterr().out
     assert "finished at step 12" in out and "held-out MLM accuracy" in out
+    # piped output: one compact line per log step (no mlm_loss beside loss), the summary block at the end
+    step_lines = [line for line in out.splitlines() if line.startswith("step 6/12: ")]
+    assert len(step_lines) == 2 and "mlm_loss" not in step_lines[0] and " lr " in step_lines[0]
+    assert "steps/s" in step_lines[0] and "left" in step_lines[0]
+    assert "held-out MLM loss" in step_lines[1]
+    assert "(step 12, 25% of the tokens masked)" in out and f"tensorboard --logdir {wd / 'tensorboard'}" in out
+    assert "curves.png" in out and "checkpoints/" in out
+    # a second run of a finished workdir trains nothing and says so
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0
+    again = capsys.readouterr().out
+    assert again.splitlines()[0].startswith(f"{wd} is finished at step 12; --workdir NEW for a fresh run")
+    assert "step 3/12" not in again and "(step 12, 25% of the tokens masked)" in again
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["optim"]["warmup_steps"] == 3 and effective["train"]["steps"] == 12
     rows = metric_rows(wd)
