@@ -123,7 +123,8 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
                           model={"preset": str(tmp_path / "base"), "config": {}, "init_from": str(tmp_path / "base")},
                           train={"steps": 6, "eval_every": 0, "eval_batches": 0, "per_device_batch_size": 4},
                           optim={"warmup_steps": 0},
-                          outputs={"plot": False, "export": True, "fill_mask": ["a for [MASK] iterates"]})
+                          outputs={"plot": False, "export": True,
+                                   "fill_mask": ["a for [MASK] iterates", {"text": "the [MASK] statement", "answer": "break"}]})
     wd = tmp_path / "run"
     assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "train.steps=1"]) == 0
     log = capsys.readouterr().out
@@ -137,6 +138,9 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0  # resumes to 6
     out = capsys.readouterr().out
     assert "resumed from" in out and "[MASK] 1:" in out
+    rank = int(out.split("right word 'break' ranks ")[1].split()[0])
+    assert 1 <= rank <= 200
+    assert (rank <= 5) == ("ranks %d (top 5)" % rank in out)
     assert checkpoint_steps(wd)[-1] == 6
     hf = wd / "hf"
     assert json.loads((hf / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
