@@ -32,10 +32,12 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     assert "(step 12, 25% of the tokens masked)" in out and f"tensorboard --logdir {wd / 'tensorboard'}" in out
     assert "curves.png" in out and "checkpoints/" in out
     # a second run of a finished workdir trains nothing and says so
-    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0
+    rows_before = metric_rows(wd)
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "optim.warmup_steps=3"]) == 0
     again = capsys.readouterr().out
-    assert again.splitlines()[0].startswith(f"{wd} is finished at step 12; --workdir NEW for a fresh run")
-    assert "step 3/12" not in again and "(step 12, 25% of the tokens masked)" in again
+    assert f"{wd} is finished at step 12; --workdir NEW for a fresh run" in again
+    assert "step 3/12" not in again and "resumed" not in again and "(step 12, 25% of the tokens masked)" in again
+    assert checkpoint_steps(wd) == [4, 8, 12] and metric_rows(wd) == rows_before
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["optim"]["warmup_steps"] == 3 and effective["train"]["steps"] == 12
     rows = metric_rows(wd)

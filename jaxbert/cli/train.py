@@ -41,23 +41,17 @@ def run(args) -> int:
     recipe = load(args.config, overrides)
     workdir = args.workdir or f"runs/{recipe.name}"
     from jaxbert.train import outputs
-    done = outputs.finished_step(workdir, recipe)
-    if done is not None:
-        print(f"{workdir} is finished at step {done}; --workdir NEW for a fresh run "
-              f"(or --set train.steps=N with N > {done} to train on)")
-        print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
-        return 0
     from jaxbert.train.allocator import keep_freed_memory
     from jaxbert.train.loop import train_and_evaluate
     keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
     summary = train_and_evaluate(recipe, workdir)
-    ev = summary["eval"]
-    head = f"{summary['status']} at step {summary['step']} in {_duration(summary['wall_s'])}"
-    if summary["status"] != "finished":
-        print(head)
+    if summary["status"] == "already finished":  # the loop said so in one line; show what the run left
+        print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
         return 0
-    print(head)
-    print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
+    print(f"{summary['status']} at step {summary['step']} in {_duration(summary['wall_s'])}")
+    if summary["status"] == "finished":
+        ev = summary["eval"]
+        print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
     return 0
 
 

@@ -85,6 +85,12 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     source = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner),
                                  process_index=jax.process_index(), process_count=jax.process_count(),
                                  vocab_size=cfg.vocab_size)
+    if restored is not None and restored[0] >= total:  # nothing left to train: say so, compile nothing
+        ckpt.close()
+        log(f"{workdir} is finished at step {restored[0]}; --workdir NEW for a fresh run "
+            f"(or --set train.steps=N with N > {restored[0]} to train on)")
+        return {"status": "already finished", "step": restored[0], "wall_s": round(time.time() - t0, 1),
+                "train": {}, "eval": {}, "workdir": str(workdir), "tokenizer": tok_dir}
     if restored is not None:
         start, tree, meta = restored
         state = runner.from_saved(runner.abstract.replace(

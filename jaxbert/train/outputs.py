@@ -49,13 +49,6 @@ def _showcase(module, params, tok, item) -> str:
     return f"{shown}\n  right word {verdict}"
 
 
-def finished_step(workdir: str | Path, recipe: Recipe) -> int | None:
-    """The newest checkpoint step when it already reaches recipe.train.steps, else None."""
-    ckpts = as_path(workdir) / "checkpoints"
-    steps = [int(p.name) for p in ckpts.iterdir() if p.name.isdigit()] if ckpts.is_dir() else []
-    return max(steps) if steps and max(steps) >= recipe.train.steps else None
-
-
 def last_eval(workdir: str | Path) -> dict:
     """The last held-out (eval_*) metrics in WORKDIR/metrics.jsonl; {} when there are none."""
     path = as_path(workdir) / "metrics.jsonl"
@@ -73,8 +66,9 @@ def summary_block(recipe: Recipe, workdir: str | Path, ev: dict) -> str:
         lines.append(f"held-out MLM accuracy {ev['eval_mlm_accuracy']:.4f}, loss {ev['eval_mlm_loss']:.4f} "
                      f"(step {ev.get('step', '?')}, {rate:.0%} of the tokens masked)")
     lines.append(f"workdir {wd}")
-    items = (("curves.png", "loss and accuracy curves"), ("hf", "Hugging Face model + tokenizer"),
-             ("fill_mask.txt", "fill-mask examples"), ("metrics.jsonl", "every logged metric, one JSON per line"),
+    items = (("curves.png", "loss and accuracy curves"),
+             ("hf", "Hugging Face model + tokenizer (transformers with PyTorch: pip install 'jaxbert[torch]')"),
+             ("fill_mask.txt", "fill-mask showcase, with the rank of the right word"), ("metrics.jsonl", "every logged metric, one JSON per line"),
              ("tensorboard", f"tensorboard --logdir {wd / 'tensorboard'}"),
              ("checkpoints", "Orbax checkpoints; the run resumes from the newest"))
     for name, what in items:
