@@ -25,6 +25,20 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "optim.warmup_steps=3"]) == 0
     out = capsys.readouterr().out
     assert "finished at step 12" in out and "held-out MLM accuracy" in out
+    # piped output: one compact line per log step (no mlm_loss beside loss), the summary block at the end
+    step_lines = [line for line in out.splitlines() if line.startswith("step 6/12: ")]
+    assert len(step_lines) == 2 and "mlm_loss" not in step_lines[0] and " lr " in step_lines[0]
+    assert "steps/s" in step_lines[0] and "left" in step_lines[0]
+    assert "held-out MLM loss" in step_lines[1]
+    assert "(step 12, 25% of the tokens masked)" in out and f"tensorboard --logdir {wd / 'tensorboard'}" in out
+    assert "curves.png" in out and "checkpoints/" in out
+    # a second run of a finished workdir trains nothing and says so
+    rows_before = metric_rows(wd)
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "optim.warmup_steps=3"]) == 0
+    again = capsys.readouterr().out
+    assert f"{wd} is finished at step 12; --workdir NEW for a fresh run" in again
+    assert "step 3/12" not in again and "resumed" not in again and "(step 12, 25% of the tokens masked)" in again
+    assert checkpoint_steps(wd) == [4, 8, 12] and metric_rows(wd) == rows_before
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["optim"]["warmup_steps"] == 3 and effective["train"]["steps"] == 12
     rows = metric_rows(wd)
@@ -99,7 +113,8 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
                           model={"preset": str(tmp_path / "base"), "config": {}, "init_from": str(tmp_path / "base")},
                           train={"steps": 6, "eval_every": 0, "eval_batches": 0, "per_device_batch_size": 4},
                           optim={"warmup_steps": 0},
-                          outputs={"plot": False, "export": True, "fill_mask": ["a for [MASK] iterates"]})
+                          outputs={"plot": False, "export": True,
+                                   "fill_mask": ["a for [MASK] iterates", {"text": "the [MASK] statement", "answer": "break"}]})
     wd = tmp_path / "run"
     assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "train.steps=1"]) == 0
     log = capsys.readouterr().out
@@ -113,13 +128,30 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0  # resumes to 6
     out = capsys.readouterr().out
     assert "resumed from" in out and "[MASK] 1:" in out
+    rank = int(out.split("right word 'break' ranks ")[1].split()[0])
+    assert 1 <= rank <= 200
+    assert (rank <= 5) == ("ranks %d (top 5)" % rank in out)
     assert checkpoint_steps(wd)[-1] == 6
     hf = wd / "hf"
     assert json.loads((hf / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(hf)
     assert tok("a for loop")["input_ids"][0] == tok.cls_token_id
-    assert transformers.BertForMaskedLM.from_pretrained(hf).config.vocab_size == 200
+    pt = transformers.BertForMaskedLM.from_pretrained(hf)
+    assert pt.config.vocab_size == 200
+    # the tokenizer truncates where the model's 32 positions end, so a longer text runs through both
+    assert tok.model_max_length == pt.config.max_position_embeddings == 32
+    import torch
+    long_text = " ".join(CORPUS.split()[:60])
+    enc = tok(long_text, truncation=True, return_tensors="pt")
+    assert enc["input_ids"].shape == (1, 32) and len(tok(long_text)["input_ids"]) > 32
+    with torch.no_grad():
+        assert pt(**enc).logits.shape == (1, 32, 200)
+    fill = transformers.pipeline("fill-mask", model=pt, tokenizer=tok)
+    assert len(fill(long_text.replace("return", "[MASK]", 1), tokenizer_kwargs={"truncation": True})) == 5
+    assert main(["export", str(wd), str(tmp_path / "hf2")]) == 0
+    printed = capsys.readouterr().out
+    assert f"BertForMaskedLM.from_pretrained('{tmp_path / 'hf2'}')" in printed and "jaxbert[torch]" in printed
 
     assert main(["fill-mask", str(hf), "the break [MASK] terminates", "--top-k", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxbert.train.export import export_workdir
+from jaxbert.train.export import export_workdir, load_instructions
 
 
 def add_arguments(parser) -> None:
@@ -16,4 +16,5 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     path = export_workdir(args.workdir, args.dst, args.step, overwrite=args.overwrite)
     print(f"wrote {path}")
+    print(load_instructions(path))
     return 0

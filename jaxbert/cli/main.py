@@ -36,8 +36,8 @@ def _available() -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jaxbert", description="BERT in JAX/Flax.",
-        epilog="quick start: `jaxbert train` trains the tiny-demo recipe on the embedded corpus "
-               "into runs/tiny-demo.\n" + EXIT_CODES_HELP,
+        epilog="quick start: `jaxbert train` trains the tiny-demo recipe (a small BERT, minutes on a CPU) "
+               "on the embedded corpus into ./runs/tiny-demo.\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, (module_name, help_text) in _available().items():

@@ -21,7 +21,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     out = train_tokenizer(args.input, args.vocab_size, args.output, lowercase=not args.cased,
-                          text_field=args.text_field, min_frequency=args.min_frequency, progress=True,
+                          text_field=args.text_field, min_frequency=args.min_frequency,
                           overwrite=args.overwrite)
     tok = load_tokenizer(out)
     print(f"{out}: WordPiece vocabulary of {tok.get_vocab_size():,} tokens "

@@ -8,14 +8,21 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 
 from __future__ import annotations
 
+from jaxbert.train import outputs
+from jaxbert.train.allocator import keep_freed_memory
 from jaxbert.train.loop import train_and_evaluate
-from jaxbert.train.recipe import load
+from jaxbert.train.recipe import load, recipe_names
 
 
 def add_arguments(parser) -> None:
+    names = ", ".join(recipe_names())
     parser.add_argument("--config", default="tiny-demo",
-                        help="recipe: a YAML path or the name of one in configs/train/ (default: tiny-demo)")
-    parser.add_argument("--workdir", default=None, help="checkpoints, metrics and outputs (default: runs/NAME)")
+                        help=f"recipe: a YAML path or the name of one shipped with jaxbert ({names}; "
+                             f"default tiny-demo; --list describes them)")
+    parser.add_argument("--list", action="store_true", help="list the shipped recipes and exit")
+    parser.add_argument("--workdir", default=None,
+                        help="checkpoints, metrics and outputs (default: runs/NAME in the current directory); "
+                             "a workdir with checkpoints resumes")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key, e.g. --set optim.learning_rate=3e-4 (repeatable)")
     parser.add_argument("--coordinator", default=None, help="multi-host: HOST:PORT of process 0")
@@ -24,6 +31,10 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.list:
+        for name, text in recipe_names().items():
+            print(f"{name:24s} {text}")
+        return 0
     overrides = list(args.overrides)
     for flag, key in ((args.coordinator, "coordinator_address"), (args.num_processes, "num_processes"),
                       (args.process_id, "process_id")):
@@ -31,11 +42,18 @@ def run(args) -> int:
             overrides.append(f"parallel.{key}={flag}")
     recipe = load(args.config, overrides)
     workdir = args.workdir or f"runs/{recipe.name}"
+    keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
     summary = train_and_evaluate(recipe, workdir)  # errors: one line and an exit code (cli.main)
-    ev = summary["eval"]
-    if ev:
-        print(f"{summary['status']} at step {summary['step']} in {summary['wall_s']:.0f} s: held-out MLM "
-              f"accuracy {ev.get('eval_mlm_accuracy', float('nan')):.4f}, loss {ev.get('eval_mlm_loss', float('nan')):.4f}")
-    else:
-        print(f"{summary['status']} at step {summary['step']} in {summary['wall_s']:.0f} s")
+    if summary["status"] == "already finished":  # the loop said so in one line; show what the run left
+        print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
+        return 0
+    print(f"{summary['status']} at step {summary['step']} in {_duration(summary['wall_s'])}")
+    if summary["status"] == "finished":
+        ev = summary["eval"]
+        print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
     return 0
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"

@@ -12,7 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from jaxbert.data.wordpiece import build_vocab, count_words
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text, check_destination, publish_dir
 from jaxbert.data.corpus import iter_documents
@@ -37,6 +38,8 @@ def _bert_tokenizer(vocab: dict[str, int] | None, lowercase: bool, specials: dic
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
     if vocab:
+        # matched whole before normalizing and splitting, as BertTokenizerFast does with them
+        tok.add_special_tokens([AddedToken(t, special=True) for t in specials.values() if t in vocab])
         _add_template(tok, specials)
     return tok
 
@@ -162,9 +165,10 @@ def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase
 
 def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str | os.PathLike,
                     lowercase: bool = True, *, text_field: str = "text", min_frequency: int = 2,
-                    progress: bool = False, overwrite: bool = False) -> Path:
+                    overwrite: bool = False) -> Path:
     """Train a BERT WordPiece tokenizer on `inputs` (None: the embedded default corpus).
 
+    The vocabulary is the same for the same text on every run (jaxbert.data.wordpiece).
     Returns the output directory, which transformers' BertTokenizerFast loads as it is.
     It is built beside `output_dir` and swapped in when complete; an existing folder is
     replaced only when it is an earlier jaxbert tokenizer and `overwrite` is set.
@@ -173,28 +177,15 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
     if vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
     check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
-    tok = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=progress,
-        special_tokens=[DEFAULT_SPECIAL_TOKENS[r] for r in SPECIAL_ROLES], continuing_subword_prefix="##")
-    failure = []
-
-    def docs():  # an input error raised inside the Rust trainer would come out as a bare Exception
-        try:
-            for doc, _ in iter_documents(inputs, text_field=text_field):
-                yield doc
-        except InputError as e:
-            failure.append(e)
-
-    try:
-        tok.train_from_iterator(docs(), trainer=trainer)
-    finally:
-        if failure:
-            raise failure[0]
-    if tok.get_vocab_size() <= len(SPECIAL_ROLES):
+    blank = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
+    docs = (doc for doc, _ in iter_documents(inputs, text_field=text_field))
+    counts = count_words(docs, blank.normalizer, blank.pre_tokenizer)
+    tokens = build_vocab(counts, vocab_size, [DEFAULT_SPECIAL_TOKENS[r] for r in SPECIAL_ROLES],
+                         min_frequency=min_frequency)
+    if len(tokens) <= len(SPECIAL_ROLES):
         where = "the embedded corpus" if inputs is None else ", ".join(map(str, inputs))
         raise TokenizerError(f"no vocabulary learnt from {where}: it holds no text")
-    _add_template(tok, DEFAULT_SPECIAL_TOKENS)
+    tok = _bert_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase, DEFAULT_SPECIAL_TOKENS)
     with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
         save_bert_tokenizer(tok, tmp, lowercase)
     return Path(output_dir)

@@ -7,6 +7,7 @@ it) and the run's tokenizer files beside them, so that
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir:
             for name in TOKENIZER_FILES:
                 if (Path(tokenizer_dir) / name).exists():
                     shutil.copy2(Path(tokenizer_dir) / name, Path(tmp) / name)
+            _fit_tokenizer_to_model(Path(tmp) / "tokenizer_config.json", cfg.max_position_embeddings)
     return Path(dst)
 
 
@@ -50,3 +52,18 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
         raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")
     return export_params(dst, config, name, params, tok_dir, overwrite,
                          sources=(checkpoints,) + ((tok_dir,) if tok_dir is not None else ()))
+
+
+def _fit_tokenizer_to_model(config_path: Path, max_positions: int) -> None:
+    """The tokenizer truncates where the model's position table ends (transformers reads model_max_length)."""
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    config["model_max_length"] = max_positions
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def load_instructions(path: str | Path) -> str:
+    """The lines that load an export in transformers (PyTorch), and what they need installed."""
+    return (f"load it in transformers (needs PyTorch: pip install 'jaxbert[torch]'):\n"
+            f"  from transformers import AutoTokenizer, BertForMaskedLM\n"
+            f"  tok, model = AutoTokenizer.from_pretrained({str(path)!r}), "
+            f"BertForMaskedLM.from_pretrained({str(path)!r})")

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from jaxbert.convert import from_pretrained, tokenizer_path
-from jaxbert.data.tokenizer import load_tokenizer, special_token_ids
+from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 
 
@@ -29,8 +29,8 @@ def load_for_fill_mask(model: str | Path):
     return module, params, load_tokenizer(tok_dir)
 
 
-def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
-    """For each mask token ([MASK], or RoBERTa's <mask>) in text, in order: top_k (token, probability) pairs."""
+def mask_probabilities(module, params, tokenizer, text: str) -> np.ndarray:
+    """float32 [M, V]: the predicted distribution at each mask token ([MASK], or RoBERTa's <mask>), in order."""
     mask_id = next((i for i in map(tokenizer.token_to_id, MASK_TOKENS) if i is not None), None)
     if mask_id is None:
         raise InputError(f"the tokenizer has no mask token (looked for {' and '.join(MASK_TOKENS)})")
@@ -45,12 +45,22 @@ def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list
         raise InputError(f"no {tokenizer.id_to_token(mask_id)} token in {text!r}")
     logits = module.apply({"params": params}, ids, np.asarray(enc.type_ids, np.int32)[None],
                           attention_mask=np.ones_like(ids), masked_positions=positions).logits
-    probs = np.asarray(jax.nn.softmax(logits[0].astype(np.float32), -1))  # [M, V]
+    return np.asarray(jax.nn.softmax(logits[0].astype(np.float32), -1))
+
+
+def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """For each [MASK] in text, in order: top_k (token, probability) pairs."""
     out = []
-    for row in probs:
+    for row in mask_probabilities(module, params, tokenizer, text):
         best = np.argsort(-row)[:top_k]
         out.append([(tokenizer.id_to_token(int(i)), float(row[i])) for i in best])
     return out
+
+
+def answer_rank(probs: np.ndarray, tokenizer, answer: str) -> int | None:
+    """1-based rank of `answer` in one [MASK]'s distribution [V]; None when it is not one token."""
+    i = tokenizer.token_to_id(answer)
+    return None if i is None else int(np.sum(probs > probs[i])) + 1
 
 
 def format_predictions(text: str, preds: list) -> str:

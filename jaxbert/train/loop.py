@@ -27,6 +27,7 @@ from jaxbert.model.flops import peak_flops, train_flops_per_token
 from jaxbert.train.lock import workdir_lock
 from jaxbert.train.metrics import MetricsWriter
 from jaxbert.train.optim import make_optimizer
+from jaxbert.train.progress import Progress
 from jaxbert.train.recipe import Recipe, RecipeError, save_effective
 from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
@@ -98,6 +99,12 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     source = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner),
                                  process_index=jax.process_index(), process_count=jax.process_count(),
                                  vocab_size=cfg.vocab_size)
+    if restored is not None and restored[0] >= total:  # nothing left to train: say so, compile nothing
+        ckpt.close()
+        log(f"{workdir} is finished at step {restored[0]}; --workdir NEW for a fresh run "
+            f"(or --set train.steps=N with N > {restored[0]} to train on)")
+        return {"status": "already finished", "step": restored[0], "wall_s": round(time.time() - t0, 1),
+                "train": {}, "eval": {}, "workdir": str(workdir), "tokenizer": tok_dir}
     if restored is not None:
         start, tree, meta = restored
         state = runner.from_saved(runner.abstract.replace(
@@ -120,17 +127,20 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     peak = peak_flops(jax.devices()[0].device_kind)
     writer = MetricsWriter(workdir, active=primary)
     stop = _SigtermFlag()
-    bar = tqdm(total=total, initial=start, disable=None if primary else True, dynamic_ncols=True,
-               mininterval=1.0, desc=recipe.name)
     window, last_eval, status, step = _Window(), {}, "finished", start
 
+    def eval_source():
+        return sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner) // tr.accum_steps,
+                                   split="validation", process_index=jax.process_index(),
+                                   process_count=jax.process_count(), fixed_masking=True,
+                                   vocab_size=cfg.vocab_size)
+
+    eval_batches = tr.eval_batches or getattr(eval_source(), "steps_per_epoch", 1)
+    progress = Progress(recipe.name, total, start, tr.eval_every, eval_batches, log, active=primary)
+
     def evaluate():
-        src = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner) // tr.accum_steps,
-                                  split="validation", process_index=jax.process_index(),
-                                  process_count=jax.process_count(), fixed_masking=True,
-                                  vocab_size=cfg.vocab_size)
         sums = {}
-        for _, host in zip(range(tr.eval_batches or getattr(src, "steps_per_epoch", 1)), src):
+        for _, host in zip(range(eval_batches), eval_source()):
             m = parallel.metrics_to_host(runner, eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
             sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
         return summarize(sums, "eval_") if sums else {}
@@ -142,7 +152,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             batch, loader_state = next(batches)
             state, metrics = train_fn(state, batch, rng)
             step += 1
-            bar.update(1)
+            progress.step(step)
             if pending is not None:  # the previous step's metrics: ready by now
                 window.add(pending[0], parallel.metrics_to_host(runner, pending[1]))
             pending = (step, metrics)
@@ -156,18 +166,15 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                 scalars = window.flush(tokens_per_step, recipe.data.seq_len, flops, peak, runner.num_devices)
                 scalars["elapsed_s"] = round(time.time() - t0, 1)
                 writer.write(step, scalars)
-                bar.set_postfix(loss=f"{scalars['loss']:.3f}", acc=f"{scalars['mlm_accuracy']:.3f}",
-                                lr=f"{scalars['learning_rate']:.2e}", tok_s=f"{scalars.get('tokens_per_s', 0):.0f}")
-                eta = (f" eta {(total - step) * tokens_per_step / scalars['tokens_per_s']:.0f}s"
-                       if "tokens_per_s" in scalars else "")
-                log(f"step {step}: " + " ".join(f"{k} {v:.4g}" for k, v in scalars.items()) + eta)
+                progress.log_step(step, scalars)
             if save_due or preempted:
                 ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, loader_state))
             if eval_due:
+                t_eval = time.time()
                 last_eval = evaluate()
                 window.t = time.time()  # evaluation time is not training throughput
                 writer.write(step, last_eval)
-                log(f"step {step}: " + " ".join(f"{k} {v:.4f}" for k, v in last_eval.items()))
+                progress.evaluated(step, window.t - t_eval, last_eval)
             if preempted:
                 status = "preempted"
                 log(f"SIGTERM: saved step {step} to {ckpt.directory}; exiting")
@@ -179,7 +186,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                  else "no checkpoint was written")
         raise TrainingDiverged(f"{e}; {where}") from None
     finally:
-        bar.close()
+        progress.close()
         ckpt.close()
         writer.close()
         stop.restore()

@@ -3,15 +3,16 @@ the curves PNG, a Hugging Face export with its tokenizer, fill-mask examples."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from jaxbert.data.tokenizer import load_tokenizer
-from jaxbert.fs import atomic_write_text
+from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.train.export import export_params
-from jaxbert.train.fill_mask import fill_mask, format_predictions
+from jaxbert.train.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
 from jaxbert.train.plot import plot_workdir
-from jaxbert.train.recipe import Recipe
+from jaxbert.train.recipe import Recipe, RecipeError
 
 
 def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, log=print) -> dict:
@@ -27,7 +28,49 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
     if o.fill_mask and tokenizer_dir is not None:
         tok = load_tokenizer(tokenizer_dir)
         mlm = BertForMaskedLM(model.config, scan_layers=recipe.model.scan_layers)
-        lines = [format_predictions(t, fill_mask(mlm, params, tok, t)) for t in o.fill_mask]
+        lines = [_showcase(mlm, params, tok, item) for item in o.fill_mask]
         atomic_write_text(workdir / "fill_mask.txt", "\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))
     return out
+
+
+def _showcase(module, params, tok, item) -> str:
+    """A recipe's fill-mask entry: "text with [MASK]", or {text: ..., answer: word} to rank the right word."""
+    text, answer = (item.get("text"), item.get("answer")) if isinstance(item, dict) else (item, None)
+    if not isinstance(text, str) or (answer is not None and not isinstance(answer, str)):
+        raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
+    shown = format_predictions(text, fill_mask(module, params, tok, text))
+    if answer is None:
+        return shown
+    rank = answer_rank(mask_probabilities(module, params, tok, text)[0], tok, answer)
+    verdict = (f"{answer!r} is not one token of the vocabulary" if rank is None
+               else f"{answer!r} ranks {rank}" + (" (top 5)" if rank <= 5 else ""))
+    return f"{shown}\n  right word {verdict}"
+
+
+def last_eval(workdir: str | Path) -> dict:
+    """The last held-out (eval_*) metrics in WORKDIR/metrics.jsonl; {} when there are none."""
+    path = as_path(workdir) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    evals = [r for r in rows if "eval_mlm_accuracy" in r]
+    return evals[-1] if evals else {}
+
+
+def summary_block(recipe: Recipe, workdir: str | Path, ev: dict) -> str:
+    """What a run left and where, and its held-out score: the last lines `jaxbert train` prints."""
+    wd = as_path(workdir)
+    rate = recipe.data.eval_mask_rate if recipe.data.eval_mask_rate is not None else recipe.data.mask_rate
+    lines = []
+    if ev:
+        lines.append(f"held-out MLM accuracy {ev['eval_mlm_accuracy']:.4f}, loss {ev['eval_mlm_loss']:.4f} "
+                     f"(step {ev.get('step', '?')}, {rate:.0%} of the tokens masked)")
+    lines.append(f"workdir {wd}")
+    items = (("curves.png", "loss and accuracy curves"),
+             ("hf", "Hugging Face model + tokenizer (transformers with PyTorch: pip install 'jaxbert[torch]')"),
+             ("fill_mask.txt", "fill-mask showcase, with the rank of the right word"), ("metrics.jsonl", "every logged metric, one JSON per line"),
+             ("tensorboard", f"tensorboard --logdir {wd / 'tensorboard'}"),
+             ("checkpoints", "Orbax checkpoints; the run resumes from the newest"))
+    for name, what in items:
+        if (wd / name).exists():
+            lines.append(f"  {name + ('/' if (wd / name).is_dir() else ''):15s} {what}")
+    return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import typing
 from importlib import resources
 from pathlib import Path
@@ -110,7 +111,8 @@ class OutputsSection:
     """What a finished run leaves beside its checkpoints (primary process only)."""
     plot: bool = True  # WORKDIR/curves.png
     export: bool = False  # a Hugging Face directory in WORKDIR/hf, tokenizer beside it
-    fill_mask: list = dataclasses.field(default_factory=list)  # sentences with [MASK] to complete
+    # sentences with [MASK] to complete; {text: ..., answer: word} also prints the right word's rank
+    fill_mask: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -219,6 +221,12 @@ def _validate(r: Recipe) -> None:
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
     r.bert_config()  # model.preset and model.config checked now, before any data is prepared
+    for item in r.outputs.fill_mask:
+        ok = isinstance(item, str) or (isinstance(item, dict) and set(item) <= {"text", "answer"}
+                                       and isinstance(item.get("text"), str)
+                                       and isinstance(item.get("answer", ""), str))
+        if not ok:
+            raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
 
 
 def from_dict(data: dict) -> Recipe:
@@ -235,6 +243,21 @@ def recipe_path(name_or_path: str) -> Path:
     if path.suffix in (".yaml", ".yml") or os.sep in str(name_or_path):
         return path
     return Path(str(resources.files("jaxbert.configs").joinpath("train", f"{name_or_path}.yaml")))
+
+
+def recipe_names() -> dict[str, str]:
+    """Name -> first comment line of every recipe shipped with jaxbert."""
+    names = {}
+    for entry in sorted(resources.files("jaxbert.configs").joinpath("train").iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            header = []
+            for line in entry.read_text().splitlines():
+                if not line.startswith("#"):
+                    break
+                header.append(line.lstrip("# ").strip())
+            text = " ".join(header).split(": ", 1)[-1]  # the header starts "NAME: ..."
+            names[entry.name[:-5]] = re.split(r"(?<! al)(?<!e\.g)\.(?:\s|$)", text, maxsplit=1)[0]
+    return names
 
 
 def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recipe:

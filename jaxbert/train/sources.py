@@ -11,6 +11,7 @@ directory (the tiny-demo case), and reuses them on the next run.
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,13 +98,24 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
     tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
     data_dir = workdir / "data"
     if not (tok_dir / "tokenizer.json").exists() and d.tokenizer is None:
-        log(f"training a WordPiece tokenizer (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
+        log(f"tokenizer: training WordPiece (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
+        t = time.time()
         tokenizer.train_tokenizer(None, d.vocab_size, tok_dir)
+        log(f"tokenizer: done in {time.time() - t:.1f} s")
     if not data_dir.exists():
-        log(f"preparing the embedded corpus at T={d.seq_len} -> {data_dir}")
+        log(f"data: tokenizing and packing the embedded corpus into rows of {d.seq_len} -> {data_dir}")
+        t = time.time()
         prepare.prepare(inputs=None, tokenizer=str(tok_dir), output=str(data_dir), max_length=d.seq_len,
                         format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction)
+        log(f"data: done in {time.time() - t:.1f} s ({_describe(data_dir)})")
     return str(data_dir), str(tok_dir)
+
+
+def _describe(data_dir: Path) -> str:
+    import json
+    meta = json.loads((data_dir / "metadata.json").read_text())
+    return ", ".join(f"{k} {v['examples']} rows of {v['documents']} documents"
+                     for k, v in meta["splits"].items())
 
 
 def tokenizer_dir(recipe: Recipe, workdir: str | Path) -> str | None:
