@@ -43,12 +43,15 @@ def run(args) -> int:
     import numpy as np
     from tokenizers import Tokenizer
 
+    from jaxbert import fs
     from jaxbert.data.loader import metadata
+    from jaxbert.data.remote import open_rows
 
     meta = metadata(args.dir)
     print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))
-    tok = Tokenizer.from_file(f"{args.dir}/tokenizer.json")
-    rows = np.load(f"{args.dir}/{meta['splits']['train']['shards'][0]['file']}", mmap_mode="r")
+    folder = fs.as_path(args.dir)
+    tok = Tokenizer.from_str((folder / "tokenizer.json").read_text())
+    rows = open_rows(folder / meta["splits"]["train"]["shards"][0]["file"])
     for row in rows[: args.rows]:
         print(repr(tok.decode(row.tolist(), skip_special_tokens=False)))
     return 0

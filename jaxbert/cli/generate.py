@@ -8,6 +8,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.model.generate import generate
 
 
@@ -26,7 +27,7 @@ def run(args) -> int:
     from jaxbert import BertLMHeadModel, from_pretrained
 
     model, params = from_pretrained(args.model, model_class=BertLMHeadModel)
-    tok_path = Path(args.model) / "tokenizer.json"
+    tok_path = fs.local_copy(args.model) / "tokenizer.json"
     if not tok_path.exists():
         raise SystemExit(f"{args.model}: no tokenizer.json to encode the prompt with")
     tok = Tokenizer.from_file(str(tok_path))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
 
 
@@ -30,7 +31,7 @@ def run(args) -> int:
     from jaxbert.parity.compare import compare
 
     module, params = from_pretrained(args.model, model_class=args.model_class)
-    tokenizer = find_tokenizer(Path(args.model))
+    tokenizer = find_tokenizer(fs.local_copy(args.model))  # a URL: the copy from_pretrained fetched
     texts = args.text or DEFAULT_TEXTS
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "
           f"{'tokenizer ' + ('found' if tokenizer else 'missing: random ids')}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 import warnings
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.model.config import BertConfig
 from jaxbert.convert.load import state_dict_to_params, unflatten
 from jaxbert.convert.readers import open_source
@@ -144,13 +147,29 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
     """
     name = type(module).__name__
     pooling = getattr(module, "add_pooling_layer", None) if name == "BertModel" else None
-    if format == "hf":
-        write_hf(path, module.config, name, params, max_shard_size=max_shard_size, add_pooling_layer=pooling)
-    elif format == "jaxbert":
-        write_jaxbert(path, module.config, name, params, add_pooling_layer=pooling)
-    else:
+    if format not in ("hf", "jaxbert"):
         raise ValueError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
-    return Path(path)
+    with _local_target(path) as local:
+        if format == "hf":
+            write_hf(local, module.config, name, params, max_shard_size=max_shard_size, add_pooling_layer=pooling)
+        else:
+            write_jaxbert(local, module.config, name, params, add_pooling_layer=pooling)
+    return path if fs.is_url(path) else Path(path)
+
+
+@contextlib.contextmanager
+def _local_target(path):
+    """The directory a writer fills: path itself when local; for a URL a local folder published
+    there when complete (fs.publish_dir)."""
+    if not fs.is_url(path):
+        yield path
+        return
+    with fs.publish_dir(path, "model", overwrite=True) as tmp:
+        inner = Path(os.fspath(tmp)) / "model"  # the writers build their directory as a sibling swap
+        yield inner
+        for entry in inner.iterdir():
+            entry.rename(Path(os.fspath(tmp)) / entry.name)
+        inner.rmdir()
 
 
 def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, strict: bool = False,
@@ -164,9 +183,10 @@ def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, str
     t0 = time.perf_counter()
     config, name, params, report = load_checkpoint(src, model_class, config=config, dtype=dtype,
                                                    strict=strict, scan_layers=scan_layers)
-    if to == "hf":
-        write_hf(dst, config, name, params, max_shard_size=max_shard_size)
-    else:
-        write_jaxbert(dst, config, name, params)
+    with _local_target(dst) as local:
+        if to == "hf":
+            write_hf(local, config, name, params, max_shard_size=max_shard_size)
+        else:
+            write_jaxbert(local, config, name, params)
     report.seconds = time.perf_counter() - t0
     return report

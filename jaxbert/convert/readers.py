@@ -17,6 +17,8 @@ from typing import Iterator
 import ml_dtypes
 import numpy as np
 
+from jaxbert import fs
+
 from jaxbert.convert.report import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
@@ -216,7 +218,7 @@ def _index_files(index: Path) -> tuple[list[Path], list[str]]:
 
 def open_source(path: str | Path) -> Source:
     """A directory (jaxbert, or HF with one of WEIGHT_FILES) or a single weights file."""
-    path = Path(path)
+    path = fs.local_copy(path)  # a URL is read from a local copy
     if not path.exists():
         raise ConversionError(f"{path}: no such file or directory")
     if path.is_dir():

@@ -21,6 +21,7 @@ import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
+from jaxbert import fs
 from jaxbert.errors import InputError
 
 TEXT_SUFFIXES = {".txt", ".text"}
@@ -91,6 +92,9 @@ def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
     sources: list[tuple[str, Path]] = []
     for item in inputs:
         item = str(item)
+        if fs.is_url(item):  # read from local copies, fetched once per process
+            sources += resolve_inputs([str(fs.local_copy(u)) for u in fs.expand(item)])
+            continue
         if glob.has_magic(item):
             matches = sorted(glob.glob(item, recursive=True))
             if not matches:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from jaxbert import fs
 from jaxbert.data.corpus import Corpus
 from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
@@ -187,12 +188,18 @@ def _output_folder(output: str | os.PathLike) -> tuple[Path, Path]:
 def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: int = 128,
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
-            rows_per_shard: int | None = None, progress: bool = True) -> dict:
+            rows_per_shard: int | None = None, progress: bool = True, _published_as: str | None = None) -> dict:
     """Tokenize `inputs` (None: the embedded Python-docs corpus) into shards in `output`.
 
     Returns the metadata dict also written to `output/metadata.json`. The output folder is
     built beside `output` and renamed into place only when complete.
     """
+    if fs.is_url(output):  # built in a local folder, then published to the bucket when complete
+        fs.check_destination(output, "prepared", overwrite=True)
+        with fs.publish_dir(output, "prepared", overwrite=True) as local:
+            return prepare(inputs, tokenizer, os.path.join(os.fspath(local), "data"), max_length, format,
+                           validation_fraction, text_field, seed, num_workers, short_seq_prob=short_seq_prob,
+                           rows_per_shard=rows_per_shard, progress=progress, _published_as=output)
     if format not in FORMATS:
         raise PrepareError(f"format must be one of {FORMATS}, got {format!r}")
     if not 0.0 <= validation_fraction < 1.0:
@@ -263,6 +270,10 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _swap_into_place(tmp, out)
+    if _published_as is not None:  # the folder is the content of a URL destination: lift it up a level
+        for entry in out.iterdir():
+            entry.rename(out.parent / entry.name)
+        out.rmdir()
     if progress:
         for line in meta["warnings"]:
             print(f"warning: {line}", file=sys.stderr)

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from jaxbert import fs
 from jaxbert.errors import InputError
 
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
@@ -60,7 +61,8 @@ def special_token_names(path: str | os.PathLike | None) -> dict[str, str]:
     names = dict(DEFAULT_SPECIAL_TOKENS)
     if path is None:
         return names
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    path = fs.local_copy(path) if fs.is_url(path) else Path(path)
+    folder = path if path.is_dir() else path.parent
     for fname in ("tokenizer_config.json", "special_tokens_map.json"):
         if (folder / fname).is_file():
             cfg = _read_json(folder / fname)
@@ -79,7 +81,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     For a vocab.txt, lower-casing follows `do_lower_case` of a neighbouring
     tokenizer_config.json (True, BERT's default, when there is none).
     """
-    p = Path(path)
+    p = fs.local_copy(path) if fs.is_url(path) else Path(path)  # a URL: read from a local copy
     if p.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
             if (p / name).is_file():
@@ -149,6 +151,10 @@ def _atomic_write(path: Path, text: str) -> None:
 def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase: bool,
                         model_max_length: int = 512) -> Path:
     """Write tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json."""
+    if fs.is_url(output_dir):  # built locally, published to the bucket when complete
+        with fs.publish_dir(output_dir, "tokenizer", overwrite=True) as local:
+            save_bert_tokenizer(tok, os.fspath(local), lowercase, model_max_length)
+        return fs.as_path(output_dir)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])

@@ -11,11 +11,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxbert import fs
+
 
 def load_for_fill_mask(model: str | Path):
     """(module, params, tokenizer) for a model directory or a training workdir."""
     from jaxbert.data.tokenizer import load_tokenizer
-    path = Path(model)
+    path = fs.as_path(model)
     if (path / "checkpoints").is_dir():
         from jaxbert.model.heads import BertForMaskedLM
         from jaxbert.train.checkpoint import restore_params

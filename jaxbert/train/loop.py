@@ -20,6 +20,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm import tqdm
 
+from jaxbert import fs
 from jaxbert.model.heads import MODEL_CLASSES
 from jaxbert.train import parallel, sources
 from jaxbert.train.checkpoint import Checkpoints
@@ -28,6 +29,7 @@ from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import Recipe, save_effective
 from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
+from jaxbert.train.hosts import check_shared_workdir
 
 
 class TrainingDiverged(Diverged):
@@ -46,10 +48,11 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     t0 = time.time()
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
-    primary, workdir = jax.process_index() == 0, Path(workdir)
+    primary, workdir = jax.process_index() == 0, fs.as_path(workdir)
     log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
     if primary:
         save_effective(recipe, workdir)
+    check_shared_workdir(workdir)
     data_dir, tok_dir, vocab = None, None, None
     if recipe.data.source == "prepared":
         if primary:
@@ -149,6 +152,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                        if "tokens_per_s" in scalars else "")
                 log(f"step {step}: " + " ".join(f"{k} {v:.4g}" for k, v in scalars.items()) + eta)
             if save_due or preempted:
+                writer.flush()  # a URL workdir shows the metrics up to every checkpoint
                 ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, loader_state))
             if eval_due:
                 last_eval = evaluate()

@@ -9,11 +9,14 @@ tensorboard is a dependency).
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+import tempfile
 import struct
 import time
 from pathlib import Path
 
+from jaxbert import fs
 from jaxbert.model.flops import peak_flops, train_flops_per_token  # noqa: F401 (re-exported)
 
 def flops_per_token(cfg, params, seq_len: int, masked_fraction: float) -> float:
@@ -25,15 +28,24 @@ def flops_per_token(cfg, params, seq_len: int, masked_fraction: float) -> float:
 class MetricsWriter:
     """Only the primary process writes; the others pass active=False."""
 
-    def __init__(self, workdir: str | Path, active: bool = True):
+    def __init__(self, workdir: str | Path, active: bool = True, upload_every_s: float = 30.0):
         self.active = active
         if not active:
             return
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+        self._remote = None
+        if fs.is_url(workdir):  # a bucket cannot append: write locally, upload whole files now and then
+            self._remote = (fs.as_path(workdir), name, upload_every_s)
+            self._uploaded = time.time()
+            self._local = Path(tempfile.mkdtemp(prefix="jaxbert-metrics-"))
+            old = fs.as_path(workdir) / "metrics.jsonl"
+            if old.exists():
+                (self._local / "metrics.jsonl").write_bytes(old.read_bytes())
+            workdir = self._local
         workdir = Path(workdir)
         self._jsonl = open(workdir / "metrics.jsonl", "a", buffering=1)
         tb = workdir / "tensorboard"
         tb.mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
         self._events = open(tb / name, "ab")
         self._record(_event(time.time(), 0, file_version="brain.Event:2"))
 
@@ -44,11 +56,27 @@ class MetricsWriter:
         values = {k: v for k, v in scalars.items() if isinstance(v, (int, float))}
         self._record(_event(time.time(), step, values=values))
         self._events.flush()
+        if self._remote is not None and time.time() - self._uploaded >= self._remote[2]:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make what was written so far visible in a URL workdir (a checkpoint save calls it)."""
+        if not self.active or self._remote is None:
+            return
+        self._jsonl.flush()
+        self._events.flush()
+        root, name, _ = self._remote
+        fs.atomic_write_bytes(root / "metrics.jsonl", (self._local / "metrics.jsonl").read_bytes())
+        fs.atomic_write_bytes(root / "tensorboard" / name, (self._local / "tensorboard" / name).read_bytes())
+        self._uploaded = time.time()
 
     def close(self) -> None:
         if self.active:
+            self.flush()
             self._jsonl.close()
             self._events.close()
+            if self._remote is not None:
+                shutil.rmtree(self._local, ignore_errors=True)
 
     def _record(self, data: bytes) -> None:
         header = struct.pack("<Q", len(data))
@@ -57,7 +85,7 @@ class MetricsWriter:
 
 
 def read_metrics(workdir: str | Path) -> list[dict]:
-    path = Path(workdir) / "metrics.jsonl"
+    path = fs.as_path(workdir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

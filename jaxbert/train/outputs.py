@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jaxbert import fs
 from jaxbert.train.recipe import Recipe
 
 
 def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, log=print) -> dict:
     """params: host params of the final state. Returns the paths written."""
-    out, o, workdir = {}, recipe.outputs, Path(workdir)
+    out, o, workdir = {}, recipe.outputs, fs.as_path(workdir)
     if o.plot:
         from jaxbert.train.plot import plot_workdir
         out["plot"] = str(plot_workdir(workdir))
@@ -27,6 +28,6 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         tok = load_tokenizer(tokenizer_dir)
         mlm = BertForMaskedLM(model.config, scan_layers=recipe.model.scan_layers)
         lines = [format_predictions(t, fill_mask(mlm, params, tok, t)) for t in o.fill_mask]
-        (workdir / "fill_mask.txt").write_text("\n".join(lines) + "\n")
+        fs.atomic_write_text(workdir / "fill_mask.txt", "\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))
     return out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+
+from jaxbert import fs
 
 from jaxbert.train.metrics import read_metrics
 
@@ -14,7 +17,7 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     rows = read_metrics(workdir)
-    out = Path(out) if out else Path(workdir) / "curves.png"
+    out = fs.as_path(out) if out else fs.as_path(workdir) / "curves.png"
 
     def series(key):
         pts = [(r["step"], r[key]) for r in rows if key in r]
@@ -30,9 +33,9 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(Path(workdir).resolve().name)
+    fig.suptitle(fs.as_path(workdir).name)
     fig.tight_layout()
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    return tmp.replace(out)
+    return fs.atomic_write_bytes(out, buf.getvalue())

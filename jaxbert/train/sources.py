@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbert import fs
+from jaxbert.errors import InputError
 from jaxbert.train.recipe import Recipe, RecipeError
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
@@ -87,13 +89,13 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
     WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset."""
     d = recipe.data
     if d.dir is not None:
-        if not Path(d.dir).is_dir():
+        if not fs.as_path(d.dir).is_dir():
             raise RecipeError(f"data.dir: {d.dir} does not exist; build it with `jaxbert data prepare` "
                               f"(see the recipe's comments) or leave data.dir unset for the embedded corpus")
         return d.dir, tokenizer_dir(recipe, workdir)
     from jaxbert.data import prepare, tokenizer  # the data pipeline is only needed for real data
-    workdir = Path(workdir)
-    tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
+    workdir = fs.as_path(workdir)
+    tok_dir = fs.as_path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
     data_dir = workdir / "data"
     if not (tok_dir / "tokenizer.json").exists() and d.tokenizer is None:
         log(f"training a WordPiece tokenizer (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
@@ -115,11 +117,15 @@ def tokenizer_dir(recipe: Recipe, workdir: str | Path) -> str | None:
     if d.tokenizer:
         return d.tokenizer
     if d.dir is None:
-        return str(Path(workdir) / "tokenizer")
+        return str(fs.as_path(workdir) / "tokenizer")
     import json
-    meta_path = Path(d.dir) / "metadata.json"
+    meta_path = fs.as_path(d.dir) / "metadata.json"
     origin = json.loads(meta_path.read_text()).get("tokenizer") if meta_path.exists() else None
-    return origin if origin and (Path(origin) / "tokenizer.json").exists() else d.dir
+    try:
+        found = bool(origin) and (fs.as_path(origin) / "tokenizer.json").exists()
+    except InputError:  # prepared elsewhere, with a tokenizer this host cannot reach
+        found = False
+    return origin if found else d.dir
 
 
 def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split: str = "train",

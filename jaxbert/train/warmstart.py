@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 from flax import traverse_util
 
+from jaxbert import fs
 from jaxbert.model.layers import scan_params, unscan_params
 
 
 def load_source_params(path: str, model_class: str) -> dict:
     """Host params of `path` in the per-layer (unscanned) layout."""
-    p = Path(path)
+    p = fs.as_path(path)
     if (p / "checkpoints").is_dir():
         from jaxbert.train.checkpoint import restore_params
         params, _ = restore_params(p)
