@@ -20,6 +20,25 @@ import pytest
 
 BUCKET = "jaxbert-test"
 
+# The emulator's media downloads lack the x-goog-generation header that GCS sends and that
+# TensorStore reads back (OCDBT's manifest updates are conditional on it); this wrapper adds it.
+_SERVER = """
+import sys
+from gcp_storage_emulator.handlers import objects
+plain = objects.download
+def download(request, response, storage, *args, **kwargs):
+    try:
+        obj = storage.get_file_obj(request.params["bucket_name"], request.params["object_id"])
+        response["x-goog-generation"] = str(obj["generation"])
+        response["x-goog-metageneration"] = str(obj["metageneration"])
+    except Exception:
+        pass  # not found: the plain handler answers 404
+    return plain(request, response, storage, *args, **kwargs)
+objects.download = download
+from gcp_storage_emulator.__main__ import main
+main(sys.argv[1:])
+"""
+
 
 class GcsEmulator:
     def __init__(self):
@@ -28,7 +47,7 @@ class GcsEmulator:
             self.port = s.getsockname()[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1", "--port",
+            [sys.executable, "-c", _SERVER, "start", "--host", "127.0.0.1", "--port",
              str(self.port), "--in-memory", "--default-bucket", BUCKET, "-q"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 30
