@@ -105,6 +105,8 @@ def restore_params(workdir: str | Path, step: int | None = None):
     root = fs.as_path(workdir) / "checkpoints"
     steps = [step] if step is not None else sorted(
         (int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
+    if step is None and fs.is_url(root):  # no rename on a bucket: Orbax marks a finished step instead
+        steps = [s for s in steps if (root / str(s) / "commit_success.txt").exists()]
     if not steps:
         raise FileNotFoundError(f"no checkpoint in {root}")
     last_error = None
