@@ -64,6 +64,7 @@ def test_an_unfinished_publish_is_refused_by_readers_and_may_be_redone(gcs):
 
 
 def test_remote_rows_read_only_the_rows_asked_for(gcs, monkeypatch):
+    from jaxbert.data import remote as remote_mod
     from jaxbert.data.remote import RemoteRows
     rows = np.random.default_rng(0).integers(0, 30000, (1000, 16)).astype(np.uint16)
     buf = io.BytesIO()
@@ -77,8 +78,13 @@ def test_remote_rows_read_only_the_rows_asked_for(gcs, monkeypatch):
     monkeypatch.setattr(remote._fs, "cat_ranges", lambda paths, starts, ends: (
         fetched.extend(e - s for s, e in zip(starts, ends)), real(paths, starts, ends))[1])
     index = np.array([999, 3, 4, 5, 500, 3, 0])
+    monkeypatch.setattr(remote_mod, "COALESCE_BYTES", 32)  # 32-byte rows: only adjacent rows merge
     np.testing.assert_array_equal(remote[index], rows[index])
     assert sorted(fetched) == [32, 32, 32, 96]  # rows 0, 3-5 (one request), 500, 999; row 3 once
+    fetched.clear()
+    monkeypatch.setattr(remote_mod, "COALESCE_BYTES", 4 * 32)  # gaps of up to 4 rows are read through
+    np.testing.assert_array_equal(remote[index], rows[index])
+    assert sorted(fetched) == [32, 32, 6 * 32]  # rows 0-5, 500, 999
     np.testing.assert_array_equal(remote[10:13], rows[10:13])
 
 
@@ -112,3 +118,25 @@ def test_a_bad_url_is_one_line_naming_it_and_exit_2(gcs, tmp_path, url, named):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0], r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_loader_batches_from_a_bucket_equal_the_local_ones(gcs, tmp_path):
+    from jaxbert.data.loader import MLMLoader
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import train_tokenizer
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n\n".join("A for loop iterates over the items of a sequence, in order. " * (i % 5 + 1)
+                                for i in range(200)))
+    train_tokenizer([str(text)], 120, tmp_path / "tok")
+    prepare([str(text)], str(tmp_path / "tok"), str(tmp_path / "data"), max_length=16, validation_fraction=0.1,
+            rows_per_shard=64, progress=False, num_workers=1)  # several shards: reads cross them
+    url = gcs.url("data")
+    gcs.fs().put(str(tmp_path / "data") + "/", url[5:] + "/", recursive=True)
+    here = MLMLoader(tmp_path / "data", 8, process_index=1, process_count=2, whole_word_mask=True)
+    there = MLMLoader(url, 8, process_index=1, process_count=2, whole_word_mask=True)
+    assert len(here.meta["splits"]["train"]["shards"]) > 2
+    for step in (0, 1, 7, here.steps_per_epoch + 2):
+        a, b = here.batch_at(step), there.batch_at(step)
+        assert set(a) == set(b)
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"{k} at step {step}")

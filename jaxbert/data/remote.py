@@ -1,9 +1,9 @@
 """Rows of a prepared shard (.npy, fixed-length rows) read where it lies.
 
 A local shard is memory-mapped. A shard in a bucket is read by byte ranges: the
-header once, then for each batch only the rows asked for, neighbours merged into
-one request, so that a host reads its own share of the data and nothing more (no
-copy of the dataset per host). With ``cache_dir`` (or the JAXBERT_DATA_CACHE
+header once, then for each batch the rows asked for, rows less than COALESCE_BYTES
+apart merged into one request, so that a host reads its own share of the data
+(plus at most that gap per request), with no copy of the dataset per host. With ``cache_dir`` (or the JAXBERT_DATA_CACHE
 variable) each shard fetched whole once is kept on local disk instead, for runs
 that go over the data many times on hosts with room for it.
 """
@@ -20,6 +20,9 @@ import numpy as np
 from jaxbert import fs
 
 _HEADER_BYTES = 1 << 16  # an .npy header is far smaller; read in one request
+# Rows closer than this are fetched in one request, the gap read and dropped: a request to a bucket
+# costs tens of ms, about what 1 MiB more of transfer costs, so fewer, larger reads win up to here.
+COALESCE_BYTES = 1 << 20
 
 
 def open_rows(path, cache_dir: str | None = None):
@@ -63,7 +66,7 @@ class RemoteRows:
             raise IndexError(f"row index out of range [0, {self.shape[0]}) in {self.path}")
         out = np.empty((index.size,) + tuple(self.shape[1:]), self.dtype)
         order = np.argsort(index, kind="stable")
-        ranges = _runs(index[order])
+        ranges = _runs(index[order], max(1, COALESCE_BYTES // max(1, self._row_bytes)))
         with self._lock:
             blobs = self._fs.cat_ranges([self._key] * len(ranges),
                                         [self._offset + a * self._row_bytes for a, _ in ranges],
@@ -73,7 +76,7 @@ class RemoteRows:
             if isinstance(blob, Exception):
                 raise blob
             rows = np.frombuffer(blob, self.dtype).reshape((b - a,) + tuple(self.shape[1:]))
-            # each sorted index value in [a, b) picks its row from this block
+            # each sorted index value in [a, b) picks its row from this block (gap rows are dropped)
             take = index[order[pos:]]
             n = int(np.searchsorted(take, b, side="left"))
             out[order[pos:pos + n]] = rows[take[:n] - a]
@@ -81,11 +84,11 @@ class RemoteRows:
         return out
 
 
-def _runs(sorted_index: np.ndarray) -> list[tuple[int, int]]:
-    """[start, end) row ranges covering the sorted indices; adjacent or repeated rows merge."""
+def _runs(sorted_index: np.ndarray, max_gap: int = 1) -> list[tuple[int, int]]:
+    """[start, end) row ranges covering the sorted indices; rows less than max_gap apart share one."""
     if sorted_index.size == 0:
         return []
-    breaks = np.flatnonzero(np.diff(sorted_index) > 1)
+    breaks = np.flatnonzero(np.diff(sorted_index) > max_gap)
     starts = np.concatenate([[sorted_index[0]], sorted_index[breaks + 1]])
     ends = np.concatenate([sorted_index[breaks], [sorted_index[-1]]]) + 1
     return [(int(a), int(b)) for a, b in zip(starts, ends)]
