@@ -75,6 +75,13 @@ def test_tokenizer_prepare_train_export_load_all_on_a_bucket(gcs, tmp_path, caps
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
     assert np.abs(ours).max() > 0.1  # trained weights, not zeros
 
+    # convert reads the bucket too; the jaxbert directory it writes locally holds the same params
+    assert main(["convert", hf, str(tmp_path / "jb"), "--to", "jaxbert"]) == 0
+    _, converted = jaxbert.from_pretrained(str(tmp_path / "jb"), model_class="BertForMaskedLM")
+    c = traverse_util.flatten_dict(jax_to_numpy(converted), sep="/")
+    for k in a:
+        np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+
 
 def jax_to_numpy(tree):
     import jax

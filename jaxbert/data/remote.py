@@ -2,7 +2,7 @@
 
 A local shard is memory-mapped. A shard in a bucket is read by byte ranges: the
 header once, then for each batch the rows asked for, rows less than COALESCE_BYTES
-apart merged into one request, so that a host reads its own share of the data
+(64 KiB) apart merged into one request, so that a host reads its own share of the data
 (plus at most that gap per request), with no copy of the dataset per host. With ``cache_dir`` (or the JAXBERT_DATA_CACHE
 variable) each shard fetched whole once is kept on local disk instead, for runs
 that go over the data many times on hosts with room for it.
@@ -20,9 +20,10 @@ import numpy as np
 from jaxbert import fs
 
 _HEADER_BYTES = 1 << 16  # an .npy header is far smaller; read in one request
-# Rows closer than this are fetched in one request, the gap read and dropped: a request to a bucket
-# costs tens of ms, about what 1 MiB more of transfer costs, so fewer, larger reads win up to here.
-COALESCE_BYTES = 1 << 20
+# Rows closer than this are fetched in one request, the gap read and dropped. Small, so that a host
+# never reads much beyond its share (requests run concurrently, so their count matters less than
+# bytes), yet enough that the rows of a small dataset come in a few requests.
+COALESCE_BYTES = 64 << 10
 
 
 def open_rows(path, cache_dir: str | None = None):

@@ -5,20 +5,26 @@ would write one part of every checkpoint on each host and could never resume; it
 would only find out at the first save, hours in. ``check_shared_workdir`` finds out
 at start: process 0 writes a random token into the workdir, every process reads it
 back, and all of them stop together, with the same message, when any cannot.
+
+The token and the answers travel through the key-value store of JAX's coordination
+service (the one ``jax.distributed.initialize`` starts), not through a device
+collective: a collective this early would set up the cross-host CPU transport while
+the hosts are still at uneven points of their start-up.
 """
 
 from __future__ import annotations
 
+import itertools
 import secrets
 
 import jax
-import numpy as np
-from jax.experimental import multihost_utils
 
 from jaxbert import fs
 from jaxbert.errors import InputError
 
 TOKEN_NAME = ".jaxbert-shared-check"
+TIMEOUT_MS = 10 * 60 * 1000  # hosts of a pod may start minutes apart
+_CHECKS = itertools.count()  # one key prefix per check in this process's session
 
 
 class WorkdirNotShared(InputError):
@@ -29,24 +35,27 @@ def check_shared_workdir(workdir) -> None:
     """Raise WorkdirNotShared on every process unless all read back process 0's token."""
     if jax.process_count() == 1:
         return
+    from jax._src import distributed  # the coordination service's client; no public handle yet
+    client = distributed.global_state.client
+    me, n = jax.process_index(), jax.process_count()
     workdir = fs.as_path(workdir)
-    token = np.frombuffer(secrets.token_bytes(16), np.uint8)
-    token = np.asarray(multihost_utils.broadcast_one_to_all(token))  # process 0's token, everywhere
     path = workdir / TOKEN_NAME
-    if jax.process_index() == 0:
+    prefix = f"jaxbert/workdir-check/{next(_CHECKS)}"
+    if me == 0:
+        token = secrets.token_hex(16)
         workdir.mkdir(parents=True, exist_ok=True)
-        fs.atomic_write_text(path, token.tobytes().hex())
-    multihost_utils.sync_global_devices("jaxbert-workdir-token-written")
-    seen = _read_token(path) == token.tobytes().hex()
-    everyone = np.asarray(multihost_utils.process_allgather(np.array([seen])))
-    multihost_utils.sync_global_devices("jaxbert-workdir-token-read")
-    if jax.process_index() == 0:
+        fs.atomic_write_text(path, token)
+        client.key_value_set(f"{prefix}/token", token)
+    token = client.blocking_key_value_get(f"{prefix}/token", TIMEOUT_MS)
+    client.key_value_set(f"{prefix}/seen/{me}", "1" if _read_token(path) == token else "0")
+    seen = [client.blocking_key_value_get(f"{prefix}/seen/{i}", TIMEOUT_MS) == "1" for i in range(n)]
+    if me == 0:
         try:
             path.unlink()
         except OSError:
             pass
-    if not everyone.all():
-        missing = [int(i) for i in np.flatnonzero(~everyone.reshape(-1))]
+    if not all(seen):
+        missing = [i for i, ok in enumerate(seen) if not ok]
         raise WorkdirNotShared(
             f"workdir {workdir} is not shared between the hosts of this run: process(es) {missing} cannot read "
             f"the token process 0 wrote there. Give every host the same bucket URL (--workdir gs://...) or a "
@@ -60,4 +69,3 @@ def _read_token(path) -> str | None:
         return path.read_text().strip()
     except (OSError, ValueError):
         return None
-
