@@ -53,7 +53,10 @@ def _committed(gcs, workdir: str, step: int) -> bool:
 def _wait_for_checkpoint(gcs, workdir: str, step: int, hosts, limit: float = 400) -> None:
     t0 = time.time()
     while not _committed(gcs, workdir, step):
-        assert all(h.poll() is None for h in hosts), [h.communicate()[0] for h in hosts]
+        if any(h.poll() is not None for h in hosts):
+            for h in hosts:
+                h.kill()
+            pytest.fail("a host stopped before the checkpoint:\n" + "\n---\n".join(h.communicate()[0] for h in hosts))
         assert time.time() - t0 < limit, "no checkpoint in time"
         time.sleep(0.5)
 

@@ -63,9 +63,37 @@ def check_shared_workdir(workdir) -> None:
 
 
 def _read_token(path) -> str | None:
-    if fs.is_url(path):  # another process wrote it: skip this process's cached listings
-        fs.filesystem(path)[0].invalidate_cache()
     try:
-        return path.read_text().strip()
+        filesystem, key = fs.filesystem(path)
+        filesystem.invalidate_cache()  # another process wrote it: no cached listing may hide it
+        return filesystem.cat_file(key).decode().strip()
     except (OSError, ValueError):
         return None
+
+
+def align(name: str) -> None:
+    """Wait until every process gets here (a coordination-service barrier, no device collective).
+
+    On CPU the cross-process transport (gloo) gives up when a peer is more than about half a
+    minute late to a collective; hosts that compile at uneven speed meet here first.
+    """
+    if jax.process_count() == 1:
+        return
+    from jax._src import distributed
+    distributed.global_state.client.wait_at_barrier(f"jaxbert/{name}/{next(_CHECKS)}", TIMEOUT_MS)
+
+
+def compiled_then_aligned(fn, name: str):
+    """fn (a jitted or pmapped function) whose first call compiles ahead, waits for every process
+    (align), then runs; single-process runs get fn itself."""
+    if jax.process_count() == 1:
+        return fn
+    compiled = None
+
+    def call(*args):
+        nonlocal compiled
+        if compiled is None:
+            compiled = fn.lower(*args).compile()
+            align(f"compiled-{name}")
+        return compiled(*args)
+    return call

@@ -29,6 +29,7 @@ from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import Recipe, save_effective
 from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
+from jaxbert.train import hosts
 from jaxbert.train.hosts import check_shared_workdir
 
 
@@ -80,6 +81,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
 
+    hosts.align("checkpoints")  # Orbax's first sync is a device collective: meet before it
     ckpt = Checkpoints(workdir, recipe.checkpoint.every_steps, recipe.checkpoint.keep,
                        recipe.checkpoint.async_save, log)
     rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
@@ -103,7 +105,8 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             state = state.replace(params=runner.place_params(
                 warmstart.merge(fresh, loaded, recipe.model.scan_layers, log)))
 
-    train_fn, eval_fn = runner.compile_train(), runner.compile_eval(model.apply)
+    train_fn = hosts.compiled_then_aligned(runner.compile_train(), "train")
+    eval_fn = hosts.compiled_then_aligned(runner.compile_eval(model.apply), "eval")
     tokens_per_step = parallel.global_batch_size(recipe, runner) * recipe.data.seq_len
     m_frac = (recipe.data.max_predictions or round(recipe.data.seq_len * recipe.data.mask_rate)) / recipe.data.seq_len
     flops = flops_per_token(cfg, runner.abstract.params, recipe.data.seq_len, m_frac)
