@@ -12,10 +12,16 @@ either into an ``etils.epath.Path``. Writes never lose data:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
+import logging
 import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 from typing import Iterator, Union
 
 from etils import epath
@@ -24,14 +30,26 @@ from jaxbert.errors import InputError
 
 PathLike = Union[str, os.PathLike, epath.Path]
 MARKER = ".jaxbert-output"
+URL_SCHEMES = ("gs", "s3", "az", "hf")  # what etils.epath reaches through fsspec
 
 
 def as_path(p: PathLike) -> epath.Path:
-    """A local path or URL as an epath.Path (local paths made absolute)."""
+    """A local path or URL as an epath.Path (local paths made absolute).
+
+    A URL's scheme must be one etils.epath reaches (gs, s3, az, hf; file:// is local), and
+    its bucket must exist: otherwise InputError naming the URL, before anything is written.
+    """
     if isinstance(p, epath.Path):
         return p
     s = os.fspath(p)
     if "://" in s:
+        scheme, _, rest = s.partition("://")
+        if scheme == "file":
+            return epath.Path(os.path.abspath(rest))
+        if scheme not in URL_SCHEMES:
+            raise InputError(f"{s}: unknown URL scheme {scheme}:// (jaxbert reads and writes local paths and "
+                             f"{', '.join(x + '://' for x in URL_SCHEMES)})")
+        _check_bucket(scheme, rest.split("/", 1)[0])
         return epath.Path(s)
     return epath.Path(os.path.abspath(os.path.expanduser(s)))
 
@@ -47,6 +65,9 @@ def _tmp_sibling(path: epath.Path, tag: str) -> epath.Path:
 def atomic_write_bytes(path: PathLike, data: bytes) -> epath.Path:
     """Write data to path through a temporary sibling and a rename."""
     path = as_path(path)
+    if is_url(path):  # one object write is atomic on a bucket; a rename there is a copy
+        path.write_bytes(data)
+        return path
     tmp = _tmp_sibling(path, "tmp")
     try:
         tmp.write_bytes(data)
@@ -100,7 +121,7 @@ def check_destination(dst: PathLike, kind: str, overwrite: bool = False, sources
     if found != kind:
         what = f"a jaxbert {found} output" if found else f"files jaxbert did not write ({', '.join(entries[:3])})"
         raise InputError(f"{dst}: holds {what}; refusing to replace it with a {kind} output")
-    if not overwrite:
+    if not overwrite and is_complete(dst):  # an interrupted publish may be redone
         raise InputError(f"{dst}: holds an earlier jaxbert {kind} output; pass --overwrite to replace it "
                          "(or choose a new destination)")
     return dst
@@ -113,6 +134,10 @@ def publish_dir(dst: PathLike, kind: str, overwrite: bool = False, sources: tupl
     On an exception the temporary directory is removed and dst is untouched.
     """
     dst = check_destination(dst, kind, overwrite, sources)
+    if is_url(dst):
+        with _publish_remote(dst, kind) as tmp:
+            yield tmp
+        return
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_sibling(dst, "tmp")
     tmp.mkdir()
@@ -130,3 +155,134 @@ def publish_dir(dst: PathLike, kind: str, overwrite: bool = False, sources: tupl
         if tmp.exists():
             tmp.rmtree()
         raise
+
+
+# --- URLs (gs://...): no rename on a bucket, so a marker says when a directory is complete ---
+
+def is_complete(path: PathLike) -> bool:
+    """False only while (or after an interrupted) publish of a URL directory: its marker says so."""
+    marker = as_path(path) / MARKER
+    try:
+        return json.loads(marker.read_text()).get("complete", True) is not False
+    except (OSError, ValueError, AttributeError):
+        return True  # no marker: not jaxbert's output, nothing to wait for
+
+
+def require_complete(path: PathLike) -> epath.Path:
+    """path as a Path; InputError when it is a jaxbert output whose publishing did not finish."""
+    path = as_path(path)
+    if not is_complete(path):
+        raise InputError(f"{path}: an unfinished jaxbert output (its {MARKER} says incomplete); write it again")
+    return path
+
+
+def filesystem(path: PathLike):
+    """(fsspec filesystem, path string) behind a URL or a local path."""
+    import fsspec
+    s = os.fspath(as_path(path))
+    return fsspec.core.url_to_fs(s)
+
+
+def expand(url: str) -> list[str]:
+    """The URLs a glob pattern (gs://b/corpus/*.parquet) matches, sorted; InputError for none."""
+    import glob
+    if not glob.has_magic(url):
+        return [url]
+    filesystem_, pattern = filesystem(url)
+    protocol = url.split("://", 1)[0]
+    matches = sorted(f"{protocol}://{m}" for m in filesystem_.glob(pattern))
+    if not matches:
+        raise InputError(f"no files match {url!r}")
+    return matches
+
+
+def local_copy(path: PathLike) -> Path:
+    """A local path holding what `path` holds: itself when local, else a copy (file or directory)
+    downloaded once per process into a temporary folder removed at exit."""
+    path = require_complete(path) if is_url(path) else as_path(path)
+    if not is_url(path):
+        return Path(os.fspath(path))
+    key = os.fspath(path)
+    if key not in _DOWNLOADS:
+        fs, remote = filesystem(path)
+        fs.invalidate_cache()
+        if not fs.exists(remote):
+            raise FileNotFoundError(f"{key} does not exist")
+        root = Path(tempfile.mkdtemp(prefix="jaxbert-download-"))
+        atexit.register(shutil.rmtree, root, True)
+        local = root / (path.name or "root")
+        if fs.isdir(remote):
+            local.mkdir()
+            fs.get(remote.rstrip("/") + "/", str(local) + "/", recursive=True)
+        else:
+            fs.get(remote, str(local))
+        _DOWNLOADS[key] = local
+    return _DOWNLOADS[key]
+
+
+_DOWNLOADS: dict[str, Path] = {}
+
+
+def upload(local: PathLike, dst: PathLike) -> epath.Path:
+    """Copy a local file or directory to dst (a URL or a local path)."""
+    dst, local = as_path(dst), os.fspath(local)
+    fs, remote = filesystem(dst)
+    if os.path.isdir(local):
+        fs.put(local.rstrip("/") + "/", remote.rstrip("/") + "/", recursive=True)
+    else:
+        fs.put(local, remote)
+    return dst
+
+
+@contextlib.contextmanager
+def _publish_remote(dst: epath.Path, kind: str) -> Iterator[epath.Path]:
+    """publish_dir for a URL: fill a local folder, upload it under a temporary prefix, then copy it
+    into dst between an 'incomplete' marker and the final one (readers check it)."""
+    local = Path(tempfile.mkdtemp(prefix="jaxbert-publish-"))
+    try:
+        yield epath.Path(local)
+        fs, remote = filesystem(dst)
+        staging = os.fspath(_tmp_sibling(dst, "tmp"))
+        _, staging_remote = filesystem(staging)
+        fs.put(str(local) + "/", staging_remote + "/", recursive=True)  # the slow part: dst untouched
+        try:
+            (dst / MARKER).write_text(json.dumps({"kind": kind, "complete": False}) + "\n")
+            fs.invalidate_cache()
+            for old in fs.find(remote):
+                if not old.endswith("/" + MARKER):
+                    fs.rm(old)
+            fs.copy(staging_remote + "/", remote + "/", recursive=True)
+            (dst / MARKER).write_text(json.dumps({"kind": kind}) + "\n")
+        finally:
+            fs.rm(staging_remote, recursive=True)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _check_bucket(scheme: str, bucket: str) -> None:
+    if scheme == "hf":
+        return
+    try:
+        import fsspec
+        fs = fsspec.filesystem(scheme)
+    except (ImportError, ValueError) as e:
+        hint = "pip install 'jaxbert[gcs]'" if scheme == "gs" else f"install fsspec's {scheme} backend"
+        raise InputError(f"{scheme}:// paths need fsspec's {scheme} backend: {hint} ({e})") from None
+    try:
+        with _quiet("gcsfs"):  # it logs each retry with a traceback; the InputError below says it once
+            found = fs.exists(bucket)
+    except Exception as e:  # noqa: BLE001 - no network, no credentials, ...: one line naming the bucket
+        raise InputError(f"{scheme}://{bucket}: cannot reach the bucket ({type(e).__name__}: {e})") from None
+    if not found:
+        raise InputError(f"{scheme}://{bucket}: no such bucket, or no permission to read it")
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str):
+    logger = logging.getLogger(logger_name)
+    level, logger.level = logger.level, logging.CRITICAL
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

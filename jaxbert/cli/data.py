@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
+from jaxbert import fs
 from jaxbert.data.loader import metadata
 from jaxbert.data.prepare import prepare
+from jaxbert.data.remote import open_rows
 from jaxbert.data.tokenizer import load_tokenizer
 
 
@@ -50,8 +50,9 @@ def run(args) -> int:
 
     meta = metadata(args.dir)
     print(json.dumps({k: v for k, v in meta.items() if k not in ("sources", "splits")}, indent=2))
-    tok = load_tokenizer(f"{args.dir}/tokenizer.json")
-    rows = np.load(f"{args.dir}/{meta['splits']['train']['shards'][0]['file']}", mmap_mode="r")
+    folder = fs.as_path(args.dir)
+    tok = load_tokenizer(fs.local_copy(folder / "tokenizer.json"))
+    rows = open_rows(folder / meta["splits"]["train"]["shards"][0]["file"])
     for row in rows[: args.rows]:
         print(repr(tok.decode(row.tolist(), skip_special_tokens=False)))
     return 0

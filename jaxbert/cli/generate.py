@@ -7,6 +7,7 @@ import time
 import jax
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.convert import from_pretrained, tokenizer_path
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
@@ -23,7 +24,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    tok_dir = tokenizer_path(args.model)
+    tok_dir = tokenizer_path(fs.local_copy(args.model))  # a URL: a local copy of it
     if tok_dir is None or not any((tok_dir / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
         raise InputError(f"{args.model}: no tokenizer.json or vocab.txt to encode the prompt with")
     tok = load_tokenizer(tok_dir)  # stored padding/truncation switched off

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import CheckFailed, InputError
 from jaxbert.model.config import bert_class_name
@@ -57,7 +58,7 @@ def run(args) -> int:
         print(f"warning: --max-length {args.max_length} exceeds the model's max_position_embeddings {limit}; "
               f"texts are truncated to {limit} tokens", file=sys.stderr)
         args.max_length = limit
-    tokenizer = find_tokenizer(args.model)
+    tokenizer = find_tokenizer(fs.local_copy(args.model))  # a URL: the copy from_pretrained fetched
     texts = args.text or DEFAULT_TEXTS
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "
           f"{'tokenizer ' + ('found' if tokenizer else 'missing: random ids')}")

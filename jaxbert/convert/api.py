@@ -10,6 +10,7 @@ import jax
 import ml_dtypes
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.model.config import BertConfig, ConfigError, bert_class_name
@@ -193,9 +194,9 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
         raise InputError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
     name = type(module).__name__
     pooling = getattr(module, "add_pooling_layer", None) if head(bert_class_name(name)).base else None
-    with publish_dir(path, MODEL_KIND, overwrite) as tmp:
+    with publish_dir(path, MODEL_KIND, overwrite) as tmp:  # a URL: filled locally, then published
         _write(tmp, format, module.config, name, params, max_shard_size, pooling)
-    return Path(path)
+    return path if fs.is_url(path) else Path(path)
 
 
 def _write(directory, to, config, name, params, max_shard_size, pooling=None) -> None:

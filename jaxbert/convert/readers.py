@@ -22,6 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import serialization
 
+from jaxbert import fs
 from jaxbert.errors import require
 from jaxbert.model.params import iter_flat, stacked
 from jaxbert.convert.report import ConversionError
@@ -251,8 +252,9 @@ def _read_meta(path: Path) -> dict:
 
 def open_source(path: str | Path) -> Source:
     """A directory (jaxbert, HF with one of WEIGHT_FILES, or an original TensorFlow
-    checkpoint with bert_config.json) or a single weights file / TF checkpoint prefix."""
-    path = Path(path)
+    checkpoint with bert_config.json) or a single weights file / TF checkpoint prefix.
+    A URL is read from a local copy."""
+    path = fs.local_copy(path)
     tf_prefix = checkpoint_prefix(path) if not (path / JAXBERT_META).exists() and not any(
         (path / n).exists() for n in WEIGHT_FILES) else None
     if tf_prefix is not None:

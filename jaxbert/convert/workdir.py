@@ -20,6 +20,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxbert import fs
+from jaxbert.errors import InputError
 from jaxbert.model.config import BertConfig
 from jaxbert.convert.report import ConversionError
 
@@ -27,7 +29,16 @@ CHECKPOINTS = "checkpoints"
 
 
 def is_workdir(path) -> bool:
-    return (Path(path) / CHECKPOINTS).is_dir()
+    return (fs.as_path(path) / CHECKPOINTS).is_dir()
+
+
+def _steps(root) -> list[int]:
+    """Checkpoint steps under root, newest first. On a bucket (no rename) Orbax marks a finished
+    step with commit_success.txt; a step without it is still being written."""
+    steps = sorted((int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
+    if fs.is_url(root):
+        steps = [s for s in steps if (root / str(s) / "commit_success.txt").exists()]
+    return steps
 
 
 def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict]:
@@ -36,9 +47,8 @@ def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict
     Reads only the params, on the host, without knowing their layout in advance:
     enough for export, fill-mask and continued pretraining on any machine.
     """
-    root = Path(workdir).resolve() / CHECKPOINTS
-    steps = [step] if step is not None else sorted(
-        (int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
+    root = fs.as_path(workdir) / CHECKPOINTS
+    steps = [step] if step is not None else _steps(root)
     if not steps:
         raise ConversionError(f"{root}: no checkpoint in it")
     last_error = None
@@ -83,12 +93,16 @@ def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
     if data.get("source") == "synthetic":
         return None
     if data.get("tokenizer"):
-        return Path(data["tokenizer"])
+        return fs.as_path(data["tokenizer"])
     if data.get("dir") is None:
-        return Path(workdir) / "tokenizer"
-    meta_path = Path(data["dir"]) / "metadata.json"
+        return fs.as_path(workdir) / "tokenizer"
+    meta_path = fs.as_path(data["dir"]) / "metadata.json"
     origin = json.loads(meta_path.read_text()).get("tokenizer") if meta_path.exists() else None
-    return Path(origin if origin and (Path(origin) / "tokenizer.json").exists() else data["dir"])
+    try:
+        found = bool(origin) and (fs.as_path(origin) / "tokenizer.json").exists()
+    except InputError:  # prepared elsewhere, with a tokenizer this host cannot reach
+        found = False
+    return fs.as_path(origin if found else data["dir"])
 
 
 def read_workdir(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
@@ -110,17 +124,18 @@ def read_workdir(workdir, step: int | None = None) -> tuple[BertConfig, str, dic
 def tokenizer_path(path) -> Path | None:
     """The tokenizer that belongs to a checkpoint: a workdir's run tokenizer, else the
     directory holding the checkpoint when it has tokenizer.json or vocab.txt; None if neither."""
-    path = Path(path)
     if is_workdir(path):
+        path = fs.as_path(path)
         _, meta = _newest_meta(path)
         return run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, path)
+    path = fs.local_copy(path)  # a URL: a local copy of it
     folder = path if path.is_dir() else path.parent
     return folder if any((folder / n).is_file() for n in ("tokenizer.json", "vocab.txt")) else None
 
 
 def _newest_meta(workdir: Path) -> tuple[int, dict]:
     root = workdir / CHECKPOINTS
-    for step in sorted((int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True):
+    for step in _steps(root):
         try:
             return step, json.loads((root / str(step) / "meta" / "metadata").read_text())
         except (OSError, ValueError):

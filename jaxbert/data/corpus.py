@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from jaxbert import fs
 from jaxbert.data.embedded import default_corpus_size, default_documents
 from jaxbert.data.stats import CorpusError, SourceStats
 from jaxbert.errors import require
@@ -70,6 +71,9 @@ def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
     sources: list[tuple[str, Path]] = []
     for item in inputs:
         item = str(item)
+        if fs.is_url(item):  # read from local copies, fetched once per process
+            sources += resolve_inputs([str(fs.local_copy(u)) for u in fs.expand(item)])
+            continue
         if glob.has_magic(item):
             matches = sorted(glob.glob(item, recursive=True))
             if not matches:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
+from jaxbert.data.remote import open_rows
 from jaxbert.errors import InputError
 
 SUPPORTED_FORMAT_VERSIONS = (1,)
@@ -28,7 +30,7 @@ class DataCompatibilityError(InputError):
 
 def metadata(data_dir: str | Path) -> dict:
     """The metadata.json of a prepared folder (vocab_size, special_ids, tokenizer_hash, format, ...)."""
-    path = Path(data_dir) / "metadata.json"
+    path = fs.require_complete(data_dir) / "metadata.json"
     if not path.is_file():
         raise DataCompatibilityError(f"{data_dir} is not a prepared dataset ({path.name} missing); "
                                      f"run `jaxbert data prepare` first")
@@ -65,7 +67,7 @@ def check_compatible(data_dir: str | Path, vocab_size: int | None = None,
 
 def continuation_table(data_dir: str | Path, vocab_size: int) -> np.ndarray:
     """bool [V]: True for WordPiece continuation pieces (`##...`) of the data's tokenizer."""
-    spec = json.loads((Path(data_dir) / "tokenizer.json").read_text(encoding="utf-8"))
+    spec = json.loads((fs.as_path(data_dir) / "tokenizer.json").read_text(encoding="utf-8"))
     model = spec.get("model", {})
     if model.get("type") != "WordPiece":
         raise DataCompatibilityError(f"whole-word masking needs a WordPiece tokenizer; {data_dir} used "
@@ -91,7 +93,7 @@ class MLMLoader:
                  whole_word_mask: bool = False, process_index: int = 0, process_count: int = 1,
                  fixed_masking: bool = False, state: dict | None = None, shuffle: bool = True,
                  replace_rate: float = 0.8, random_rate: float = 0.1):
-        self.data_dir = Path(data_dir)
+        self.data_dir = fs.as_path(data_dir)
         self.meta = meta = metadata(data_dir)
         L = meta["max_length"]
         if seq_len is not None and seq_len != L:
@@ -111,11 +113,11 @@ class MLMLoader:
         self.max_predictions = max_predictions or default_max_predictions(L, mask_rate, whole_word_mask)
 
         shards = meta["splits"][split]["shards"]
-        self._rows = [np.load(self.data_dir / s["file"], mmap_mode="r") for s in shards]
+        # a local shard is memory-mapped; one in a bucket is read by row ranges (only this host's rows)
+        self._rows = [open_rows(self.data_dir / s["file"]) for s in shards]
         self._pairs = None
         if self.nsp:  # (tokens in A, label) per row
-            self._pairs = [np.load(self.data_dir / s["file"].replace(".npy", "-pairs.npy"), mmap_mode="r")
-                           for s in shards]
+            self._pairs = [open_rows(self.data_dir / s["file"].replace(".npy", "-pairs.npy")) for s in shards]
         sizes = np.array([len(r) for r in self._rows], np.int64)
         self._ends = np.cumsum(sizes)
         self.num_examples = int(sizes.sum())

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from jaxbert import fs
 from jaxbert.data.wordpiece import build_vocab, count_words
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text, check_destination, publish_dir
@@ -65,7 +66,8 @@ def special_token_names(path: str | os.PathLike | None) -> dict[str, str]:
     names = dict(DEFAULT_SPECIAL_TOKENS)
     if path is None:
         return names
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    path = fs.local_copy(path) if fs.is_url(path) else Path(path)
+    folder = path if path.is_dir() else path.parent
     for fname in ("tokenizer_config.json", "special_tokens_map.json"):
         if (folder / fname).is_file():
             cfg = _read_json(folder / fname)
@@ -84,7 +86,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     For a vocab.txt, lower-casing follows `do_lower_case` of a neighbouring
     tokenizer_config.json (True, BERT's default, when there is none).
     """
-    p = Path(path)
+    p = fs.local_copy(path) if fs.is_url(path) else Path(path)  # a URL: read from a local copy
     if p.is_dir():
         for name in ("tokenizer.json", "vocab.txt"):
             if (p / name).is_file():
@@ -147,6 +149,10 @@ def tokenizer_hash(tok: Tokenizer | str | os.PathLike) -> str:
 def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase: bool,
                         model_max_length: int = 512) -> Path:
     """Write tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json."""
+    if fs.is_url(output_dir):  # built locally, published to the bucket when complete
+        with fs.publish_dir(output_dir, "tokenizer", overwrite=True) as local:
+            save_bert_tokenizer(tok, os.fspath(local), lowercase, model_max_length)
+        return fs.as_path(output_dir)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])

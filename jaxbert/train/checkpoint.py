@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -23,6 +22,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from jaxbert import fs
 from jaxbert.convert.workdir import _quiet_absl
 from jaxbert.errors import InputError
 
@@ -67,7 +67,7 @@ def _diff(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
 class Checkpoints:
     def __init__(self, workdir: str | Path, every_steps: int, keep: int, async_save: bool = True,
                  log: Callable[[str], None] = print):
-        self.directory = Path(workdir).resolve() / "checkpoints"
+        self.directory = fs.as_path(workdir) / "checkpoints"  # Orbax writes a URL through TensorStore
         self.every_steps = every_steps
         self.log = log
         self._options = ocp.CheckpointManagerOptions(
@@ -150,7 +150,7 @@ class Checkpoints:
                  f"moved to {dst}, trying the one before it")
         if jax.process_index() == 0:
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(self.directory / str(step)), str(dst))
+            (self.directory / str(step)).rename(dst)  # on a bucket: a copy, then a delete
         if jax.process_count() > 1:
             multihost_utils.sync_global_devices(f"jaxbert-ckpt-aside-{step}")
         self._mngr.close()

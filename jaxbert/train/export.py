@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+from jaxbert import fs
 from jaxbert.convert import read_workdir, tokenizer_path
 from jaxbert.convert.api import MODEL_KIND
 from jaxbert.convert.writers import write_hf
@@ -30,11 +31,12 @@ def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir:
     with publish_dir(dst, MODEL_KIND, overwrite, sources=sources) as tmp:
         write_hf(tmp, cfg, model_class, params)
         if tokenizer_dir is not None:
+            tok = fs.local_copy(tokenizer_dir)  # a URL: a local copy
             for name in TOKENIZER_FILES:
-                if (Path(tokenizer_dir) / name).exists():
-                    shutil.copy2(Path(tokenizer_dir) / name, Path(tmp) / name)
+                if (tok / name).exists():
+                    shutil.copy2(tok / name, Path(tmp) / name)
             _fit_tokenizer_to_model(Path(tmp) / "tokenizer_config.json", cfg.max_position_embeddings)
-    return Path(dst)
+    return dst if fs.is_url(dst) else Path(dst)
 
 
 def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None,
@@ -44,11 +46,11 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
     DST may not be the workdir or hold it (its checkpoints would go); a folder
     inside the workdir is fine.
     """
-    checkpoints = Path(workdir) / "checkpoints"
+    checkpoints = fs.as_path(workdir) / "checkpoints"
     check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))  # before the restore
     config, name, params, _ = read_workdir(workdir, step)
     tok_dir = tokenizer_path(workdir)
-    if tok_dir is not None and not tok_dir.exists():
+    if tok_dir is not None and not fs.as_path(tok_dir).exists():
         raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")
     return export_params(dst, config, name, params, tok_dir, overwrite,
                          sources=(checkpoints,) + ((tok_dir,) if tok_dir is not None else ()))

@@ -20,6 +20,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from tqdm import tqdm
 
+from jaxbert import fs
 from jaxbert.train import parallel, plan, sources
 from jaxbert.train.aot import build_model
 from jaxbert.train.checkpoint import Checkpoints
@@ -33,7 +34,8 @@ from jaxbert.train.step import summarize
 from jaxbert.errors import Diverged
 from jaxbert.data.loader import check_compatible
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
-from jaxbert.train import warmstart
+from jaxbert.train import hosts, warmstart
+from jaxbert.train.hosts import check_shared_workdir
 from jaxbert.train.outputs import finish
 
 
@@ -54,8 +56,9 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
 
 def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     t0 = time.time()
-    primary, workdir = jax.process_index() == 0, Path(workdir)
+    primary, workdir = jax.process_index() == 0, fs.as_path(workdir)
     log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
+    check_shared_workdir(workdir)
     data_dir, tok_dir, vocab = None, None, None
     if recipe.data.source == "prepared":
         if primary:
@@ -89,6 +92,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
 
+    hosts.align("checkpoints")  # Orbax's first sync is a device collective: meet before it
     ckpt = Checkpoints(workdir, recipe.checkpoint.every_steps, recipe.checkpoint.keep,
                        recipe.checkpoint.async_save, log)
     rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
@@ -120,7 +124,8 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             state = state.replace(params=runner.place_params(
                 warmstart.merge(fresh, loaded, recipe.model.scan_layers, log)))
 
-    train_fn, eval_fn = runner.compile_train(), runner.compile_eval(model.apply)
+    train_fn = hosts.compiled_then_aligned(runner.compile_train(), "train")
+    eval_fn = hosts.compiled_then_aligned(runner.compile_eval(model.apply), "eval")
     tokens_per_step = parallel.global_batch_size(recipe, runner) * recipe.data.seq_len
     m_frac = (recipe.data.max_predictions or round(recipe.data.seq_len * recipe.data.mask_rate)) / recipe.data.seq_len
     flops = train_flops_per_token(cfg, recipe.data.seq_len, m_frac)
@@ -168,6 +173,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                 writer.write(step, scalars)
                 progress.log_step(step, scalars)
             if save_due or preempted:
+                writer.flush()  # a URL workdir shows the metrics up to every checkpoint
                 ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, loader_state))
             if eval_due:
                 t_eval = time.time()

@@ -8,8 +8,13 @@ writes the same scalars as TensorBoard event files under WORKDIR/tensorboard
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
+import time
 from pathlib import Path
+
+from jaxbert import fs
 
 # tensorboardX imports torch whenever it is installed, only to accept torch tensors. jaxbert logs
 # Python floats, and a JAX training process has no use for torch's import time and thread pools,
@@ -27,10 +32,19 @@ finally:
 class MetricsWriter:
     """Only the primary process writes; the others pass active=False."""
 
-    def __init__(self, workdir: str | Path, active: bool = True):
+    def __init__(self, workdir: str | Path, active: bool = True, upload_every_s: float = 30.0):
         self.active = active
         if not active:
             return
+        self._remote = None
+        if fs.is_url(workdir):  # a bucket cannot append: write locally, upload whole files now and then
+            self._remote = (fs.as_path(workdir), None, upload_every_s)
+            self._uploaded = time.time()
+            self._local = Path(tempfile.mkdtemp(prefix="jaxbert-metrics-"))
+            old = fs.as_path(workdir) / "metrics.jsonl"
+            if old.exists():
+                (self._local / "metrics.jsonl").write_bytes(old.read_bytes())
+            workdir = self._local
         workdir = Path(workdir)
         self._jsonl = open(workdir / "metrics.jsonl", "a", buffering=1)
         self._events = SummaryWriter(str(workdir / "tensorboard"), flush_secs=30)
@@ -43,15 +57,32 @@ class MetricsWriter:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._events.add_scalar(key, value, step)
         self._events.flush()
+        if self._remote is not None and time.time() - self._uploaded >= self._remote[2]:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make what was written so far visible in a URL workdir (a checkpoint save calls it)."""
+        if not self.active or self._remote is None:
+            return
+        self._jsonl.flush()
+        self._events.flush()
+        root = self._remote[0]
+        fs.atomic_write_bytes(root / "metrics.jsonl", (self._local / "metrics.jsonl").read_bytes())
+        for events in (self._local / "tensorboard").iterdir():  # tensorboardX's own event file(s)
+            fs.atomic_write_bytes(root / "tensorboard" / events.name, events.read_bytes())
+        self._uploaded = time.time()
 
     def close(self) -> None:
         if self.active:
+            self.flush()
             self._jsonl.close()
             self._events.close()
+            if self._remote is not None:
+                shutil.rmtree(self._local, ignore_errors=True)
 
 
 def read_metrics(workdir: str | Path) -> list[dict]:
-    path = Path(workdir) / "metrics.jsonl"
+    path = fs.as_path(workdir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

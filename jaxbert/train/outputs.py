@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from jaxbert import fs
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM
@@ -17,7 +18,7 @@ from jaxbert.train.recipe import Recipe, RecipeError
 
 def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, log=print) -> dict:
     """params: host params of the final state. Returns the paths written."""
-    out, o, workdir = {}, recipe.outputs, Path(workdir)
+    out, o, workdir = {}, recipe.outputs, fs.as_path(workdir)
     if o.plot:
         out["plot"] = str(plot_workdir(workdir))
         log(f"curves: {out['plot']}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from jaxbert import fs
 from jaxbert.errors import require
 from jaxbert.fs import atomic_write_bytes
 from jaxbert.train.metrics import read_metrics
@@ -34,7 +35,8 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
 
     workdir = Path(workdir)
     rows = read_metrics(workdir)
-    out = Path(out) if out else workdir / "curves.png"
+    workdir = fs.as_path(workdir)
+    out = fs.as_path(out) if out else workdir / "curves.png"
     train_rate, eval_rate = _mask_rates(workdir)
 
     def series(key):
@@ -58,7 +60,7 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    title = workdir.resolve().name
+    title = workdir.name
     if train_rate is not None and eval_rate is not None and train_rate != eval_rate:
         title += (f": evaluation masks {eval_rate:.0%} of the tokens and training {train_rate:.0%}; "
                   f"fewer masks leave more context, so held-out accuracy can exceed train accuracy")
@@ -67,5 +69,4 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=110)
     plt.close(fig)
-    atomic_write_bytes(out, png.getvalue())
-    return out
+    return atomic_write_bytes(out, png.getvalue())

@@ -21,6 +21,7 @@ from typing import Any, Optional
 import yaml
 
 from jaxbert.model.config import BertConfig, ConfigError
+from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 
@@ -239,6 +240,8 @@ def from_dict(data: dict) -> Recipe:
 
 def recipe_path(name_or_path: str) -> Path:
     """A file path, or the name of a recipe shipped in configs/train/."""
+    if fs.is_url(name_or_path):
+        return fs.as_path(name_or_path)
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or os.sep in str(name_or_path):
         return path
@@ -297,7 +300,7 @@ def apply_override(data: dict, item: str) -> None:
 
 def save_effective(recipe: Recipe, workdir: str | Path) -> Path:
     """Writes the recipe as run (overrides applied) to WORKDIR/recipe.yaml."""
-    workdir = Path(workdir)
+    workdir = fs.as_path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(workdir / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
     return workdir / "recipe.yaml"

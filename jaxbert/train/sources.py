@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.convert.workdir import run_tokenizer_dir
 from jaxbert.train.recipe import Recipe, RecipeError
 from jaxbert.data import prepare, tokenizer
@@ -90,12 +91,12 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
     WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset."""
     d = recipe.data
     if d.dir is not None:
-        if not Path(d.dir).is_dir():
+        if not fs.as_path(d.dir).is_dir():
             raise RecipeError(f"data.dir: {d.dir} does not exist; build it with `jaxbert data prepare` "
                               f"(see the recipe's comments) or leave data.dir unset for the embedded corpus")
         return d.dir, tokenizer_dir(recipe, workdir)
-    workdir = Path(workdir)
-    tok_dir = Path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
+    workdir = fs.as_path(workdir)
+    tok_dir = fs.as_path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
     data_dir = workdir / "data"
     if not (tok_dir / "tokenizer.json").exists() and d.tokenizer is None:
         log(f"tokenizer: training WordPiece (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
