@@ -15,14 +15,15 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import glob
 import json
 import logging
 import os
+from pathlib import Path
 import shutil
 import tempfile
-import uuid
-from pathlib import Path
 from typing import Iterator, Union
+import uuid
 
 from etils import epath
 
@@ -185,7 +186,6 @@ def filesystem(path: PathLike):
 
 def expand(url: str) -> list[str]:
     """The URLs a glob pattern (gs://b/corpus/*.parquet) matches, sorted; InputError for none."""
-    import glob
     if not glob.has_magic(url):
         return [url]
     filesystem_, pattern = filesystem(url)

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxbert.bench.timing import Record
+import jax.numpy as jnp
+
+from jaxbert.bench.oldport import compile_old_port_step
+from jaxbert.bench.timing import Record, time_record
+from jaxbert.model.flops import train_flops_per_token
+from jaxbert.train import aot, plan
+from jaxbert.train import recipe as recipes
 
 # (model, recipe it ships in, per-chip batch, sequence length)
 MODELS = {"bert-base": ("bert-base-phase1", 32, 128), "bert-large": ("bert-large-lamb-phase2", 8, 512)}
@@ -45,7 +51,6 @@ def works(models) -> list[AotWork]:
 
 def run_aot_work(work: str, contender: str, target: str) -> dict:
     """In a worker: compile one row for `target`; {'seconds': [lower + compile], 'extra': figures}."""
-    from jaxbert.train import aot, plan, recipe as recipes
     _, model, shape, layout = work.split("/")
     scan, policy = layout.split("-", 1)
     name, B, T = MODELS[model]
@@ -56,9 +61,6 @@ def run_aot_work(work: str, contender: str, target: str) -> dict:
         cost = aot.compile_train_step(r, cfg, devices, B)
         model_flops = plan.model_flops_per_device(r, cfg, B)
     else:
-        import jax.numpy as jnp
-        from jaxbert.bench.oldport import compile_old_port_step
-        from jaxbert.model.flops import train_flops_per_token
         cost = compile_old_port_step(cfg, devices, B, T, jnp.dtype(r.model.dtype),
                                      gradient_checkpointing=policy != "none")
         model_flops = train_flops_per_token(cfg, T, 1.0) * B * T  # its head runs at every position
@@ -87,7 +89,6 @@ def target_table(records: list[Record], target: str) -> str:
 
 def run_target_bench(args, worker) -> list[Record]:
     """Every row for args.target, each compiled by `worker(spec) -> result | None` in a fresh process."""
-    from jaxbert.bench.timing import time_record
     models = ["bert-base"] if args.quick else list(MODELS)
     records = []
     for w in works(models):

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert.bench import works
+from jaxbert.bench.aot import run_aot_work
 from jaxbert.model.config import preset
 
 MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-large": "bert-large-uncased"}
@@ -75,7 +76,6 @@ def run(spec: dict) -> dict:
     if work == "device":
         return {"seconds": [], "extra": describe_device()}
     if work.startswith("aot/"):
-        from jaxbert.bench.aot import run_aot_work
         return run_aot_work(work, contender, options["target"])
     if work.startswith("compile/"):
         return {"seconds": [compile_seconds(work, options)], "extra": {}}

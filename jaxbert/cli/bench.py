@@ -11,9 +11,11 @@ import json
 import os
 from pathlib import Path
 
-from jaxbert.bench.harness import Bench, command_line
-from jaxbert.fs import atomic_write_text
+from jaxbert.bench.aot import run_target_bench, target_table
+from jaxbert.bench.harness import Bench, command_line, run_worker
 from jaxbert.bench.timing import markdown_table
+from jaxbert.fs import atomic_write_text
+from jaxbert.train.aot import check_target
 
 
 def add_arguments(p):
@@ -49,9 +51,6 @@ def run(args) -> int:
 
 
 def _run_target(args) -> int:
-    from jaxbert.bench.aot import run_target_bench, target_table
-    from jaxbert.bench.harness import run_worker
-    from jaxbert.train.aot import check_target
     check_target(args.target)  # before any worker: a missing libtpu is one clear line
     # Compile-only workers hold no TPU: several may load libtpu at once (another bench, a plan).
     env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}

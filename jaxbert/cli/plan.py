@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 from jaxbert.errors import InputError
+from jaxbert.train import aot, plan
+from jaxbert.train import recipe as recipes
 
 
 def add_arguments(p):
@@ -28,7 +30,6 @@ def add_arguments(p):
 
 
 def _recipe(args):
-    from jaxbert.train import recipe as recipes
     overrides = list(args.set)
     if args.preset:
         overrides.append(f"model.preset={args.preset}")
@@ -47,7 +48,6 @@ def _recipe(args):
 
 
 def run(args) -> int:
-    from jaxbert.train import aot, plan
     aot.check_target(args.target)
     r = _recipe(args)
     cfg = r.bert_config()

@@ -11,9 +11,10 @@ that go over the data many times on hosts with room for it.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
-import threading
 from pathlib import Path
+import threading
 
 import numpy as np
 
@@ -97,7 +98,6 @@ def _runs(sorted_index: np.ndarray, max_gap: int = 1) -> list[tuple[int, int]]:
 
 def _parse_header(head: bytes, name: str):
     """(shape, fortran_order, dtype, data offset) from the first bytes of an .npy file."""
-    import io
     f = io.BytesIO(head)
     try:
         version = np.lib.format.read_magic(f)

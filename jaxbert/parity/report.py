@@ -5,6 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import flax
+import jax
+
+from jaxbert.fs import atomic_write_text
+
 # Default tolerances on max abs diff. Hidden states are LayerNorm outputs
 # (order 1); logits rows scale theirs by max(1, max |reference|).
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5, "bfloat16": 0.15}
@@ -69,8 +74,6 @@ class GradResult:
 
 def environment(dtype: str, precision: str, reference: str) -> dict:
     """Versions, device and numeric settings a report was taken under."""
-    import flax
-    import jax
 
     env = {"jax": jax.__version__, "flax": flax.__version__}
     for mod in ("torch", "transformers"):
@@ -149,5 +152,4 @@ class ParityReport:
         return out
 
     def write_json(self, path) -> None:
-        from jaxbert.fs import atomic_write_text
         atomic_write_text(path, json.dumps(self.to_json(), indent=2))

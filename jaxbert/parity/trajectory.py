@@ -16,8 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.errors import InputError
+from jaxbert.fs import atomic_write_text
+from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
+from jaxbert.parity.compare import numerics, torch_model
 from jaxbert.parity.grad import fixed_masking
 from jaxbert.parity.report import environment
+from jaxbert.parity.torch_reference import torch_trajectory
+from jaxbert.train.optim import make_optimizer
+from jaxbert.train.step import TrainState, train_step
 
 # (loss relative, parameter relative) per dtype.
 TRAJECTORY_TOLERANCE = {"float64": (1e-9, 1e-8), "float32": (1e-5, 1e-4)}
@@ -80,7 +87,6 @@ class TrajectoryReport:
                 "rows": [dict(dataclasses.asdict(r), loss_rel=r.loss_rel, ok=r.ok) for r in self.rows]}
 
     def write_json(self, path) -> None:
-        from jaxbert.fs import atomic_write_text
         atomic_write_text(path, json.dumps(self.to_json(), indent=2))
 
 
@@ -112,7 +118,6 @@ def mlm_batches(inputs: dict, vocab_size: int, steps: int, seed: int = 0) -> lis
 def mlm_model(module, params, seed: int = 0):
     """(BertForMaskedLM with dropout off, its params): the encoder of ``module``'s params,
     an MLM head from ``module`` when it has one, else a fresh one (init with ``seed``)."""
-    from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
 
     cfg = module.config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     mlm = BertForMaskedLM(cfg, scan_layers=module.scan_layers)
@@ -133,13 +138,8 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
     ``inputs`` int arrays [B, L] are masked afresh for each step (mlm_batches).
     Both sides compute in ``dtype`` (float64 or float32), dropout off.
     """
-    from jaxbert.parity.compare import numerics, torch_model
-    from jaxbert.parity.torch_reference import torch_trajectory
-    from jaxbert.train.optim import make_optimizer
-    from jaxbert.train.step import TrainState, train_step
 
     if dtype not in TRAJECTORY_TOLERANCE:
-        from jaxbert.errors import InputError
         raise InputError(f"--train-steps runs float64 or float32, not {dtype}")
     mlm, p = mlm_model(module, params, seed)
     batches = mlm_batches(inputs, mlm.config.vocab_size, steps, seed)

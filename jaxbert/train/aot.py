@@ -17,9 +17,11 @@ import os
 import time
 
 import jax
+from jax.experimental import topologies
 import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxbert.errors import InputError
 from jaxbert.fs import as_path, atomic_write_text
@@ -57,7 +59,6 @@ def target_devices(target: str) -> list:
     check_target(target)
     if target == "local":
         return jax.devices()
-    from jax.experimental import topologies
     # Off a TPU VM libtpu looks for these and prints warnings; a compile-only client needs neither.
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     try:

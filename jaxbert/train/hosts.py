@@ -18,6 +18,7 @@ import itertools
 import secrets
 
 import jax
+from jax._src import distributed  # the coordination service's client; no public handle yet
 
 from jaxbert import fs
 from jaxbert.errors import InputError
@@ -35,7 +36,6 @@ def check_shared_workdir(workdir) -> None:
     """Raise WorkdirNotShared on every process unless all read back process 0's token."""
     if jax.process_count() == 1:
         return
-    from jax._src import distributed  # the coordination service's client; no public handle yet
     client = distributed.global_state.client
     me, n = jax.process_index(), jax.process_count()
     workdir = fs.as_path(workdir)
@@ -79,7 +79,6 @@ def align(name: str) -> None:
     """
     if jax.process_count() == 1:
         return
-    from jax._src import distributed
     distributed.global_state.client.wait_at_barrier(f"jaxbert/{name}/{next(_CHECKS)}", TIMEOUT_MS)
 
 

@@ -10,9 +10,10 @@ run says so; keep one writer per bucket path yourself there.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
-import socket
 from pathlib import Path
+import socket
 from typing import Callable, Iterator
 
 from jaxbert.errors import InputError
@@ -53,7 +54,6 @@ def workdir_lock(workdir, active: bool = True, log: Callable[[str], None] = prin
         log(f"{workdir}: not a local folder, so no lock guards it; run one `jaxbert train` on it at a time")
         yield
         return
-    import fcntl
     path = Path(workdir) / LOCK_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

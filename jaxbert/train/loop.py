@@ -26,7 +26,7 @@ from jaxbert.train.aot import build_model
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.model.flops import peak_flops, train_flops_per_token
 from jaxbert.train.lock import workdir_lock
-from jaxbert.train.metrics import MetricsWriter
+from jaxbert.train.metrics import MetricsWriter, MetricWindow
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.progress import Progress
 from jaxbert.train.recipe import Recipe, RecipeError, save_effective
@@ -132,7 +132,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     peak = peak_flops(jax.devices()[0].device_kind)
     writer = MetricsWriter(workdir, active=primary)
     stop = _SigtermFlag()
-    window, last_eval, status, step = _Window(), {}, "finished", start
+    window, last_eval, status, step = MetricWindow(), {}, "finished", start
 
     def eval_source():
         return sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner) // tr.accum_steps,
@@ -185,7 +185,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                 status = "preempted"
                 log(f"SIGTERM: saved step {step} to {ckpt.directory}; exiting")
                 break
-    except TrainingDiverged as e:
+    except Diverged as e:  # MetricWindow.add or a non-finite param
         ckpt.wait()  # the saves already started hold good states: let them land
         good = ckpt.latest_step()
         where = (f"the last good checkpoint, step {good} in {ckpt.directory}, is intact" if good is not None
@@ -250,37 +250,6 @@ def _device_batches(source, runner, accum: int):
         b, s = next(it)
         nxt = (runner.shard_batch(b), s)  # starts the next copy while the step runs
         yield cur
-
-
-class _Window:
-    """Metric sums over the steps since the last log line."""
-
-    def __init__(self):
-        self.sums, self.n, self.t, self.last = {}, 0, None, {}
-
-    def add(self, step: int, m: dict):
-        """m: one step's metric sums on the host; raises TrainingDiverged if they are not finite."""
-        if not m.pop("finite"):
-            raise TrainingDiverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
-                                   f"it (metrics: {summarize(m)})")
-        for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
-            self.sums.setdefault("_last", {})[key] = m.pop(key)
-        for k, v in m.items():
-            self.sums[k] = self.sums.get(k, 0.0) + v
-        self.n += 1
-
-    def flush(self, tokens_per_step, seq_len, flops_per_token, peak, devices) -> dict:
-        now = time.time()
-        last = self.sums.pop("_last", {})
-        out = summarize({**self.sums, **last})
-        if self.t is not None and self.n:
-            tps = tokens_per_step * self.n / (now - self.t)
-            out.update(tokens_per_s=tps, sequences_per_s=tps / seq_len,
-                       gflops_per_s=tps * flops_per_token / 1e9)
-            if peak:
-                out["mfu"] = tps * flops_per_token / (peak * devices)
-        self.sums, self.n, self.t, self.last = {}, 0, now, out
-        return out
 
 
 class _SigtermFlag:

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 from jaxbert import fs
+from jaxbert.errors import Diverged
+from jaxbert.train.step import summarize
 
 # tensorboardX imports torch whenever it is installed, only to accept torch tensors. jaxbert logs
 # Python floats, and a JAX training process has no use for torch's import time and thread pools,
@@ -86,3 +88,34 @@ def read_metrics(workdir: str | Path) -> list[dict]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricWindow:
+    """Metric sums over the steps since the last log line."""
+
+    def __init__(self):
+        self.sums, self.n, self.t, self.last = {}, 0, None, {}
+
+    def add(self, step: int, m: dict):
+        """m: one step's metric sums on the host; raises Diverged if they are not finite."""
+        if not m.pop("finite"):
+            raise Diverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
+                                   f"it (metrics: {summarize(m)})")
+        for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
+            self.sums.setdefault("_last", {})[key] = m.pop(key)
+        for k, v in m.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+        self.n += 1
+
+    def flush(self, tokens_per_step, seq_len, flops_per_token, peak, devices) -> dict:
+        now = time.time()
+        last = self.sums.pop("_last", {})
+        out = summarize({**self.sums, **last})
+        if self.t is not None and self.n:
+            tps = tokens_per_step * self.n / (now - self.t)
+            out.update(tokens_per_s=tps, sequences_per_s=tps / seq_len,
+                       gflops_per_s=tps * flops_per_token / 1e9)
+            if peak:
+                out["mfu"] = tps * flops_per_token / (peak * devices)
+        self.sums, self.n, self.t, self.last = {}, 0, now, out
+        return out

@@ -11,16 +11,17 @@ directory (the tiny-demo case), and reuses them on the next run.
 from __future__ import annotations
 
 import dataclasses
-import time
+import json
 from pathlib import Path
+import time
 
 import numpy as np
 
 from jaxbert import fs
 from jaxbert.convert.workdir import run_tokenizer_dir
-from jaxbert.train.recipe import Recipe, RecipeError
 from jaxbert.data import prepare, tokenizer
 from jaxbert.data.loader import MLMLoader
+from jaxbert.train.recipe import Recipe, RecipeError
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -113,7 +114,6 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
 
 
 def _describe(data_dir: Path) -> str:
-    import json
     meta = json.loads((data_dir / "metadata.json").read_text())
     return ", ".join(f"{k} {v['examples']} rows of {v['documents']} documents"
                      for k, v in meta["splits"].items())
