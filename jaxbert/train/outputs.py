@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from jaxbert.fs import as_path
+from jaxbert.train.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
 from jaxbert.train.recipe import Recipe, RecipeError
 
 
@@ -23,7 +24,6 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
                                           params, tokenizer_dir))
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
-        from jaxbert.train.fill_mask import fill_mask, format_predictions
         from jaxbert.model.heads import BertForMaskedLM
         from jaxbert.data.tokenizer import load_tokenizer
         tok = load_tokenizer(tokenizer_dir)
@@ -36,7 +36,6 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
 
 def _showcase(module, params, tok, item) -> str:
     """A recipe's fill-mask entry: "text with [MASK]", or {text: ..., answer: word} to rank the right word."""
-    from jaxbert.train.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
     text, answer = (item.get("text"), item.get("answer")) if isinstance(item, dict) else (item, None)
     if not isinstance(text, str) or (answer is not None and not isinstance(answer, str)):
         raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
