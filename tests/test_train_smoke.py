@@ -157,6 +157,18 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "the break [MASK] terminates" and lines[1].startswith("  [MASK] 1: ")
     assert len(lines[1].split(",")) == 3
+    # The workdir itself is a source: same predictions as its export, params as checkpointed.
+    assert main(["fill-mask", str(wd), "the break [MASK] terminates", "--top-k", "3"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines
+    import jaxbert
+    from jaxbert.convert.workdir import read_params
+    assert jaxbert.convert.tokenizer_path(wd) == prepared / "tok"
+    module, params = jaxbert.from_pretrained(wd)
+    saved, _ = read_params(wd)
+    assert type(module).__name__ == "BertForMaskedLM" and module.config.vocab_size == 200
+    leaves = {p: np.asarray(v) for p, v in jaxbert.model.params.flatten(params).items()}
+    assert leaves.keys() == jaxbert.model.params.flatten(saved).keys()
+    assert all(np.array_equal(v, jaxbert.model.params.flatten(saved)[p]) for p, v in leaves.items())
 
 
 def test_a_model_that_does_not_fit_the_data_is_refused_by_name(prepared, tmp_path, capsys):
