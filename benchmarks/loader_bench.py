@@ -29,13 +29,7 @@ import time  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 
-def _rate(fn, items_per_call: int, seconds: float) -> float:
-    fn()  # warm up
-    n, t0 = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - t0) < seconds:
-        fn()
-        n += 1
-    return n * items_per_call / elapsed
+from data_bench import _rate  # noqa: E402 (benchmarks/ is on sys.path when run as a script)
 
 
 class _Counter:

@@ -250,15 +250,8 @@ class BertLMPredictionHead(BertModule):
 
     @nn.compact
     def __call__(self, hidden_states, word_embeddings: Optional[Array] = None):
-        cfg = self.config
         x = BertPredictionHeadTransform(**self.options(), name="transform")(hidden_states)
-        if cfg.tie_word_embeddings:
-            logits = jnp.einsum("BMH,VH->BMV", x, word_embeddings.astype(self.dtype))
-        else:
-            logits = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                          (cfg.vocab_size,), self.param_dtype)
-        return logits + bias.astype(self.dtype)
+        return self.vocab_logits(x, word_embeddings)
 
 
 def gather_positions(hidden_states: Array, positions: Array) -> Array:

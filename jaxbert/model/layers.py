@@ -149,6 +149,19 @@ class BertModule(nn.Module):
                         embedding_init=nn.with_logical_partitioning(init, axes), name=name)
 
 
+    def vocab_logits(self, x, word_embeddings=None):
+        """x [B, M, H] -> logits [B, M, V]: the decoder (tied to word_embeddings [V, H] unless the
+        config unties it) plus the output bias. Call it from a compact method: it creates params."""
+        cfg = self.config
+        if cfg.tie_word_embeddings:
+            logits = jnp.einsum("BMH,VH->BMV", x, word_embeddings.astype(self.dtype))
+        else:
+            logits = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
+        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                          (cfg.vocab_size,), self.param_dtype)
+        return logits + bias.astype(self.dtype)
+
+
 class Dense(nn.Dense):
     """nn.Dense (same params, init and dtype promotion) that multiplies as one
     2-D matmul [prod(leading dims), in] x [in, out].

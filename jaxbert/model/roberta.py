@@ -34,13 +34,7 @@ class RobertaLMHead(BertModule):
         cfg = self.config
         x = self.dense(cfg.hidden_size, ("embed", None), "dense")(hidden_states)
         x = self.layer_norm("layer_norm")(gelu_exact(x))
-        if cfg.tie_word_embeddings:
-            logits = jnp.einsum("BMH,VH->BMV", x, word_embeddings.astype(self.dtype))
-        else:
-            logits = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                          (cfg.vocab_size,), self.param_dtype)
-        return logits + bias.astype(self.dtype)
+        return self.vocab_logits(x, word_embeddings)
 
 
 class RobertaClassificationHead(BertModule):
