@@ -3,6 +3,7 @@ the curves PNG, a Hugging Face export with its tokenizer, fill-mask examples."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -19,7 +20,10 @@ from jaxbert.train.recipe import Recipe, RecipeError
 def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, log=print) -> dict:
     """params: host params of the final state. Returns the paths written."""
     out, o, workdir = {}, recipe.outputs, fs.as_path(workdir)
-    if o.plot:
+    if o.plot and importlib.util.find_spec("matplotlib") is None:  # the run's results matter more
+        log(f"curves.png skipped: plotting needs matplotlib (pip install 'jaxbert[plot]', then "
+            f"jaxbert plot {workdir})")
+    elif o.plot:
         out["plot"] = str(plot_workdir(workdir))
         log(f"curves: {out['plot']}")
     if o.export:
