@@ -37,7 +37,8 @@ def test_a_file_without_newlines_becomes_bounded_documents(tmp_path, monkeypatch
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert "".join(docs) == text and "\ufffd" not in "".join(docs)
-    assert max(map(len, docs)) <= 1 << 16 and len(docs) >= len(text) // (1 << 16)
+    # a text document closes at the read that takes it past the bound: at most two reads long
+    assert max(map(len, docs)) <= 2 << 16 and len(docs) >= len(text) // (2 << 16)
     assert peak < 12 * (1 << 16) + len(text) * 2  # docs kept by the test; no whole-file string on top
     jl = tmp_path / "big.jsonl"
     jl.write_text(json.dumps({"text": "word " * 100_000}) + "\n")

@@ -237,7 +237,8 @@ class Corpus:
             pending += units
             if not doc.strip():
                 continue
-            for piece in _bounded(doc):  # a huge jsonl/parquet text too is cut to bounded documents
+            # Text files are cut at line boundaries as they are read; a huge jsonl/parquet text is cut here.
+            for piece in ((doc,) if s is not None and s.kind == "text" else _bounded(doc)):
                 if s is not None:
                     s.documents += 1
                 n += 1
