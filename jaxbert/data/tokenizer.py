@@ -194,4 +194,4 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
     tok = _bert_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase, DEFAULT_SPECIAL_TOKENS)
     with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
         save_bert_tokenizer(tok, tmp, lowercase)
-    return Path(output_dir)
+    return fs.as_path(output_dir)
