@@ -28,8 +28,10 @@ def check_length(length: int, config) -> None:
     # RoBERTa's positions start after the padding index: its table holds pad_token_id + 1 fewer.
     limit = config.max_position_embeddings - ((config.pad_token_id or 0) + 1 if config.is_roberta else 0)
     if length > limit:
-        raise InputError(f"input length {length} exceeds the model's {limit} positions "
-                         f"(max_position_embeddings {config.max_position_embeddings}); truncate the input")
+        table = (f"{limit} positions (max_position_embeddings {config.max_position_embeddings} less "
+                 f"pad_token_id + 1)" if config.is_roberta else
+                 f"max_position_embeddings {config.max_position_embeddings}")
+        raise InputError(f"input length {length} exceeds the model's {table}; truncate the input")
 
 
 class BertEmbeddings(BertModule):
