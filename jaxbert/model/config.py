@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
+from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 
@@ -231,7 +232,7 @@ class BertConfig:
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "BertConfig":
-        path = Path(path)
+        path = fs.as_path(path)
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
@@ -251,7 +252,7 @@ class BertConfig:
         """A preset name (``bert-base-uncased``), a config.json, or a directory holding one."""
         if str(name_or_path) in PRESETS:
             return preset(str(name_or_path))
-        path = Path(name_or_path)
+        path = fs.as_path(name_or_path)  # a local path or a URL
         if path.is_dir():
             path = path / "config.json"
         return cls.from_json_file(path)

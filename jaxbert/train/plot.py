@@ -33,9 +33,8 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    workdir = Path(workdir)
+    workdir = fs.as_path(workdir)  # a URL stays a URL (pathlib would collapse gs:// to gs:/)
     rows = read_metrics(workdir)
-    workdir = fs.as_path(workdir)
     out = fs.as_path(out) if out else workdir / "curves.png"
     train_rate, eval_rate = _mask_rates(workdir)
 
