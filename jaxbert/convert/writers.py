@@ -5,9 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import re
-import shutil
 from pathlib import Path
 from typing import Iterator
 
@@ -15,6 +13,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.params import flatten, is_scanned, unflatten
@@ -26,7 +25,6 @@ from jaxbert.convert.table import Table, to_torch
 
 SAFE_NAME = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
-_SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors$")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -120,8 +118,7 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
 
     Tensors stream from the params to disk one at a time. Returns the weight files.
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _empty_dir(directory)
     limit = parse_size(max_shard_size)
     table = _table(params, config, model_class, add_pooling_layer)
     flat = check_params(params, table)
@@ -147,10 +144,6 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
     if len(shards) > 1:
         weight_map = {k: name for name, shard in zip(names, shards) for k, _, _ in shard}
         _write_json(directory / SAFE_INDEX, {"metadata": {"total_size": total}, "weight_map": weight_map})
-    for old in directory.iterdir():  # stale weights would shadow or mix with the new ones
-        if old.name not in names and (old.name == SAFE_INDEX and len(shards) == 1 or
-                                      old.name == SAFE_NAME or _SHARD.match(old.name)):
-            old.unlink()
     _write_json(directory / "config.json", hf_config(config, model_class, _dtype_name(flat)))
     return [directory / n for n in names]
 
@@ -158,29 +151,31 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
 def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, params, *,
                   add_pooling_layer: bool | None = None) -> Path:
     """A jaxbert directory: config.json, jaxbert.json (class, layout) and params/ (Orbax)."""
-    directory = Path(directory).absolute()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _empty_dir(directory).absolute()
     table = _table(params, config, model_class, add_pooling_layer)
     flat = check_params(params, table)
-    tmp = directory / f".{PARAMS_DIR}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     # Orbax writes jax Arrays with far less host memory than NumPy ones (on CPU,
     # device_put adopts the 64-byte-aligned buffers the loaders make), and
     # without OCDBT it streams each leaf to its own directory.
     tree = unflatten({p: jax.device_put(v) if isinstance(v, np.ndarray) else v for p, v in flat.items()})
     with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False)) as ckpt:
-        ckpt.save(tmp, args=ocp.args.PyTreeSave(tree))
+        ckpt.save(directory / PARAMS_DIR, args=ocp.args.PyTreeSave(tree))
     del tree
-    old = directory / f".{PARAMS_DIR}.old-{os.getpid()}"
-    if (directory / PARAMS_DIR).exists():
-        os.replace(directory / PARAMS_DIR, old)
-    os.replace(tmp, directory / PARAMS_DIR)
-    shutil.rmtree(old, ignore_errors=True)
     meta = {"format": "jaxbert", "version": 1, "model_class": model_class,
             "scan_layers": table.scan_layers, "dtype": _dtype_name(flat)}
     if add_pooling_layer is not None:
         meta["add_pooling_layer"] = add_pooling_layer
     _write_json(directory / "config.json", hf_config(config, model_class, _dtype_name(flat)))
     _write_json(directory / JAXBERT_META, meta)
+    return directory
+
+
+def _empty_dir(directory) -> Path:
+    """The writers fill a new, empty directory and delete nothing: replacing an earlier output
+    is fs.publish_dir's job (save_pretrained, convert and export build into one)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if any(directory.iterdir()):
+        raise InputError(f"{directory}: not empty; the writers fill a new directory "
+                         "(save_pretrained replaces an earlier jaxbert output)")
     return directory
