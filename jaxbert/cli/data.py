@@ -27,7 +27,7 @@ def add_arguments(p) -> None:
     q.add_argument("--seed", type=int, default=0, help="seed of the nsp pairing")
     q.add_argument("--num-workers", type=int, default=None, help="processes (default: every core)")
     q.add_argument("--short-seq-prob", type=float, default=0.1, help="nsp: share of pairs with a shorter target")
-    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--quiet", action="store_true", help="no progress output (a bar, or plain lines when piped)")
     q.add_argument("--overwrite", action="store_true",
                    help="replace OUTPUT when it is an earlier prepared dataset (anything else is refused)")
     i = sub.add_parser("inspect", help="print a prepared folder's metadata and its first rows decoded")

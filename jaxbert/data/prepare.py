@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
-from tqdm.auto import tqdm
 
 from jaxbert.data.corpus import Corpus
 from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
+from jaxbert.data.progress import progress_bar
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
 from jaxbert.fs import publish_dir
@@ -171,6 +171,11 @@ class _ShardWriter:
         return info
 
 
+def _show_counts(bar, writers: dict) -> None:
+    bar.set_postfix(docs=sum(w.documents for w in writers.values()),
+                    rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
+
+
 def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: int = 128,
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
@@ -209,8 +214,7 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
         writers = {s: _ShardWriter(tmp, s, rows_per_shard, nsp) for s in SPLITS}
         packers = {s: MLMPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype)
                    for s in SPLITS}
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc="prepare", disable=not progress,
-                   file=sys.stderr, dynamic_ncols=True)
+        bar = progress_bar(total, "prepare", unit="B", unit_scale=True, file=sys.stderr, disable=not progress)
         try:
             for res in _run(_chunks(corpus), config, num_workers):
                 for split, w in writers.items():
@@ -225,15 +229,15 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
                     w.tokens += ntok
                     w.documents += ndocs
                 bar.update(res["units"])
-                bar.set_postfix(docs=sum(w.documents for w in writers.values()),
-                                rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
+                _show_counts(bar, writers)
+            if not nsp:  # the last rows, still in the packers
+                for split, w in writers.items():
+                    w.add(packers[split].finish())
+                    w.padding = packers[split].padding
+            _show_counts(bar, writers)
             bar.update(max(0, total - bar.n))
         finally:  # a failure's message then starts on a line of its own
             bar.close()
-        if not nsp:
-            for split, w in writers.items():
-                w.add(packers[split].finish())
-                w.padding = packers[split].padding
         splits = {s: w.close() for s, w in writers.items()}
         if splits["train"]["examples"] == 0:
             raise PrepareError("no training examples: the corpus tokenized to nothing, or "

@@ -13,6 +13,8 @@ import time
 
 from tqdm import tqdm
 
+from jaxbert.data.progress import is_terminal
+
 
 def duration(seconds: float) -> str:
     m, s = divmod(int(round(max(seconds, 0))), 60)
@@ -29,7 +31,7 @@ class Progress:
         """eval_batches: batches per evaluation, costed at one training step each until one was timed."""
         self.total, self.start, self.eval_every, self.log = total, start, eval_every, log
         self.eval_batches, self.last = eval_batches, start
-        self.bar = tqdm(total=total, initial=start, disable=not (active and sys.stderr.isatty()),
+        self.bar = tqdm(total=total, initial=start, disable=not (active and is_terminal(sys.stderr)),
                         dynamic_ncols=True, mininterval=0.5, desc=name, unit="step",
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}<{remaining}, "
                                    "{rate_fmt}{postfix}]")
