@@ -20,7 +20,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxbert.errors import InputError
-from jaxbert.train.aot import StepCost, cost_of
+from jaxbert.train.aot import StepCost, cost_of, write_hlo
 
 
 def _module(cfg, dtype, gradient_checkpointing: bool):
@@ -41,7 +41,7 @@ def _no_decay_on_bias_and_norm(params):
 
 
 def compile_old_port_step(cfg, devices, per_device_batch: int, seq_len: int, dtype=jnp.bfloat16,
-                          gradient_checkpointing: bool = False) -> StepCost:
+                          gradient_checkpointing: bool = False, hlo_dir=None) -> StepCost:
     """XLA's per-chip figures of the old port's data-parallel train step on `devices`."""
     module = _module(cfg, dtype, gradient_checkpointing)
     tx = optax.adamw(optax.linear_schedule(1e-4, 0.0, 10_000), b1=0.9, b2=0.999, eps=1e-6,
@@ -86,4 +86,6 @@ def compile_old_port_step(cfg, devices, per_device_batch: int, seq_len: int, dty
     lowered = jitted.lower(abstract, batch, rng)
     t1 = time.perf_counter()
     compiled = lowered.compile()
-    return cost_of(compiled, per_device_batch, t1 - t0, time.perf_counter() - t1)
+    t2 = time.perf_counter()
+    write_hlo(compiled, hlo_dir)
+    return cost_of(compiled, per_device_batch, t1 - t0, t2 - t1)

@@ -52,7 +52,7 @@ def run(args) -> int:
     r = _recipe(args)
     cfg = r.bert_config()
     devices = aot.target_devices(args.target)
-    budget = int(args.hbm * 2**30) if args.hbm else aot.device_hbm_bytes(devices[0])
+    budget = int(args.hbm * 2**30) if args.hbm else aot.device_hbm_bytes(devices[0], devices)
     if budget is None:
         raise InputError(f"--hbm: the memory of {devices[0].device_kind} is unknown; give a budget in GiB")
     scans = {"recipe": (r.model.scan_layers,), "yes": (True,), "no": (False,), "both": (False, True)}[args.scan]

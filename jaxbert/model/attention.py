@@ -3,6 +3,7 @@ relative position embeddings, in two implementations."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -84,7 +85,7 @@ class BertSelfAttention(BertModule):
         # the compute dtype; the mask constant is that dtype's own minimum.
         softmax_dtype = jnp.promote_types(self.dtype, jnp.float32)
         scores = jnp.where(mask, scores.astype(softmax_dtype), jnp.finfo(softmax_dtype).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+        probs = softmax_as(scores, jnp.dtype(self.dtype))
         probs = nn.Dropout(dropout)(probs, deterministic=deterministic)
         if layer_head_mask is not None:
             probs = probs * layer_head_mask[None, :, None, None].astype(self.dtype)
@@ -138,6 +139,39 @@ class BertSelfAttention(BertModule):
         if pos_type == "relative_key_query":
             scores = scores + jnp.einsum("BSND,TSD->BNTS", k, rel)
         return scores
+
+
+def softmax_as(scores: Array, dtype) -> Array:
+    """softmax(scores) over the last axis, taken in scores' dtype and returned in `dtype`.
+
+    When `dtype` is narrower (bf16 compute, float32 softmax) the backward pass
+    keeps the narrow probabilities, not float32 ones: the [B, N, T, S] residual
+    every layer saves for its gradient is half the bytes, and written and read
+    once less. The gradient itself is formed in the softmax dtype.
+    """
+    if jnp.dtype(dtype) == scores.dtype:
+        return jax.nn.softmax(scores, axis=-1)
+    return _softmax_narrow(scores, jnp.dtype(dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _softmax_narrow(scores, dtype):
+    return jax.nn.softmax(scores, axis=-1).astype(dtype)
+
+
+def _softmax_narrow_fwd(scores, dtype):
+    probs = _softmax_narrow(scores, dtype)
+    return probs, probs
+
+
+def _softmax_narrow_bwd(dtype, probs, g):
+    wide = jnp.promote_types(dtype, jnp.float32)
+    y, g = probs.astype(wide), g.astype(wide)
+    # d softmax: y * (g - <g, y>) along the softmax axis.
+    return (y * (g - jnp.sum(g * y, axis=-1, keepdims=True)),)
+
+
+_softmax_narrow.defvjp(_softmax_narrow_fwd, _softmax_narrow_bwd)
 
 
 def padding_mask(attention_mask: Optional[Array], batch: int, length: int) -> Array:

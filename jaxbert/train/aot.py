@@ -31,7 +31,7 @@ from jaxbert.train.parallel import MeshRunner
 from jaxbert.train.recipe import Recipe
 
 TPU_EXTRA = "pip install 'jaxbert[tpu]'"
-# HBM per device (GiB) by device_kind; the first name found in device_kind wins ("TPU v5 lite" is a v5e).
+# HBM per chip (GiB) by device_kind; the first name found in device_kind wins ("TPU v5 lite" is a v5e).
 HBM_GIB = {"TPU v2": 8, "TPU v3": 16, "TPU v4": 32, "TPU v5 lite": 16, "TPU v5e": 16, "TPU v5p": 95,
            "TPU v5": 95, "TPU v6 lite": 32, "TPU v6e": 32}
 
@@ -70,17 +70,24 @@ def target_devices(target: str) -> list:
     return list(topo.devices)
 
 
-def device_hbm_bytes(device) -> int | None:
-    """Memory of one device: the table for TPUs, the runtime's limit for GPUs, None if unknown."""
-    kind = device.device_kind.lower().replace(" ", "")
-    for name, gib in HBM_GIB.items():
-        if name.lower().replace(" ", "") in kind:
-            return gib * 2**30
+def device_hbm_bytes(device, devices=None) -> int | None:
+    """Memory of one device: what the runtime reports for a live device; for a
+    TPU topology's abstract devices, the chip's HBM shared by the devices on that
+    chip (a v4 topology has one device per TensorCore, two per 32 GiB chip).
+    None if unknown."""
     try:
         stats = device.memory_stats() or {}
     except Exception:  # abstract topology devices and some backends have none
         stats = {}
-    return stats.get("bytes_limit")
+    if stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    kind = device.device_kind.lower().replace(" ", "")
+    for name, gib in HBM_GIB.items():
+        if name.lower().replace(" ", "") in kind:
+            coords = getattr(device, "coords", None)
+            same_chip = [d for d in (devices or [device]) if getattr(d, "coords", None) == coords]
+            return gib * 2**30 // max(len(same_chip), 1)
+    return None
 
 
 @dataclasses.dataclass
@@ -131,6 +138,13 @@ def abstract_batch(recipe: Recipe, global_batch: int, sharding) -> dict:
     return batch
 
 
+def write_hlo(compiled, hlo_dir) -> None:
+    """The optimized HLO of a compiled step as hlo_dir/train_step.hlo.txt (nothing when hlo_dir is None)."""
+    if hlo_dir is not None:
+        as_path(hlo_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(as_path(hlo_dir) / "train_step.hlo.txt", compiled.as_text())
+
+
 def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_dir=None) -> StepCost:
     """Lowers and compiles the loop's train step for `devices` from shapes alone.
 
@@ -141,7 +155,8 @@ def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_
     runner = MeshRunner(recipe.parallel, devices=devices)
     tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
-    runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), dummy, dummy)["params"], tx, schedule)
+    runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), dummy, dummy)["params"], tx, schedule,
+                   recipe.train.norm_metrics)
     batch = abstract_batch(recipe, per_device_batch * runner.num_devices,
                            NamedSharding(runner.mesh, P(None, "data")))
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)
@@ -150,6 +165,5 @@ def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_
     t1 = time.perf_counter()
     compiled = lowered.compile()
     t2 = time.perf_counter()
-    if hlo_dir is not None:
-        atomic_write_text(as_path(hlo_dir) / "train_step.hlo.txt", compiled.as_text())
+    write_hlo(compiled, hlo_dir)
     return cost_of(compiled, per_device_batch, t1 - t0, t2 - t1)

@@ -86,7 +86,8 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
     host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
     rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
-    runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule)
+    runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule,
+                   tr.norm_metrics)
     log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
         f"{cfg.vocab_size}, T={recipe.data.seq_len}; {parallel.describe(runner)}; global batch "
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "

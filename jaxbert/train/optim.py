@@ -63,8 +63,27 @@ def _in_default_float(schedule: optax.Schedule) -> optax.Schedule:
     return evaluate
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
+    """optax.clip_by_global_norm (same state, same arithmetic) that takes the
+    norm as ``grad_norm=`` when the caller has it: the train step logs the
+    gradients' norm anyway, and computing it once reads every gradient once."""
+    def init(params):
+        return optax.EmptyState()
+
+    def update(updates, state, params=None, *, grad_norm=None, **extra_args):
+        del params, extra_args
+        norm = optax.tree.norm(updates) if grad_norm is None else grad_norm
+        keep = norm < max_norm
+        clipped = jax.tree_util.tree_map(
+            lambda t: jax.lax.select(keep, t, (t / norm.astype(t.dtype)) * max_norm), updates)
+        return clipped, state
+
+    return optax.GradientTransformationExtraArgs(init, update)
+
+
 def make_optimizer(o: OptimSection, total_steps: int):
-    """Returns (optax transformation, schedule). Updates are applied with optax.apply_updates."""
+    """Returns (optax transformation, schedule). Updates are applied with
+    optax.apply_updates; ``update`` takes ``grad_norm=`` (see clip_by_global_norm)."""
     schedule = make_schedule(o, total_steps)
     if o.name == "adamw":
         core = optax.adamw(schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
@@ -74,5 +93,5 @@ def make_optimizer(o: OptimSection, total_steps: int):
                           mask=decay_mask)
     else:
         raise ValueError(f"optim.name {o.name!r} is unknown")
-    parts = [optax.clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
+    parts = [clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
     return optax.chain(*parts, core), schedule

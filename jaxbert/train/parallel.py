@@ -120,16 +120,17 @@ class MeshRunner:
         self.replicated = NamedSharding(self.mesh, P())
         self.state_sharding = None
 
-    def prepare(self, model, init_params_fn, tx, schedule) -> None:
+    def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True) -> None:
         """Works out the state's shapes and shardings; allocates nothing.
 
         init_params_fn() -> boxed params (nn.LogicallyPartitioned leaves).
+        norm_metrics: the step also logs update and param norms (train.norm_metrics).
         """
         abstract_boxed = jax.eval_shape(init_params_fn)
         specs = param_specs(abstract_boxed, self.p, self.num_devices)
 
         def create():
-            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule)
+            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule, norm_metrics)
 
         self._create = create
         self.state_sharding = self._state_sharding(jax.eval_shape(create), specs, tx)
@@ -208,9 +209,9 @@ class PmapRunner:
         self._one = jax.sharding.SingleDeviceSharding(devices[0])
         self.replicated = self._one  # where saved scalars (step, rng) live
 
-    def prepare(self, model, init_params_fn, tx, schedule) -> None:
+    def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True) -> None:
         def create():
-            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule)
+            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule, norm_metrics)
         self._create = create
         self.abstract = jax.tree_util.tree_map(  # the saved (unreplicated) layout
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self._one), jax.eval_shape(create))

@@ -147,7 +147,7 @@ def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
     auto_remat = recipe.model.remat_policy == "auto"
     if not (auto_batch or auto_remat):
         return recipe
-    budget = device_hbm_bytes(devices[0])
+    budget = device_hbm_bytes(devices[0], devices)
     if budget is None:
         raise InputError(f"train.per_device_batch_size / model.remat_policy 'auto': the memory of "
                          f"{devices[0].device_kind} is unknown; set them in the recipe")

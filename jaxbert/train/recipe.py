@@ -84,6 +84,7 @@ class TrainSection:
     log_every: int = 50
     eval_every: int = 500  # 0 = only at the end
     eval_batches: int = 8  # held-out batches per evaluation (fixed masking); 0 = the whole split
+    norm_metrics: bool = True  # log update_norm and param_norm too (two more reads of every param per step)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,90 @@
+"""The leaner train step: a bf16 softmax residual, and the gradients' norm computed once for logging and clipping."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxbert.model.attention import softmax_as
+from jaxbert.train.optim import clip_by_global_norm
+
+
+def _scores(shape=(2, 3, 5, 7), seed=0):
+    return 3.0 * jax.random.normal(jax.random.PRNGKey(seed), shape, jnp.float32)
+
+
+def test_narrow_softmax_forward_is_the_float32_softmax_rounded_once():
+    x = _scores()
+    got = softmax_as(x, jnp.bfloat16)
+    assert got.dtype == jnp.bfloat16
+    want = jax.nn.softmax(x, axis=-1).astype(jnp.bfloat16)
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def test_narrow_softmax_gradient_matches_the_float32_gradient_to_bf16_rounding():
+    x, w = _scores(seed=1), _scores(seed=2)
+    narrow = jax.grad(lambda s: jnp.sum(softmax_as(s, jnp.bfloat16).astype(jnp.float32) * w))(x)
+    wide = jax.grad(lambda s: jnp.sum(jax.nn.softmax(s, -1) * w))(x)
+    assert narrow.dtype == jnp.float32
+    err = float(jnp.max(jnp.abs(narrow - wide)) / jnp.max(jnp.abs(wide)))
+    assert 1e-5 < err < 2 ** -7  # bf16 probabilities in the backward pass: rounding, not a wrong formula
+    # each row's gradient sums to zero (softmax is shift-invariant), up to that rounding
+    assert float(jnp.max(jnp.abs(narrow.sum(-1)))) < 2 ** -7 * float(jnp.max(jnp.abs(wide)))
+
+
+def test_same_dtype_softmax_is_jax_softmax_exactly():
+    x, w = _scores(seed=3), _scores(seed=4)
+    f = lambda fn: jax.grad(lambda s: jnp.sum(fn(s) * w))(x)
+    np.testing.assert_array_equal(f(lambda s: softmax_as(s, jnp.float32)), f(lambda s: jax.nn.softmax(s, -1)))
+
+
+@pytest.mark.parametrize("max_norm", [0.5, 100.0])
+def test_clip_with_a_given_norm_is_optax_clip(max_norm):
+    grads = {"a": _scores((4, 3), 5), "b": {"c": _scores((6,), 6)}}
+    ours, theirs = clip_by_global_norm(max_norm), optax.clip_by_global_norm(max_norm)
+    want, _ = theirs.update(grads, theirs.init(grads))
+    given, state = ours.update(grads, ours.init(grads), grad_norm=optax.tree.norm(grads))
+    computed, _ = ours.update(grads, ours.init(grads))
+    for got in (given, computed):
+        jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
+    # same (empty) state as optax's, so checkpoints written with either restore into the other
+    assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(theirs.init(grads))
+
+
+def test_clip_uses_the_norm_it_is_given():
+    grads = {"a": jnp.full((4,), 3.0)}  # norm 6
+    clip = clip_by_global_norm(1.0)
+    out, _ = clip.update(grads, clip.init(grads), grad_norm=jnp.asarray(12.0))
+    np.testing.assert_allclose(out["a"], 3.0 / 12.0)  # scaled by the given norm, not the true one
+
+
+def test_norm_metrics_off_drops_two_norms_and_changes_nothing_else():
+    from jaxbert import BertConfig, BertForMaskedLM
+    from jaxbert.train.optim import make_optimizer
+    from jaxbert.train.recipe import OptimSection
+    from jaxbert.train.sources import SyntheticMLM
+    from jaxbert.train.step import TrainState, train_step
+
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=32)
+    model = BertForMaskedLM(cfg)
+    ids = jnp.zeros((1, 16), jnp.int32)
+    params = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
+    tx, schedule = make_optimizer(OptimSection(learning_rate=1e-2, warmup_steps=0, schedule="constant",
+                                               clip_norm=0.05), 10)  # small: the clip acts
+    b = next(SyntheticMLM(64, 8, 16, seed=0, mask_rate=0.25))
+    batch = {k: v[None] for k, v in b.items()}
+    rng = jax.random.PRNGKey(1)
+    out = {}
+    for flag in (True, False):
+        st = TrainState.create(model.apply, params, tx, schedule, norm_metrics=flag)
+        out[flag] = jax.device_get(jax.jit(train_step)(st, batch, rng))
+    (on, m_on), (off, m_off) = out[True], out[False]
+    assert {"update_norm", "param_norm"} <= set(m_on) and not {"update_norm", "param_norm"} & set(m_off)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, on.params, off.params)
+    assert m_on["grad_norm"] == m_off["grad_norm"] > 0.05  # clipped: the update norm is lr-scaled, not raw
+    np.testing.assert_allclose(m_on["param_norm"], float(optax.tree.norm(on.params)), rtol=1e-6)
+    assert m_off["finite"] == 1.0
