@@ -129,9 +129,36 @@ def test_target_bench_rows_and_table_with_a_stand_in_worker():
     records = run_target_bench(args, worker)
     assert [(s["work"], s["contender"]) for s in specs] == [
         ("aot/bert-base/32x128/scan-none", "jaxbert"),
+        ("aot/bert-base/32x128/scan-none-fsdp", "jaxbert"),
         ("aot/bert-base/32x128/unscanned-none", "transformers-flax"),
         ("aot/bert-base/32x128/unscanned-full", "transformers-flax")]
     assert all(s["options"] == {"target": "v4:2x2x1"} for s in specs)
     rows = target_table(records, "v4:2x2x1").splitlines()
-    assert rows[2] == "| bert-base/32x128/scan-none jaxbert | 3.0 | — | — | — | 61 |"
-    assert rows[3] == "| bert-base/32x128/unscanned-none transformers-flax | 3.0 | 2,308.0 | 40.1 | 1.02 | 61 |"
+    assert rows[2] == "| bert-base/32x128/scan-none | jaxbert | 3.0 | — | — | — | 61 |"
+    assert rows[4] == "| bert-base/32x128/unscanned-none | transformers-flax | 3.0 | 2,308.0 | 40.1 | 1.02 | 61 |"
+
+
+def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
+    import argparse
+    from jaxbert.bench import aot as bench_aot
+    from jaxbert.bench.aot import run_target_bench, target_table
+    compiled = []
+
+    def fake_compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
+        compiled.append((contender, B, r.train.accum_steps, r.parallel.fsdp))
+        per_seq = 2 if contender == "jaxbert" else 7  # GiB-free units: bytes
+        return _fake_cost(100 + per_seq * B, B)
+
+    monkeypatch.setattr(bench_aot, "_compile", fake_compile)
+    monkeypatch.setattr(bench_aot.aot, "target_devices", lambda target: [type("D", (), {"device_kind": "TPU v4"})()])
+    monkeypatch.setattr(bench_aot.aot, "device_hbm_bytes", lambda device, devices=None: 100 + 2 * 40)
+    worker = lambda spec: bench_aot.run_aot_work(spec["work"], spec["contender"], spec["options"]["target"])
+    args = argparse.Namespace(quick=False, only=["aot-max/bert-large/T512/scan-full-fsdp", "aot-max/bert-large/T512/unscanned"],
+                              target="v4:2x2x1")
+    records = run_target_bench(args, worker)
+    got = {r.contender: r.extra["largest_batch"] for r in records}
+    assert got == {"jaxbert": 40, "transformers-flax": 11}  # 100 + 7 * 11 = 177 <= 180 < 184
+    assert {(c, a) for c, _, a, _ in compiled} == {("jaxbert", 1), ("transformers-flax", 1)}  # one micro-batch
+    assert all(f for c, _, _, f in compiled if c == "jaxbert")
+    table = target_table(records, "v4:2x2x1")
+    assert "| bert-large/T512/scan-full-fsdp | jaxbert | 40 | 0.0 |" in table

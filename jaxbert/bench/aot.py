@@ -25,10 +25,13 @@ from jaxbert.train import recipe as recipes
 
 # (model, recipe it ships in, per-chip batch, sequence length)
 MODELS = {"bert-base": ("bert-base-phase1", 32, 128), "bert-large": ("bert-large-lamb-phase2", 8, 512)}
-# (contender, scan_layers, remat policy); the old port's remat is its gradient_checkpointing flag.
-ROWS = (("jaxbert", False, "none"), ("jaxbert", False, "full"), ("jaxbert", True, "none"),
-        ("jaxbert", True, "dots"), ("jaxbert", True, "full"),
-        ("transformers-flax", False, "none"), ("transformers-flax", False, "full"))
+# (contender, scan_layers, remat policy, fsdp); the old port's remat is its gradient_checkpointing flag.
+ROWS = (("jaxbert", False, "none", False), ("jaxbert", False, "full", False),
+        ("jaxbert", True, "none", False), ("jaxbert", True, "full", False),
+        ("jaxbert", True, "none", True), ("jaxbert", True, "dots", True), ("jaxbert", True, "full", True),
+        ("transformers-flax", False, "none", False), ("transformers-flax", False, "full", False))
+# The largest per-chip batch that fits the device: jaxbert's shipped layout against the old port's best.
+MAX_ROWS = (("jaxbert", True, "full", True), ("transformers-flax", False, "full", False))
 
 
 @dataclasses.dataclass
@@ -37,54 +40,86 @@ class AotWork:
     contender: str
     scan_layers: bool
     remat_policy: str
+    fsdp: bool = False
+    largest: bool = False  # search the largest batch that fits instead of compiling the recipe's
 
     @property
     def name(self) -> str:
         recipe, B, T = MODELS[self.model]
-        layout = "scan" if self.scan_layers else "unscanned"
-        return f"aot/{self.model}/{B}x{T}/{layout}-{self.remat_policy}"
+        layout = ("scan" if self.scan_layers else "unscanned") + f"-{self.remat_policy}" + ("-fsdp" if self.fsdp else "")
+        return f"aot-max/{self.model}/T{T}/{layout}" if self.largest else f"aot/{self.model}/{B}x{T}/{layout}"
 
 
 def works(models) -> list[AotWork]:
-    return [AotWork(m, *row) for m in models for row in ROWS]
+    fixed = [AotWork(m, *row) for m in models for row in ROWS]
+    return fixed + [AotWork(m, *row, largest=True) for m in models if m != "bert-base" for row in MAX_ROWS]
 
 
-def run_aot_work(work: str, contender: str, target: str) -> dict:
-    """In a worker: compile one row for `target`; {'seconds': [lower + compile], 'extra': figures}."""
-    _, model, shape, layout = work.split("/")
-    scan, policy = layout.split("-", 1)
+def _recipe(model: str, layout: str, largest: bool):
+    scan, policy, *fsdp = layout.split("-")
     name, B, T = MODELS[model]
-    r = recipes.load(name, [f"model.scan_layers={scan == 'scan'}", f"model.remat_policy={policy}"])
+    over = [f"model.scan_layers={scan == 'scan'}", f"model.remat_policy={policy}", f"parallel.fsdp={bool(fsdp)}"]
+    if largest:
+        over.append("train.accum_steps=1")  # one micro-batch, as the old port steps
+    return recipes.load(name, over), scan == "scan", policy, B, T
+
+
+def _compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
+    if contender == "jaxbert":
+        return aot.compile_train_step(r, cfg, devices, B, hlo_dir=hlo_dir)
+    return compile_old_port_step(cfg, devices, B, T, jnp.dtype(r.model.dtype),
+                                 gradient_checkpointing=policy != "none", hlo_dir=hlo_dir)
+
+
+def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
+    """In a worker: compile one row for `target`; {'seconds': [lower + compile], 'extra': figures}."""
+    kind, model, shape, layout = work.split("/")
+    r, scanned, policy, B, T = _recipe(model, layout, kind == "aot-max")
     cfg = r.bert_config()
     devices = aot.target_devices(target)
+    extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
+    if kind == "aot-max":
+        budget = aot.device_hbm_bytes(devices[0], devices)
+        b, seen = plan.largest_batch(lambda n: _compile(contender, r, cfg, devices, n, T, policy), budget, start=8)
+        extra.update(largest_batch=b, budget_gib=round(budget / 2**30, 2), compiles=len(seen),
+                     hbm_gib=round(seen[b].hbm / 2**30, 2) if b in seen else None,
+                     over_gib=round(seen[b + 1].hbm / 2**30, 2) if b + 1 in seen else None)
+        return {"seconds": [sum(c.lower_s + c.compile_s for c in seen.values())], "extra": extra}
+    cost = _compile(contender, r, cfg, devices, B, T, policy, hlo_dir)
     if contender == "jaxbert":
-        cost = aot.compile_train_step(r, cfg, devices, B)
         model_flops = plan.model_flops_per_device(r, cfg, B)
     else:
-        cost = compile_old_port_step(cfg, devices, B, T, jnp.dtype(r.model.dtype),
-                                     gradient_checkpointing=policy != "none")
         model_flops = train_flops_per_token(cfg, T, 1.0) * B * T  # its head runs at every position
-    extra = {"device_kind": devices[0].device_kind, "devices": len(devices),
-             "hbm_gb": round(cost.hbm / 1e9, 2), "hbm_gib": round(cost.hbm / 2**30, 2),
-             "temp_gb": round(cost.temporaries / 1e9, 2),
-             "model_gflop": round(model_flops / 1e9, 1)}
-    if not (scan == "scan") and cost.flops:
+    extra.update(hbm_gb=round(cost.hbm / 1e9, 2), hbm_gib=round(cost.hbm / 2**30, 2),
+                 temp_gb=round(cost.temporaries / 1e9, 2), model_gflop=round(model_flops / 1e9, 1))
+    if not scanned and cost.flops:
         extra.update(gflop=round(cost.flops / 1e9, 1), gb_accessed=round(cost.bytes_accessed / 1e9, 1),
                      xla_over_model_flops=round(cost.flops / model_flops, 3))
     return {"seconds": [cost.lower_s + cost.compile_s], "extra": extra}
 
 
 def target_table(records: list[Record], target: str) -> str:
-    """Markdown: one row per compiled step."""
-    lines = [f"| step ({target}) | HBM per chip GiB | GFLOP per chip | GB accessed | XLA / model FLOPs | compile s |",
-             "|---|---|---|---|---|---|"]
-    for r in records:
+    """Markdown: one row per compiled step, then the largest batches."""
+    fixed = [r for r in records if r.work.startswith("aot/")]
+    largest = [r for r in records if r.work.startswith("aot-max/")]
+    dash = lambda e, k: f"{e[k]:,}" if e.get(k) is not None else "—"
+    lines = [f"| step ({target}) | contender | HBM per chip GiB | GFLOP per chip | GB accessed | XLA / model FLOPs "
+             "| compile s |", "|---|---|---|---|---|---|---|"]
+    for r in fixed:
         e = r.extra or {}
-        dash = lambda k: f"{e[k]:,}" if k in e else "—"
-        lines.append(f"| {r.work.removeprefix('aot/')} {r.contender} | {dash('hbm_gib')} | {dash('gflop')} | "
-                     f"{dash('gb_accessed')} | {dash('xla_over_model_flops')} | {r.median:.0f} |")
-    return "\n".join(lines) + ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A scanned step's FLOPs and bytes "
-                               "count its loop body once: left out.")
+        lines.append(f"| {r.work.removeprefix('aot/')} | {r.contender} | {dash(e, 'hbm_gib')} | {dash(e, 'gflop')} | "
+                     f"{dash(e, 'gb_accessed')} | {dash(e, 'xla_over_model_flops')} | {r.median:.0f} |")
+    out = "\n".join(lines) + ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A scanned step's FLOPs and bytes "
+                              "count its loop body once: left out.")
+    if largest:
+        lines = [f"| largest batch ({target}) | contender | sequences per chip | HBM GiB | one more GiB | budget GiB "
+                 "| compiles |", "|---|---|---|---|---|---|---|"]
+        for r in largest:
+            e = r.extra or {}
+            lines.append(f"| {r.work.removeprefix('aot-max/')} | {r.contender} | {dash(e, 'largest_batch')} | "
+                         f"{dash(e, 'hbm_gib')} | {dash(e, 'over_gib')} | {dash(e, 'budget_gib')} | {dash(e, 'compiles')} |")
+        out += "\n\n" + "\n".join(lines)
+    return out
 
 
 def run_target_bench(args, worker) -> list[Record]:
@@ -101,6 +136,10 @@ def run_target_bench(args, worker) -> list[Record]:
         record = time_record(w.name, w.contender, out["seconds"], **out["extra"])
         records.append(record)
         e = record.extra
-        print(f"{w.name:36s} {w.contender:18s} HBM {e['hbm_gib']:6.2f} GiB  GFLOP {e.get('gflop', '—')!s:>8}  "
-              f"GB accessed {e.get('gb_accessed', '—')!s:>6}  compile {record.median:.0f}s", flush=True)
+        if w.largest:
+            print(f"{w.name:36s} {w.contender:18s} largest batch {e['largest_batch']} ({e['hbm_gib']} GiB of "
+                  f"{e['budget_gib']}; {e['compiles']} compiles, {record.median:.0f}s)", flush=True)
+        else:
+            print(f"{w.name:36s} {w.contender:18s} HBM {e['hbm_gib']:6.2f} GiB  GFLOP {e.get('gflop', '—')!s:>8}  "
+                  f"GB accessed {e.get('gb_accessed', '—')!s:>6}  compile {record.median:.0f}s", flush=True)
     return records

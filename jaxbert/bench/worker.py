@@ -75,7 +75,7 @@ def run(spec: dict) -> dict:
     options, pause = spec.get("options", {}), spec.get("pause", 0.5)
     if work == "device":
         return {"seconds": [], "extra": describe_device()}
-    if work.startswith("aot/"):
+    if work.startswith(("aot/", "aot-max/")):
         return run_aot_work(work, contender, options["target"])
     if work.startswith("compile/"):
         return {"seconds": [compile_seconds(work, options)], "extra": {}}
