@@ -1,0 +1,130 @@
+"""Where a compiled train step's bytes go: operand + result bytes of each top-level HLO instruction.
+
+Reads the optimized HLO text that `jaxbert.train.aot.compile_train_step(..., hlo_dir=D)` (or
+`jaxbert.bench.oldport.compile_old_port_step(..., hlo_dir=D)`) writes to D/train_step.hlo.txt and
+groups the bytes each instruction of the entry computation (and of while bodies, times their trip
+count) reads and writes by what it came from: the encoder layers (forward / backward), the
+embeddings, the MLM head and loss, the rest (optimizer, norms, RNG), the collectives, and what XLA
+inserted itself (asynchronous memory-space copies, parameter concatenations). The sum lands near
+XLA's own `bytes accessed`; it is a reading aid for comparing two steps, not XLA's cost model.
+
+  python benchmarks/hlo_bytes.py A/train_step.hlo.txt [B/train_step.hlo.txt] [--layer 5] [--top 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+
+ITEM = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
+        "s8": 1, "u8": 1, "pred": 1}
+SHAPE = re.compile(r"\b(" + "|".join(ITEM) + r")\[([0-9,]*)\]")
+INSTR = re.compile(r"^(?:ROOT )?%?([\w.\-]+) = (.*?) ([\w\-]+)\((.*?)\)(.*)$")
+HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{$")
+FREE = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "after-all", "partition-id", "replica-id"}
+
+
+def nbytes(shape_text: str) -> int:
+    total = 0
+    for dtype, dims in SHAPE.findall(shape_text):
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n * ITEM[dtype]
+    return total
+
+
+def computations(text: str) -> tuple[dict, str]:
+    comps, entry, cur = {}, None, None
+    for line in text.splitlines():
+        m = HEADER.match(line)
+        if m and not line.startswith(" "):
+            cur = m.group(2)
+            comps[cur] = []
+            entry = cur if m.group(1) else entry
+        elif cur and line.startswith("  "):
+            comps[cur].append(line.strip())
+    return comps, entry
+
+
+def instructions(comps: dict, name: str, times: int = 1):
+    """(bytes, opcode, source op_name) per executed instruction; while bodies times their trip count."""
+    parsed = [m for m in map(INSTR.match, comps[name]) if m]
+    size = {m.group(1): nbytes(m.group(2)) for m in parsed}
+    for m in parsed:
+        iname, shape, op, args, rest = m.groups()
+        if op in FREE or op.endswith("-start"):
+            continue
+        if op.endswith("-done"):  # an asynchronous copy or slice: read once, written once
+            yield 2 * size[iname] * times, op, "<async copy>"
+            continue
+        if op == "while":
+            body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
+            trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
+            yield from instructions(comps, body, times * (int(trip.group(1)) if trip else 1))
+            continue
+        if op in ("call", "conditional"):
+            for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
+                if callee in comps:
+                    yield from instructions(comps, callee, times)
+            continue
+        operands = [a.strip().lstrip("%") for a in args.split(",")]
+        source = re.search(r'op_name="([^"]*)"', rest)
+        yield (size.get(iname, 0) + sum(size.get(a, 0) for a in operands)) * times, op, source.group(1) if source else ""
+
+
+def category(op: str, source: str) -> str:
+    if source == "<async copy>":
+        return "XLA: async memory-space copies"
+    if op.startswith(("all-reduce", "reduce-scatter", "all-gather", "collective")):
+        return "collectives"
+    if not source:
+        return "XLA: parameter concatenations" if op == "custom-call" else f"XLA: {op}"
+    backward = "transpose(" in source
+    if "/encoder/" in source:
+        return ("backward" if backward else "forward") + " encoder layers"
+    if "/embeddings/" in source:
+        return "embeddings"
+    if "/cls/" in source or "take_along_axis" in source or "log_softmax" in source or "softmax_cross" in source:
+        return "MLM head + loss"
+    return "rest: optimizer, norms, RNG"
+
+
+def summary(path: str, layer: int | None):
+    comps, entry = computations(open(path).read())
+    by = collections.Counter()
+    in_layer = collections.Counter()
+    pattern = None if layer is None else re.compile(rf"(layer\.apply_layer|layer)/{layer}/")
+    for b, op, source in instructions(comps, entry):
+        by[category(op, source)] += b
+        if pattern is not None and pattern.search(source):
+            in_layer[re.sub(r".*?/(attention/self|attention/output|intermediate|output)/", r"\1/",
+                            source)[:70] + (" (bwd)" if "transpose(" in source else "")] += b
+    return by, in_layer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("hlo", nargs="+", help="train_step.hlo.txt files (one column each)")
+    ap.add_argument("--layer", type=int, default=None, help="also split this encoder layer's bytes by op")
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    results = [summary(p, args.layer) for p in args.hlo]
+    keys = sorted({k for by, _ in results for k in by}, key=lambda k: -max(by[k] for by, _ in results))
+    print("| bytes (GB) | " + " | ".join(args.hlo) + " |")
+    print("|---|" + "---|" * len(args.hlo))
+    for k in keys:
+        if max(by[k] for by, _ in results) < 5e6:
+            continue
+        print(f"| {k} | " + " | ".join(f"{by[k] / 1e9:.2f}" for by, _ in results) + " |")
+    print("| total | " + " | ".join(f"{sum(by.values()) / 1e9:.2f}" for by, _ in results) + " |")
+    if args.layer is not None:
+        for path, (_, in_layer) in zip(args.hlo, results):
+            print(f"\nlayer {args.layer} of {path}: {sum(in_layer.values()) / 1e9:.3f} GB")
+            for k, v in in_layer.most_common(args.top):
+                print(f"  {v / 1e6:8.1f} MB  {k}")
+
+
+if __name__ == "__main__":
+    main()
