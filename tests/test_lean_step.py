@@ -88,3 +88,18 @@ def test_norm_metrics_off_drops_two_norms_and_changes_nothing_else():
     assert m_on["grad_norm"] == m_off["grad_norm"] > 0.05  # clipped: the update norm is lr-scaled, not raw
     np.testing.assert_allclose(m_on["param_norm"], float(optax.tree.norm(on.params)), rtol=1e-6)
     assert m_off["finite"] == 1.0
+
+
+def test_a_run_with_norm_metrics_off_logs_plots_and_finishes(tmp_path, capsys):
+    from _train_util import metric_rows, write_recipe
+    from jaxbert.cli.main import main
+
+    recipe = write_recipe(tmp_path / "tiny.yaml", train={"steps": 6, "log_every": 3, "eval_every": 0,
+                                                          "norm_metrics": False}, outputs={"plot": True})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0
+    assert "finished at step 6" in capsys.readouterr().out
+    train = [r for r in metric_rows(wd) if "loss" in r]
+    assert [r["step"] for r in train] == [3, 6]
+    assert all(r["grad_norm"] > 0 and "update_norm" not in r and "param_norm" not in r for r in train)
+    assert (wd / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -147,11 +147,13 @@ def softmax_as(scores: Array, dtype) -> Array:
     When `dtype` is narrower (bf16 compute, float32 softmax) the backward pass
     keeps the narrow probabilities, not float32 ones: the [B, N, T, S] residual
     every layer saves for its gradient is half the bytes, and written and read
-    once less. The gradient itself is formed in the softmax dtype.
+    once less. The gradient itself is formed in scores' dtype. That path is a
+    custom VJP: reverse mode only (jax.jvp / jacfwd through it raise).
     """
-    if jnp.dtype(dtype) == scores.dtype:
-        return jax.nn.softmax(scores, axis=-1)
-    return _softmax_narrow(scores, jnp.dtype(dtype))
+    dtype = jnp.dtype(dtype)
+    if dtype.itemsize >= scores.dtype.itemsize:
+        return jax.nn.softmax(scores, axis=-1).astype(dtype)
+    return _softmax_narrow(scores, dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -161,12 +163,12 @@ def _softmax_narrow(scores, dtype):
 
 def _softmax_narrow_fwd(scores, dtype):
     probs = _softmax_narrow(scores, dtype)
-    return probs, probs
+    return probs, (probs, jnp.zeros((), scores.dtype))
 
 
-def _softmax_narrow_bwd(dtype, probs, g):
-    wide = jnp.promote_types(dtype, jnp.float32)
-    y, g = probs.astype(wide), g.astype(wide)
+def _softmax_narrow_bwd(dtype, res, g):
+    probs, wide_zero = res
+    y, g = probs.astype(wide_zero.dtype), g.astype(wide_zero.dtype)
     # d softmax: y * (g - <g, y>) along the softmax axis.
     return (y * (g - jnp.sum(g * y, axis=-1, keepdims=True)),)
 

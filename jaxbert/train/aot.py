@@ -32,7 +32,8 @@ from jaxbert.train.recipe import Recipe
 
 TPU_EXTRA = "pip install 'jaxbert[tpu]'"
 # HBM per chip (GiB) by device_kind; the first name found in device_kind wins ("TPU v5 lite" is a v5e).
-HBM_GIB = {"TPU v2": 8, "TPU v3": 16, "TPU v4": 32, "TPU v5 lite": 16, "TPU v5e": 16, "TPU v5p": 95,
+# v2, v3 and v4 chips hold two TensorCores; their topologies list one device per core.
+HBM_GIB = {"TPU v2": 16, "TPU v3": 32, "TPU v4": 32, "TPU v5 lite": 16, "TPU v5e": 16, "TPU v5p": 95,
            "TPU v5": 95, "TPU v6 lite": 32, "TPU v6e": 32}
 
 

@@ -102,7 +102,8 @@ class MetricWindow:
             raise Diverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
                                    f"it (metrics: {summarize(m)})")
         for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
-            self.sums.setdefault("_last", {})[key] = m.pop(key)
+            if key in m:  # update_norm / param_norm only with train.norm_metrics
+                self.sums.setdefault("_last", {})[key] = m.pop(key)
         for k, v in m.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.n += 1
