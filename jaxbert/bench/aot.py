@@ -103,16 +103,17 @@ def target_table(records: list[Record], target: str) -> str:
     fixed = [r for r in records if r.work.startswith("aot/")]
     largest = [r for r in records if r.work.startswith("aot-max/")]
     dash = lambda e, k: f"{e[k]:,}" if e.get(k) is not None else "—"
-    lines = [f"| step ({target}) | contender | HBM per chip GiB | GFLOP per chip | GB accessed | XLA / model FLOPs "
+    lines = [f"| step ({target}) | contender | HBM per device GiB | GFLOP per device | GB accessed | XLA / model FLOPs "
              "| compile s |", "|---|---|---|---|---|---|---|"]
     for r in fixed:
         e = r.extra or {}
         lines.append(f"| {r.work.removeprefix('aot/')} | {r.contender} | {dash(e, 'hbm_gib')} | {dash(e, 'gflop')} | "
                      f"{dash(e, 'gb_accessed')} | {dash(e, 'xla_over_model_flops')} | {r.median:.0f} |")
-    out = "\n".join(lines) + ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A scanned step's FLOPs and bytes "
+    out = "\n".join(lines) + ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A device is what the topology lists "
+                              "(v2-v4: one TensorCore, half a chip). A scanned step's FLOPs and bytes "
                               "count its loop body once: left out.")
     if largest:
-        lines = [f"| largest batch ({target}) | contender | sequences per chip | HBM GiB | one more GiB | budget GiB "
+        lines = [f"| largest batch ({target}) | contender | sequences per device | HBM GiB | one more GiB | budget GiB "
                  "| compiles |", "|---|---|---|---|---|---|---|"]
         for r in largest:
             e = r.extra or {}
