@@ -98,28 +98,28 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     return {"seconds": [cost.lower_s + cost.compile_s], "extra": extra}
 
 
+def _table(records: list[Record], prefix: str, title: str, columns: dict) -> str:
+    """Markdown: a row per record of kind `prefix`; columns maps header -> extra key (or a callable of the record)."""
+    dash = lambda v: f"{v:,}" if v is not None else "—"
+    lines = [f"| {title} | contender | " + " | ".join(columns) + " |", "|---" * (len(columns) + 2) + "|"]
+    for r in records:
+        if r.work.startswith(prefix + "/"):
+            cells = [v(r) if callable(v) else dash((r.extra or {}).get(v)) for v in columns.values()]
+            lines.append(f"| {r.work.removeprefix(prefix + '/')} | {r.contender} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def target_table(records: list[Record], target: str) -> str:
     """Markdown: one row per compiled step, then the largest batches."""
-    fixed = [r for r in records if r.work.startswith("aot/")]
-    largest = [r for r in records if r.work.startswith("aot-max/")]
-    dash = lambda e, k: f"{e[k]:,}" if e.get(k) is not None else "—"
-    lines = [f"| step ({target}) | contender | HBM per device GiB | GFLOP per device | GB accessed | XLA / model FLOPs "
-             "| compile s |", "|---|---|---|---|---|---|---|"]
-    for r in fixed:
-        e = r.extra or {}
-        lines.append(f"| {r.work.removeprefix('aot/')} | {r.contender} | {dash(e, 'hbm_gib')} | {dash(e, 'gflop')} | "
-                     f"{dash(e, 'gb_accessed')} | {dash(e, 'xla_over_model_flops')} | {r.median:.0f} |")
-    out = "\n".join(lines) + ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A device is what the topology lists "
-                              "(v2-v4: one TensorCore, half a chip). A scanned step's FLOPs and bytes "
-                              "count its loop body once: left out.")
-    if largest:
-        lines = [f"| largest batch ({target}) | contender | sequences per device | HBM GiB | one more GiB | budget GiB "
-                 "| compiles |", "|---|---|---|---|---|---|---|"]
-        for r in largest:
-            e = r.extra or {}
-            lines.append(f"| {r.work.removeprefix('aot-max/')} | {r.contender} | {dash(e, 'largest_batch')} | "
-                         f"{dash(e, 'hbm_gib')} | {dash(e, 'over_gib')} | {dash(e, 'budget_gib')} | {dash(e, 'compiles')} |")
-        out += "\n\n" + "\n".join(lines)
+    out = _table(records, "aot", f"step ({target})", {
+        "HBM per device GiB": "hbm_gib", "GFLOP per device": "gflop", "GB accessed": "gb_accessed",
+        "XLA / model FLOPs": "xla_over_model_flops", "compile s": lambda r: f"{r.median:.0f}"})
+    out += ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A device is what the topology lists "
+            "(v2-v4: one TensorCore, half a chip). A scanned step's FLOPs and bytes count its loop body once: left out.")
+    if any(r.work.startswith("aot-max/") for r in records):
+        out += "\n\n" + _table(records, "aot-max", f"largest batch ({target})", {
+            "sequences per device": "largest_batch", "HBM GiB": "hbm_gib", "one more GiB": "over_gib",
+            "budget GiB": "budget_gib", "compiles": "compiles"})
     return out
 
 
