@@ -1,0 +1,90 @@
+"""The leaner-step figures in README: one train step compiled with and without each change.
+
+Compiles the bert-base-phase1 step (layers unrolled, no remat, replicated, 32 x 128 per device) for a
+target, in one process per variant, and prints XLA's per-device HBM, GFLOP (and its ratio to the model
+formula) and bytes accessed:
+
+  baseline         the step as it ships (bf16 softmax residual, grad norm shared with clipping)
+  fp32-residual    the softmax's backward keeps float32 probabilities (jax.nn.softmax, as before)
+  norm-metrics     also logs the update and param norms (train.norm_metrics=true)
+  no-attn-dropout  attention dropout 0 (what drawing its random bits costs)
+  rbg-dropout      dropout bits from the rbg generator instead of threefry
+
+  python benchmarks/step_variants.py [--target v4:2x2x1] [--only baseline rbg-dropout] [--hlo-dir D]
+
+Needs libtpu for a TPU target (pip install 'jaxbert[tpu]'); each bert-base compile takes minutes on 2 cores.
+--hlo-dir D writes D/VARIANT/train_step.hlo.txt for benchmarks/hlo_bytes.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+VARIANTS = ("baseline", "fp32-residual", "norm-metrics", "no-attn-dropout", "rbg-dropout")
+BASE = ["model.scan_layers=false", "model.remat_policy=none", "parallel.fsdp=false"]
+
+
+def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from jaxbert.model import attention
+    from jaxbert.train import aot, plan, step
+    from jaxbert.train import recipe as recipes
+
+    over = list(BASE)
+    if variant == "fp32-residual":
+        attention.softmax_as = lambda scores, dtype: jax.nn.softmax(scores, axis=-1).astype(dtype)
+    elif variant == "norm-metrics":
+        over.append("train.norm_metrics=true")
+    elif variant == "no-attn-dropout":
+        over.append("model.config.attention_probs_dropout_prob=0.0")
+    elif variant == "rbg-dropout":
+        sums = step._sums
+
+        def rbg_sums(params, apply_fn, mb, rng, deterministic):
+            key = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="rbg")
+            return sums(params, apply_fn, mb, key, deterministic)
+        step._sums = rbg_sums
+    r = recipes.load("bert-base-phase1", over)
+    cfg = r.bert_config()
+    out = None if hlo_dir is None else os.path.join(hlo_dir, variant)
+    cost = aot.compile_train_step(r, cfg, aot.target_devices(target), batch, hlo_dir=out)
+    model = plan.model_flops_per_device(r, cfg, batch)
+    return {"variant": variant, "hbm_gib": round(cost.hbm / 2**30, 2), "gflop": round(cost.flops / 1e9, 1),
+            "xla_over_model": round(cost.flops / model, 3), "gb_accessed": round(cost.bytes_accessed / 1e9, 1),
+            "compile_s": round(cost.compile_s)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="v4:2x2x1")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--only", nargs="*", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--hlo-dir", default=None)
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(compile_variant(args.worker, args.target, args.batch, args.hlo_dir)))
+        return
+    env = {**os.environ, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TPU_SKIP_MDS_QUERY": "1"}
+    print("| variant | HBM per device GiB | GFLOP | XLA / model FLOPs | GB accessed | compile s |\n|---|---|---|---|---|---|")
+    for variant in args.only:
+        cmd = [sys.executable, __file__, "--worker", variant, "--target", args.target, "--batch", str(args.batch)]
+        if args.hlo_dir:
+            cmd += ["--hlo-dir", args.hlo_dir]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"| {variant} | failed: {(done.stderr.strip().splitlines() or ['?'])[-1]} |||||", flush=True)
+            continue
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"| {variant} | {r['hbm_gib']} | {r['gflop']:,} | {r['xla_over_model']} | {r['gb_accessed']} | "
+              f"{r['compile_s']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
