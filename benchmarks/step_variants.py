@@ -4,8 +4,10 @@ Compiles the bert-base-phase1 step (layers unrolled, no remat, replicated, 32 x 
 target, in one process per variant, and prints XLA's per-device HBM, GFLOP (and its ratio to the model
 formula) and bytes accessed:
 
-  baseline         the step as it ships (bf16 softmax residual, grad norm shared with clipping)
-  fp32-residual    the softmax's backward keeps float32 probabilities (jax.nn.softmax, as before)
+  baseline         the step as it ships (bf16 softmax in and out, bf16 loss gradient, grad norm shared
+                   with clipping)
+  fp32-residual    the softmax as jax.nn.softmax on float32 masked scores (float32 residual), as before
+  fp32-loss-grad   the MLM loss by autodiff through float32 logits (a float32 [B, M, V] gradient)
   norm-metrics     also logs the update and param norms (train.norm_metrics=true)
   no-attn-dropout  attention dropout 0 (what drawing its random bits costs)
   rbg-dropout      dropout bits from the rbg generator instead of threefry
@@ -24,13 +26,14 @@ import os
 import subprocess
 import sys
 
-VARIANTS = ("baseline", "fp32-residual", "norm-metrics", "no-attn-dropout", "rbg-dropout")
+VARIANTS = ("baseline", "fp32-residual", "fp32-loss-grad", "norm-metrics", "no-attn-dropout", "rbg-dropout")
 BASE = ["model.scan_layers=false", "model.remat_policy=none", "parallel.fsdp=false"]
 
 
 def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) -> dict:
     import jax
     import jax.numpy as jnp
+    import optax
 
     from jaxbert.model import attention
     from jaxbert.train import aot, plan, step
@@ -38,7 +41,13 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
 
     over = list(BASE)
     if variant == "fp32-residual":
-        attention.softmax_as = lambda scores, dtype: jax.nn.softmax(scores, axis=-1).astype(dtype)
+        def wide_softmax(scores, mask):  # float32 masked scores, float32 residual for the backward pass
+            wide = jnp.where(mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+            return jax.nn.softmax(wide, axis=-1).astype(scores.dtype)
+        attention.masked_softmax = wide_softmax
+    elif variant == "fp32-loss-grad":
+        step.cross_entropy = lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
+            logits.astype(jnp.float32), labels)
     elif variant == "norm-metrics":
         over.append("train.norm_metrics=true")
     elif variant == "no-attn-dropout":

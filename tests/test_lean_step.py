@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxbert.model.attention import softmax_as
+from jaxbert.model.attention import masked_softmax
 from jaxbert.train.optim import clip_by_global_norm
 
 
@@ -16,29 +16,49 @@ def _scores(shape=(2, 3, 5, 7), seed=0):
     return 3.0 * jax.random.normal(jax.random.PRNGKey(seed), shape, jnp.float32)
 
 
+def _mask(shape, seed=9):
+    """Random key-padding mask [B, 1, 1, S] with batch row 0 masked entirely."""
+    m = jax.random.bernoulli(jax.random.PRNGKey(seed), 0.7, (shape[0], 1, 1, shape[-1]))
+    return m.at[0].set(False)
+
+
+def _wide_softmax(x, mask):
+    x = jnp.where(mask, x.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    return jax.nn.softmax(x, axis=-1)
+
+
 def test_narrow_softmax_forward_is_the_float32_softmax_rounded_once():
-    x = _scores()
-    got = softmax_as(x, jnp.bfloat16)
-    assert got.dtype == jnp.bfloat16
-    want = jax.nn.softmax(x, axis=-1).astype(jnp.bfloat16)
-    np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+    x = _scores((3, 4, 16, 64)).astype(jnp.bfloat16)
+    mask = _mask(x.shape)
+    got = np.asarray(masked_softmax(x, mask), np.float32)
+    assert masked_softmax(x, mask).dtype == jnp.bfloat16
+    want = np.asarray(_wide_softmax(x, mask).astype(jnp.bfloat16), np.float32)
+    # exp(z - log(sum)) instead of exp(z) / sum: at most one bf16 step apart, almost always equal
+    ulp = np.maximum(np.abs(want), np.finfo(np.float32).tiny) * 2.0 ** -7
+    assert np.all(np.abs(got - want) <= ulp)
+    assert np.mean(got == want) > 0.99
+    assert np.all(got[1:][~np.broadcast_to(np.asarray(mask[1:]), got[1:].shape)] == 0)  # masked keys get 0
+    np.testing.assert_array_equal(got[0], 1.0 / x.shape[-1])  # every key masked: uniform, as transformers
 
 
 def test_narrow_softmax_gradient_matches_the_float32_gradient_to_bf16_rounding():
-    x, w = _scores(seed=1), _scores(seed=2)
-    narrow = jax.grad(lambda s: jnp.sum(softmax_as(s, jnp.bfloat16).astype(jnp.float32) * w))(x)
-    wide = jax.grad(lambda s: jnp.sum(jax.nn.softmax(s, -1) * w))(x)
-    assert narrow.dtype == jnp.float32
+    x, w = _scores(seed=1).astype(jnp.bfloat16), _scores(seed=2)
+    mask = _mask(x.shape, seed=3)
+    narrow = jax.grad(lambda s: jnp.sum(masked_softmax(s, mask).astype(jnp.float32) * w))(x)
+    wide = jax.grad(lambda s: jnp.sum(_wide_softmax(s, mask) * w))(x)
+    assert narrow.dtype == jnp.bfloat16
+    narrow = narrow.astype(jnp.float32)
     err = float(jnp.max(jnp.abs(narrow - wide)) / jnp.max(jnp.abs(wide)))
     assert 1e-5 < err < 2 ** -7  # bf16 probabilities in the backward pass: rounding, not a wrong formula
     # each row's gradient sums to zero (softmax is shift-invariant), up to that rounding
-    assert float(jnp.max(jnp.abs(narrow.sum(-1)))) < 2 ** -7 * float(jnp.max(jnp.abs(wide)))
+    assert float(jnp.max(jnp.abs(narrow.sum(-1)))) < 2 ** -6 * float(jnp.max(jnp.abs(wide)))
 
 
-def test_same_dtype_softmax_is_jax_softmax_exactly():
+def test_float32_softmax_is_jax_softmax_exactly():
     x, w = _scores(seed=3), _scores(seed=4)
+    mask = _mask(x.shape, seed=5)
     f = lambda fn: jax.grad(lambda s: jnp.sum(fn(s) * w))(x)
-    np.testing.assert_array_equal(f(lambda s: softmax_as(s, jnp.float32)), f(lambda s: jax.nn.softmax(s, -1)))
+    np.testing.assert_array_equal(f(lambda s: masked_softmax(s, mask)), f(lambda s: _wide_softmax(s, mask)))
 
 
 @pytest.mark.parametrize("max_norm", [0.5, 100.0])
@@ -103,3 +123,23 @@ def test_a_run_with_norm_metrics_off_logs_plots_and_finishes(tmp_path, capsys):
     assert [r["step"] for r in train] == [3, 6]
     assert all(r["grad_norm"] > 0 and "update_norm" not in r and "param_norm" not in r for r in train)
     assert (wd / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_narrow_cross_entropy_is_float32_cross_entropy_with_a_bf16_gradient():
+    from jaxbert.train.step import cross_entropy
+    logits = (4.0 * _scores((3, 5, 300), 10)).astype(jnp.bfloat16)
+    labels = jax.random.randint(jax.random.PRNGKey(11), (3, 5), 0, 300)
+    w = jax.random.uniform(jax.random.PRNGKey(12), (3, 5))
+    wide = lambda l: optax.softmax_cross_entropy_with_integer_labels(l.astype(jnp.float32), labels)
+    np.testing.assert_allclose(cross_entropy(logits, labels), wide(logits), rtol=1e-6, atol=1e-6)
+    got = jax.grad(lambda l: jnp.sum(cross_entropy(l, labels) * w))(logits)
+    want = jax.grad(lambda l: jnp.sum(wide(l) * w))(logits)  # autodiff: float32, rounded to bf16 at the end
+    assert got.dtype == jnp.bfloat16
+    diff = np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32))
+    assert np.all(diff <= np.abs(np.asarray(want, np.float32)) * 2.0 ** -8 + 1e-12)
+    # the label's entry carries the -w: a gradient without the one-hot would not have it
+    picked = np.take_along_axis(np.asarray(got, np.float32), np.asarray(labels)[..., None], -1)[..., 0]
+    assert np.all(picked < 0)
+    f32 = _scores((3, 5, 300), 13)
+    np.testing.assert_array_equal(cross_entropy(f32, labels),
+                                  optax.softmax_cross_entropy_with_integer_labels(f32, labels))

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jaxbert.errors import InputError
 from jaxbert.model.attention import BertSelfAttention
-from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule
+from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule, shard_batch_dim
 from jaxbert.model.roberta import roberta_positions
 
 
@@ -71,7 +71,7 @@ class BertEmbeddings(BertModule):
         else:
             # Unused, but transformers' checkpoints hold it: create it so the trees match.
             _ = self.position_embeddings.embedding
-        x = self.LayerNorm(x)
+        x = shard_batch_dim(self.LayerNorm(x))
         return self.dropout(x, deterministic=deterministic)
 
     def _default_positions(self, shape):
@@ -159,7 +159,7 @@ class BertLayer(BertModule):
                 encoder_mask = jnp.ones((1, 1, 1, 1), bool)
             x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
                                                  layer_head_mask, deterministic, output_attentions)
-        y = self.output(self.intermediate(x), x, deterministic)
+        y = shard_batch_dim(self.output(self.intermediate(x), x, deterministic))
         return y, (probs, cross_probs)
 
 

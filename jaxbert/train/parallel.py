@@ -28,6 +28,7 @@ import optax
 from flax import jax_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from jaxbert.model.layers import batch_sharded_activations
 from jaxbert.train.recipe import ParallelSection, RecipeError
 from jaxbert.train.step import TrainState, eval_step, train_step
 
@@ -159,13 +160,22 @@ class MeshRunner:
             lambda x, s: jax.make_array_from_callback(np.shape(x), s, lambda idx: np.asarray(x)[idx]),
             params, self.state_sharding.params)
 
+    def _rows_per_device(self, fn):
+        """fn traced with its activations split by rows over 'data' (see batch_sharded_activations)."""
+        @functools.wraps(fn)
+        def traced(*args, **kwargs):
+            with batch_sharded_activations(self.mesh, "data"):
+                return fn(*args, **kwargs)
+        return traced
+
     def compile_train(self):
         batch_sharding = NamedSharding(self.mesh, P(None, "data"))
-        return jax.jit(train_step, in_shardings=(self.state_sharding, batch_sharding, self.replicated),
+        return jax.jit(self._rows_per_device(train_step),
+                       in_shardings=(self.state_sharding, batch_sharding, self.replicated),
                        out_shardings=(self.state_sharding, self.replicated), donate_argnums=0)
 
     def compile_eval(self, apply_fn):
-        fn = functools.partial(eval_step, apply_fn=apply_fn)
+        fn = self._rows_per_device(functools.partial(eval_step, apply_fn=apply_fn))
         return jax.jit(fn, in_shardings=(self.state_sharding.params, NamedSharding(self.mesh, P("data"))),
                        out_shardings=self.replicated)
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 
@@ -41,6 +42,44 @@ class TrainState:
                    apply_fn=apply_fn, tx=tx, schedule=schedule, norm_metrics=norm_metrics)
 
 
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """-log softmax(logits)[label] over the last axis, in float32 at least: [..., V], [...] -> [...].
+
+    float32 and wider logits go through optax. Narrower ones (bf16 compute) take
+    the same value in float32 with a custom VJP whose gradient, softmax - onehot,
+    comes back in the logits' dtype: autodiff formed it in float32, held it
+    whole ([B, M, V], 9 MiB per sequence for bert-large) and rounded it to bf16
+    for the decoder's backward matmul anyway.
+    """
+    if jnp.dtype(logits.dtype).itemsize >= 4:
+        return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return _nll_narrow(logits, labels)
+
+
+@jax.custom_vjp
+def _nll_narrow(logits, labels):
+    return _nll_narrow_fwd(logits, labels)[0]
+
+
+def _nll_narrow_fwd(logits, labels):
+    # The label's logit is picked from the narrow logits (widening it after is exact), so the
+    # float32 logits feed only the reduction and XLA need not hold them.
+    log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
+    picked = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0].astype(jnp.float32)
+    return log_z - picked, (logits, labels, log_z)
+
+
+def _nll_narrow_bwd(res, g):
+    logits, labels, log_z = res
+    probs = jnp.exp(logits.astype(jnp.float32) - log_z[..., None])
+    onehot = labels[..., None] == jnp.arange(logits.shape[-1], dtype=labels.dtype)
+    grad = (probs - onehot.astype(jnp.float32)) * g[..., None].astype(jnp.float32)
+    return grad.astype(logits.dtype), np.zeros(labels.shape, jax.dtypes.float0)
+
+
+_nll_narrow.defvjp(_nll_narrow_fwd, _nll_narrow_bwd)
+
+
 def _sums(params, apply_fn, mb, rng, deterministic):
     """Weighted loss sums for one micro-batch [B, ...]: (mlm_sum + nsp_sum, metric sums)."""
     out = apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
@@ -48,10 +87,9 @@ def _sums(params, apply_fn, mb, rng, deterministic):
                    deterministic=deterministic, rngs={"dropout": rng})
     # The loss in float32 at least (bf16 logits lose it there), never below the compute dtype.
     loss_dtype = jnp.promote_types(out.logits.dtype, jnp.float32)
-    logits = out.logits.astype(loss_dtype)  # [B, M, V]
     labels, weights = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
-    nll = optax.softmax_cross_entropy_with_integer_labels(logits, labels)  # [B, M]
-    correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+    nll = cross_entropy(out.logits, labels)  # [B, M]
+    correct = (jnp.argmax(out.logits, -1) == labels).astype(jnp.float32)
     m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
          "mlm_weight": jnp.sum(weights)}
     if "next_sentence_labels" in mb:
