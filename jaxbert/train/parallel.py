@@ -161,7 +161,11 @@ class MeshRunner:
             params, self.state_sharding.params)
 
     def _rows_per_device(self, fn):
-        """fn traced with its activations split by rows over 'data' (see batch_sharded_activations)."""
+        """fn traced with its activations split by rows over 'data' (see batch_sharded_activations);
+        on one device there is nothing to split, and the step is traced as it always was."""
+        if self.num_devices == 1:
+            return fn
+
         @functools.wraps(fn)
         def traced(*args, **kwargs):
             with batch_sharded_activations(self.mesh, "data"):
