@@ -140,6 +140,13 @@ def test_narrow_cross_entropy_is_float32_cross_entropy_with_a_bf16_gradient():
     # the label's entry carries the -w: a gradient without the one-hot would not have it
     picked = np.take_along_axis(np.asarray(got, np.float32), np.asarray(labels)[..., None], -1)[..., 0]
     assert np.all(picked < 0)
+    # a negative label counts from the end, in the gradient as in the loss (as optax's float32 path does)
+    odd = labels.at[0, 0].set(-1).at[1, 2].set(-100)
+    got = jax.grad(lambda l: jnp.sum(cross_entropy(l, odd) * w))(logits)
+    want = jax.grad(lambda l: jnp.sum(optax.softmax_cross_entropy_with_integer_labels(
+        l.astype(jnp.float32), odd) * w))(logits)
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=2 ** -7, atol=1e-6)
+    assert float(got[0, 0, 299]) < 0 and float(got[1, 2, 200]) < 0
     f32 = _scores((3, 5, 300), 13)
     np.testing.assert_array_equal(cross_entropy(f32, labels),
                                   optax.softmax_cross_entropy_with_integer_labels(f32, labels))

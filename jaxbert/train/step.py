@@ -72,7 +72,10 @@ def _nll_narrow_fwd(logits, labels):
 def _nll_narrow_bwd(res, g):
     logits, labels, log_z = res
     probs = jnp.exp(logits.astype(jnp.float32) - log_z[..., None])
-    onehot = labels[..., None] == jnp.arange(logits.shape[-1], dtype=labels.dtype)
+    V = logits.shape[-1]
+    # the label's index as take_along_axis read it in the forward pass (a negative one counts from the end)
+    index = jnp.where(labels < 0, labels.astype(jnp.int32) + V, labels.astype(jnp.int32))
+    onehot = index[..., None] == jnp.arange(V, dtype=jnp.int32)
     grad = (probs - onehot.astype(jnp.float32)) * g[..., None].astype(jnp.float32)
     return grad.astype(logits.dtype), np.zeros(labels.shape, jax.dtypes.float0)
 
