@@ -94,9 +94,9 @@ FSDP_ROWS = textwrap.dedent("""
             "model.config.num_attention_heads=2", "model.config.intermediate_size=256", "data.seq_len=16",
             "model.scan_layers=true", "model.remat_policy=full", "parallel.fsdp=true", "train.accum_steps=1"]
     r = R.load("tiny-demo", over)
-    d = tempfile.mkdtemp()
-    aot.compile_train_step(r, r.bert_config(), jax.devices(), 2, hlo_dir=d)
-    hlo = open(d + "/train_step.hlo.txt").read()
+    with tempfile.TemporaryDirectory() as d:
+        aot.compile_train_step(r, r.bert_config(), jax.devices(), 2, hlo_dir=d)
+        hlo = open(d + "/train_step.hlo.txt").read()
     print("RESULT " + json.dumps({"devices": len(jax.devices()),
                                   "ffn": sorted(set(re.findall(r"\\[(\\d+),16,256\\]", hlo)))}))
 """)
