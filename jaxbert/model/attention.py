@@ -81,7 +81,7 @@ class BertSelfAttention(BertModule):
         if bias is not None:
             scores = scores + bias
         probs = masked_softmax(scores, mask)
-        probs = nn.Dropout(dropout)(probs, deterministic=deterministic)
+        probs = self.dropout_layer(dropout)(probs, deterministic=deterministic)
         if layer_head_mask is not None:
             probs = probs * layer_head_mask[None, :, None, None].astype(self.dtype)
         context = jnp.einsum("BNTS,BSND->BTND", probs, v)

@@ -49,7 +49,7 @@ class BertEmbeddings(BertModule):
         self.token_type_embeddings = self.embed(cfg.type_vocab_size, cfg.hidden_size,
                                                 (None, "embed"), "token_type_embeddings")
         self.LayerNorm = self.layer_norm()
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = self.dropout_layer(cfg.hidden_dropout_prob)
         if self.decode:  # how many positions the cache holds already
             self.position_index = self.variable("cache", "position_index", lambda: jnp.array(0, jnp.int32))
 
@@ -92,7 +92,7 @@ class BertSelfOutput(BertModule):
     @nn.compact
     def __call__(self, hidden_states, input_tensor, deterministic=True):
         x = self.dense(self.config.hidden_size, self.axes, "dense")(hidden_states)
-        x = nn.Dropout(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
+        x = self.dropout_layer(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
         return self.layer_norm()(x + input_tensor)
 
 

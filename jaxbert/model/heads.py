@@ -193,7 +193,7 @@ class _EncoderHead(BertPreTrainedModel):
         """dropout(classifier_dropout or hidden_dropout) -> Dense 'classifier'."""
         cfg = self.config
         rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
-        x = nn.Dropout(rate)(x, deterministic=deterministic)
+        x = self.dropout_layer(rate)(x, deterministic=deterministic)
         return self.dense(features, ("embed", None), "classifier")(x)
 
 

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxbert.model.config import BertConfig
+from jaxbert.model.dropout import DROPOUT_IMPLS, make_dropout
 
 Array = jax.Array
 
@@ -140,6 +141,9 @@ class BertModule(nn.Module):
       remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
       attention_impl: "einsum" (explicit softmax) or "dot_product"
         (jax.nn.dot_product_attention, cuDNN flash attention on GPU).
+      dropout_impl: where dropout's random bits come from, one of DROPOUT_IMPLS:
+        "threefry" (flax's nn.Dropout) or "hash" (jaxbert.model.dropout.HashDropout,
+        a counter hash: far fewer operations per element on TPU).
       decode: autoregressive decoding with a key/value cache in the 'cache'
         collection (decoder configs); init sizes the cache from its input.
     """
@@ -150,13 +154,18 @@ class BertModule(nn.Module):
     scan_layers: bool = False
     remat_policy: str = "none"
     attention_impl: str = "einsum"
+    dropout_impl: str = "threefry"
     decode: bool = False
 
     def options(self) -> dict[str, Any]:
         """Keyword arguments that hand this module's config and options to a child."""
         return dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype,
                     scan_layers=self.scan_layers, remat_policy=self.remat_policy,
-                    attention_impl=self.attention_impl, decode=self.decode)
+                    attention_impl=self.attention_impl, dropout_impl=self.dropout_impl, decode=self.decode)
+
+    def dropout_layer(self, rate: float):
+        """The dropout layer this module's dropout_impl names (no params; same call as nn.Dropout)."""
+        return make_dropout(self.dropout_impl, rate)
 
     def dense(self, features: int, axes: tuple, name: str, use_bias: bool = True) -> nn.Dense:
         """A Dense with transformers' init: normal(initializer_range) kernel, zero bias."""
@@ -227,5 +236,7 @@ def _zero_row(init, row: int):
 def validate_options(module: BertModule) -> None:
     if module.attention_impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {module.attention_impl!r} is unknown; expected one of {ATTENTION_IMPLS}")
+    if module.dropout_impl not in DROPOUT_IMPLS:
+        raise ValueError(f"dropout_impl {module.dropout_impl!r} is unknown; expected one of {DROPOUT_IMPLS}")
     if module.remat_policy not in REMAT_POLICIES:
         raise ValueError(f"remat_policy {module.remat_policy!r} is unknown; expected one of {tuple(REMAT_POLICIES)}")

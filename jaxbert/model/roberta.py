@@ -47,7 +47,7 @@ class RobertaClassificationHead(BertModule):
     def __call__(self, hidden_states, deterministic=True):
         cfg = self.config
         rate = cfg.hidden_dropout_prob if cfg.classifier_dropout is None else cfg.classifier_dropout
-        x = nn.Dropout(rate)(hidden_states[:, 0], deterministic=deterministic)
+        x = self.dropout_layer(rate)(hidden_states[:, 0], deterministic=deterministic)
         x = jnp.tanh(self.dense(cfg.hidden_size, ("embed", None), "dense")(x))
-        x = nn.Dropout(rate)(x, deterministic=deterministic)
+        x = self.dropout_layer(rate)(x, deterministic=deterministic)
         return self.dense(cfg.num_labels, ("embed", None), "out_proj")(x)

@@ -18,6 +18,8 @@ from typing import Any, Optional
 import yaml
 
 from jaxbert.model.config import BertConfig, ConfigError
+from jaxbert.model.dropout import DROPOUT_IMPLS
+from jaxbert.model.layers import ATTENTION_IMPLS
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
@@ -41,7 +43,8 @@ class ModelSection:
     param_dtype: str = "float32"
     scan_layers: bool = False
     remat_policy: str = "none"  # none | dots | dots_no_batch | full | auto (planned with the batch)
-    attention_impl: str = "einsum"
+    attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention; no attention dropout)
+    dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
 
 
 @dataclasses.dataclass
@@ -197,6 +200,8 @@ def _validate(r: Recipe) -> None:
                                                            "RobertaForMaskedLM", "XLMRobertaForMaskedLM")),
                "model.dtype": (r.model.dtype, ("float32", "bfloat16", "float16")),
                "model.param_dtype": (r.model.param_dtype, ("float32", "bfloat16")),
+               "model.attention_impl": (r.model.attention_impl, ATTENTION_IMPLS),
+               "model.dropout_impl": (r.model.dropout_impl, DROPOUT_IMPLS),
                "data.source": (r.data.source, ("prepared", "synthetic")),
                "optim.name": (r.optim.name, ("adamw", "lamb")),
                "optim.schedule": (r.optim.schedule, ("linear", "polynomial", "wsd", "constant")),

@@ -1,0 +1,132 @@
+"""HashDropout: the counter-hash dropout the training recipes use (model.dropout_impl: hash)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxbert import BertConfig, BertForMaskedLM
+from jaxbert.model.dropout import HashDropout, hash_bits, hash_keep_mask, keep_threshold
+from jaxbert.train import recipe as recipes
+from _train_util import child_env
+
+SHAPE = (16, 12, 128, 128)  # an attention-probability tensor: [B, N, T, S], 3.1M elements
+
+
+def _z_corr(a, b):
+    """Pearson correlation of two 0/1 arrays in units of its standard error under independence."""
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return np.corrcoef(a, b)[0, 1] * np.sqrt(a.size)
+
+
+def test_keep_rate_is_the_asked_probability():
+    for keep in (0.9, 0.5, 0.1):
+        m = np.asarray(hash_keep_mask(jax.random.key(3), SHAPE, keep))
+        sigma = np.sqrt(keep * (1 - keep) / m.size)
+        assert abs(m.mean() - keep) < 5 * sigma, (keep, m.mean())
+    assert keep_threshold(0.9) == 3865470566  # round(0.9 * 2**32)
+    assert keep_threshold(1.0) == 2**32 - 1
+
+
+def test_every_bit_is_balanced():
+    bits = np.asarray(hash_bits(jax.random.key(0), SHAPE))
+    ones = np.unpackbits(bits.view(np.uint8)).reshape(-1, 32).mean(0)
+    # a bit that is always 0 or copies the counter would sit hundreds of sigma away
+    assert np.abs(ones - 0.5).max() < 5 * 0.5 / np.sqrt(bits.size), ones
+
+
+def test_neighbours_rows_and_keys_are_uncorrelated():
+    m = np.asarray(hash_keep_mask(jax.random.key(0), SHAPE, 0.9))
+    for axis in range(m.ndim):  # each element against the next one along every axis
+        a = np.moveaxis(m, axis, -1)
+        assert abs(_z_corr(a[..., :-1], a[..., 1:])) < 5, axis
+    # two steps (keys) of the same layer, and two layers of one step (split keys)
+    other = np.asarray(hash_keep_mask(jax.random.key(1), SHAPE, 0.9))
+    assert abs(_z_corr(m, other)) < 5
+    k1, k2 = jax.random.split(jax.random.key(0))
+    assert abs(_z_corr(np.asarray(hash_keep_mask(k1, SHAPE, 0.9)),
+                       np.asarray(hash_keep_mask(k2, SHAPE, 0.9)))) < 5
+    # the same key gives the same mask
+    np.testing.assert_array_equal(m, np.asarray(hash_keep_mask(jax.random.key(0), SHAPE, 0.9)))
+
+
+def test_module_scales_kept_elements_and_zeroes_the_rest():
+    x = jnp.arange(1, 1 + 4 * 8 * 32, dtype=jnp.float32).reshape(4, 8, 32)
+    y = HashDropout(0.25).apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(7)})
+    y, x = np.asarray(y), np.asarray(x)
+    kept = y != 0
+    assert 0.6 < kept.mean() < 0.9
+    np.testing.assert_allclose(y[kept], x[kept] / 0.75, rtol=1e-6)
+    # deterministic and rate 0 are the identity; the gradient is the mask / keep_prob
+    assert HashDropout(0.25).apply({}, x, deterministic=True) is x
+    assert HashDropout(0.0).apply({}, x, deterministic=False) is x
+    g = jax.grad(lambda v: HashDropout(0.25).apply(
+        {}, v, deterministic=False, rngs={"dropout": jax.random.key(7)}).sum())(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(g), kept / 0.75, rtol=1e-6)
+
+
+def _grads(dropout_impl, remat_policy, deterministic=False):
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32)
+    model = BertForMaskedLM(cfg, dropout_impl=dropout_impl, remat_policy=remat_policy)
+    ids = jax.random.randint(jax.random.key(1), (2, 16), 1, 64)
+    params = model.init(jax.random.key(0), ids)["params"]
+
+    def loss(p):
+        out = model.apply({"params": p}, ids, deterministic=deterministic, rngs={"dropout": jax.random.key(5)})
+        return jnp.mean(out.logits ** 2)
+    return jax.grad(loss)(params)
+
+
+def test_remat_recomputes_the_same_masks():
+    # Full remat recomputes each layer's forward pass, dropout included, for the backward pass:
+    # with masks that are a function of (key, position) the gradients are those without remat.
+    plain, remat = _grads("hash", "none"), _grads("hash", "full")
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(remat)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    # and dropout is really on: the deterministic gradients differ
+    other = _grads("hash", "none", deterministic=True)
+    diff = max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(other)))
+    assert diff > 1e-4
+
+
+SHARDED = textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jaxbert.model.dropout import hash_keep_mask
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    key = jax.random.key(11)
+    whole = np.asarray(jax.jit(lambda k: hash_keep_mask(k, (16, 4, 32, 32), 0.9))(key))
+    f = jax.jit(lambda k: hash_keep_mask(k, (16, 4, 32, 32), 0.9),
+                out_shardings=NamedSharding(mesh, P("data")))
+    split = f(key)
+    shards = {int(s.index[0].start or 0): np.asarray(s.data).shape for s in split.addressable_shards}
+    print("RESULT " + json.dumps({"devices": len(jax.devices()), "equal": bool((np.asarray(split) == whole).all()),
+                                  "shard_rows": sorted(v[0] for v in shards.values())}))
+""")
+
+
+def test_mask_does_not_depend_on_how_the_array_is_split():
+    r = subprocess.run([sys.executable, "-c", SHARDED], env=child_env(devices=8),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = json.loads(r.stdout.split("RESULT ", 1)[1])
+    assert out["devices"] == 8
+    assert out["shard_rows"] == [2] * 8  # each device computed its own 2 rows ...
+    assert out["equal"]  # ... and they are the rows of the unsplit mask
+
+
+def test_recipe_names_a_bad_dropout_impl():
+    assert recipes.load("tiny-demo").model.dropout_impl == "hash"
+    with pytest.raises(recipes.RecipeError, match="model.dropout_impl"):
+        recipes.load("tiny-demo", ["model.dropout_impl=philox"])
+    with pytest.raises(ValueError, match="dropout_impl"):
+        BertForMaskedLM(BertConfig(), dropout_impl="philox").init(
+            jax.random.key(0), jnp.ones((1, 4), jnp.int32))
