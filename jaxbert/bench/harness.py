@@ -52,7 +52,7 @@ class Bench:
         self.repeats = args.repeats or (3 if args.quick else 5)
         self.records: list[Record] = []
         self.roofline = None  # FLOP/s of a large fp32 matmul: the faster contender's
-        self.options = {"dtype": args.dtype, "attention": args.attention}
+        self.options = {"dtype": args.dtype, "attention": args.attention, "malloc": args.malloc}
         self.torch_contenders = [] if args.no_torch else ["torch-eager"] + ([] if args.quick else ["torch-compile"])
         self.env = dict(os.environ)
         if args.malloc == "tcmalloc":
@@ -159,7 +159,7 @@ def command_line(args) -> str:
     parts = ["jaxbert bench"]
     if args.quick:
         parts.append("--quick")
-    if args.malloc != "system":
+    if args.malloc != "keep":
         parts.append(f"--malloc {args.malloc}")
     if args.dtype != "float32":
         parts.append(f"--dtype {args.dtype}")

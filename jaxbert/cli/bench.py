@@ -27,8 +27,10 @@ def add_arguments(p):
                    help="jaxbert compute dtype (bfloat16 for MFU on accelerators)")
     p.add_argument("--attention", default="einsum", choices=["einsum", "dot_product"])
     p.add_argument("--no-torch", action="store_true", help="time jaxbert alone (no transformers contender)")
-    p.add_argument("--malloc", default="system", choices=["system", "tcmalloc"],
-                   help="allocator of every worker process (tcmalloc: LD_PRELOAD libtcmalloc_minimal)")
+    p.add_argument("--malloc", default="keep", choices=["keep", "system", "tcmalloc"],
+                   help="allocator of every worker process: keep = glibc malloc set to keep freed memory, "
+                        "as `jaxbert train` sets it (jaxbert.train.allocator); system = glibc as it comes; "
+                        "tcmalloc = LD_PRELOAD libtcmalloc_minimal")
     p.add_argument("--target", default=None, metavar="TOPOLOGY",
                    help="compile only, for a TPU topology (v4:2x2x1, v5e:2x2; needs the tpu extra) "
                         "or 'local': per-chip HBM, FLOPs and bytes of the train steps (--quick: bert-base only)")
