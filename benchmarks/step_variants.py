@@ -5,12 +5,13 @@ target, in one process per variant, and prints XLA's per-device HBM, GFLOP (and 
 formula) and bytes accessed:
 
   baseline         the step as it ships (bf16 softmax in and out, bf16 loss gradient, grad norm shared
-                   with clipping)
+                   with clipping, dropout bits from the counter hash)
   fp32-residual    the softmax as jax.nn.softmax on float32 masked scores (float32 residual), as before
   fp32-loss-grad   the MLM loss by autodiff through float32 logits (a float32 [B, M, V] gradient)
   norm-metrics     also logs the update and param norms (train.norm_metrics=true)
   no-attn-dropout  attention dropout 0 (what drawing its random bits costs)
-  rbg-dropout      dropout bits from the rbg generator instead of threefry
+  threefry-dropout flax's nn.Dropout (jax.random.bernoulli, threefry) instead of the counter hash
+  rbg-dropout      flax's nn.Dropout with the rbg generator instead of threefry
 
   python benchmarks/step_variants.py [--target v4:2x2x1] [--only baseline rbg-dropout] [--hlo-dir D]
 
@@ -26,7 +27,8 @@ import os
 import subprocess
 import sys
 
-VARIANTS = ("baseline", "fp32-residual", "fp32-loss-grad", "norm-metrics", "no-attn-dropout", "rbg-dropout")
+VARIANTS = ("baseline", "fp32-residual", "fp32-loss-grad", "norm-metrics", "no-attn-dropout", "threefry-dropout",
+            "rbg-dropout")
 BASE = ["model.scan_layers=false", "model.remat_policy=none", "parallel.fsdp=false"]
 
 
@@ -52,7 +54,10 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
         over.append("train.norm_metrics=true")
     elif variant == "no-attn-dropout":
         over.append("model.config.attention_probs_dropout_prob=0.0")
+    elif variant == "threefry-dropout":
+        over.append("model.dropout_impl=threefry")
     elif variant == "rbg-dropout":
+        over.append("model.dropout_impl=threefry")
         sums = step._sums
 
         def rbg_sums(params, apply_fn, mb, rng, deterministic):
