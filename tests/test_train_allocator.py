@@ -14,7 +14,7 @@ if sys.argv[1] == "keep":
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 mib, times = int(sys.argv[2]), int(sys.argv[3])
-block = np.ones(mib << 20, np.uint8)  # 48 MiB: above the largest mmap threshold glibc accepts
+block = np.ones(mib << 20, np.uint8)  # 48 MiB and up: above the largest mmap threshold glibc accepts
 del block
 before = faults()
 for _ in range(times):  # a step's temporaries: allocated, written, freed, again

@@ -139,6 +139,18 @@ def test_resume_with_a_changed_recipe_is_refused_and_keeps_every_checkpoint(setu
     assert (wd / "recipe.yaml").read_text() == recipe
 
 
+def test_resume_with_another_dropout_impl_goes_on_and_says_so(setup, tmp_path):
+    # Arrays fit either way (dropout has no params): the run goes on, with one line saying what changed.
+    wd = tmp_path / "dropout"
+    shutil.copytree(setup["reference"], wd)
+    r = run_train(_args(setup, wd) + ["--set", "model.dropout_impl=threefry", "--set", "train.steps=13"],
+                  setup["env"])
+    assert r.returncode == 0, r.stdout
+    assert ("note: steps up to 12 drew dropout bits with dropout_impl hash; this run goes on with threefry"
+            in r.stdout), r.stdout
+    assert checkpoint_steps(wd)[-1] == 13
+
+
 def test_a_second_training_on_a_locked_workdir_is_refused_while_the_first_finishes(setup, tmp_path):
     wd = tmp_path / "locked"
     first = train_child(_args(setup, wd), setup["env"], delay=0.3)

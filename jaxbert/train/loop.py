@@ -117,6 +117,11 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         rng = tree["rng"]
         source.restore(meta["loader"][jax.process_index()])
         log(f"resumed from {ckpt.directory / str(start)}")
+        # Checkpoints from before model.dropout_impl existed drew their dropout bits with threefry.
+        saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl", "threefry")
+        if saved_dropout != recipe.model.dropout_impl:
+            log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
+                f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
     else:
         start, state = 0, runner.create_state()
         if recipe.model.init_from:

@@ -43,7 +43,7 @@ class ModelSection:
     param_dtype: str = "float32"
     scan_layers: bool = False
     remat_policy: str = "none"  # none | dots | dots_no_batch | full | auto (planned with the batch)
-    attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention; no attention dropout)
+    attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention where no attention dropout is drawn)
     dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
 
 
