@@ -48,6 +48,25 @@ def test_largest_batch_with_a_kink():
     assert b == 20 and seen[21].hbm > 1600
 
 
+LIBTPU_OOM = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries "
+              "(15.57G) exceeds available HBM (15.48G).")
+
+
+def test_a_compile_refused_for_memory_is_a_figure_that_never_fits():
+    # libtpu compiling for a TPU v3 raises this instead of returning a memory analysis
+    c = aot.out_of_memory_cost(RuntimeError(LIBTPU_OOM), 16 * 2**30, 68, 1.0, 2.0)
+    assert c.out_of_memory and c.per_device_batch == 68
+    assert c.hbm == int(16 * 2**30 - 15.48 * 2**30 + 15.57 * 2**30)  # capacity - available + required
+    assert c.temporaries == int(15.57 * 2**30)
+    assert not c.fits(16 * 2**30) and not c.fits(10**15)
+    assert aot.out_of_memory_cost(RuntimeError("INVALID_ARGUMENT: bad shape"), 16 * 2**30, 68, 1.0, 2.0) is None
+    # the search treats it as the edge even if the estimate were under the budget
+    refused = aot.StepCost(10, 1_000, 0, 0, 0, 1_000, None, None, 0.0, 0.0, out_of_memory=True)
+    cost = lambda b: refused if b >= 10 else _fake_cost(100 * b, b)
+    b, seen = plan.largest_batch(cost, 2_000, start=8)
+    assert b == 9 and seen[10].out_of_memory
+
+
 def test_plan_on_the_local_backend_picks_a_batch_that_fits_and_one_more_does_not(tmp_path, capsys):
     budget_gib = 1.5e6 / 2**30
     out = tmp_path / "plan.json"

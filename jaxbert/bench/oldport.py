@@ -20,7 +20,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxbert.errors import InputError
-from jaxbert.train.aot import StepCost, cost_of, write_hlo
+from jaxbert.train.aot import StepCost, compiled_cost
 
 
 def _module(cfg, dtype, gradient_checkpointing: bool):
@@ -84,8 +84,4 @@ def compile_old_port_step(cfg, devices, per_device_batch: int, seq_len: int, dty
                      out_shardings=(state_sharding, replicated), donate_argnums=0)
     t0 = time.perf_counter()
     lowered = jitted.lower(abstract, batch, rng)
-    t1 = time.perf_counter()
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
-    write_hlo(compiled, hlo_dir)
-    return cost_of(compiled, per_device_batch, t1 - t0, t2 - t1)
+    return compiled_cost(lowered, devices, per_device_batch, time.perf_counter() - t0, hlo_dir)

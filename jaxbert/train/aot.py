@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import re
 import time
 
 import jax
@@ -104,9 +105,40 @@ class StepCost:
     bytes_accessed: float | None
     lower_s: float
     compile_s: float
+    # The compiler refused the step for want of memory (libtpu does for some targets, e.g. TPU v3, instead of
+    # returning a memory analysis): hbm is then its requirement estimated from the message, and never fits.
+    out_of_memory: bool = False
+
+    def fits(self, budget: int) -> bool:
+        return not self.out_of_memory and self.hbm <= budget
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+
+_OOM = re.compile(r"required for HLO temporaries \(([\d.]+)([KMGT]?)\) exceeds available HBM \(([\d.]+)([KMGT]?)\)")
+_UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def out_of_memory_cost(error: Exception, capacity: int | None, per_device_batch: int, lower_s: float,
+                       compile_s: float) -> StepCost | None:
+    """A StepCost for a compile refused with RESOURCE_EXHAUSTED (None for any other error).
+
+    libtpu says "the total memory required for HLO temporaries (15.57G) exceeds available HBM (15.48G)",
+    available being the device's memory less its arguments and reserved space: the step's whole
+    requirement is then capacity - available + required (capacity: the device's memory)."""
+    text = str(error)
+    if "RESOURCE_EXHAUSTED" not in text:
+        return None
+    m = _OOM.search(text)
+    required = available = None
+    if m:
+        required = float(m.group(1)) * _UNIT[m.group(2)]
+        available = float(m.group(3)) * _UNIT[m.group(4)]
+    cap = capacity or 0
+    hbm = cap - available + required if (m and capacity) else cap + (required or 0)
+    return StepCost(per_device_batch, int(hbm), 0, 0, 0, int(required or 0), None, None,
+                    round(lower_s, 2), round(compile_s, 2), out_of_memory=True)
 
 
 def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float) -> StepCost:
@@ -163,8 +195,19 @@ def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)
     t0 = time.perf_counter()
     lowered = runner.compile_train().lower(runner.abstract, batch, rng)
+    return compiled_cost(lowered, devices, per_device_batch, time.perf_counter() - t0, hlo_dir)
+
+
+def compiled_cost(lowered, devices, per_device_batch: int, lower_s: float, hlo_dir=None) -> StepCost:
+    """Compiles a lowered step and reads its figures; a compile refused for want of memory is a figure too."""
     t1 = time.perf_counter()
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
+    try:
+        compiled = lowered.compile()
+    except Exception as e:  # libtpu's own error types: only an out-of-memory refusal is a figure
+        refused = out_of_memory_cost(e, device_hbm_bytes(devices[0], devices), per_device_batch, lower_s,
+                                     time.perf_counter() - t1)
+        if refused is None:
+            raise
+        return refused
     write_hlo(compiled, hlo_dir)
-    return cost_of(compiled, per_device_batch, t1 - t0, t2 - t1)
+    return cost_of(compiled, per_device_batch, lower_s, time.perf_counter() - t1)

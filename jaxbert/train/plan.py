@@ -62,13 +62,13 @@ def model_flops_per_device(recipe: Recipe, cfg, batch: int) -> float:
 
 def largest_batch(cost_at: Callable[[int], StepCost], budget: int, start: int = 8,
                   max_batch: int = 4096) -> tuple[int, dict[int, StepCost]]:
-    """(largest b <= max_batch with cost_at(b).hbm <= budget, every cost compiled on the way)."""
+    """(largest b <= max_batch whose cost_at(b) fits the budget, every cost compiled on the way)."""
     seen: dict[int, StepCost] = {}
 
     def fits(b):
         if b not in seen:
             seen[b] = cost_at(b)
-        return seen[b].hbm <= budget
+        return seen[b].fits(budget)
 
     lo, hi = 0, None  # lo fits (0: nothing yet), hi does not
     b = min(start, max_batch)
@@ -111,8 +111,9 @@ def plan(recipe: Recipe, cfg, devices, budget: int, policies=POLICIES, scans=(Tr
         for policy in policies:
             def cost_at(b, scan=scan, policy=policy):
                 c = compile_train_step(variant(recipe, scan, policy), cfg, devices, b)
+                verdict = "fits" if c.fits(budget) else "over" + (", refused by the compiler" if c.out_of_memory else "")
                 log(f"  scan={scan} remat={policy} batch {b}: {c.hbm / 2**30:.2f} GiB "
-                    f"({'fits' if c.hbm <= budget else 'over'}; compiled in {c.lower_s + c.compile_s:.0f}s)")
+                    f"({verdict}; compiled in {c.lower_s + c.compile_s:.0f}s)")
                 return c
             b, seen = largest_batch(cost_at, budget, start, max_batch)
             fit = seen.get(b)
@@ -162,7 +163,7 @@ def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
         for policy in POLICIES:
             cost = compile_train_step(variant(recipe, recipe.model.scan_layers, policy), cfg, devices, b)
             log(f"  remat={policy} batch {b}: {cost.hbm / 2**30:.2f} GiB")
-            if cost.hbm <= budget:
+            if cost.fits(budget):
                 choice = Candidate(recipe.model.scan_layers, policy, b, cost, None,
                                    model_flops_per_device(recipe, cfg, b), None, 1)
                 break
