@@ -9,6 +9,7 @@ inserted itself (asynchronous memory-space copies, parameter concatenations). Th
 XLA's own `bytes accessed`; it is a reading aid for comparing two steps, not XLA's cost model.
 
   python benchmarks/hlo_bytes.py A/train_step.hlo.txt [B/train_step.hlo.txt] [--layer 5] [--top 20]
+                                 [--memory-space]
 """
 
 from __future__ import annotations
@@ -104,11 +105,46 @@ def summary(path: str, layer: int | None):
     return by, in_layer
 
 
+def memory_space_consumers(path: str) -> collections.Counter:
+    """XLA's own traffic in the entry computation (async copy/slice -done, ConcatBitcast), in bytes, by the
+    source op of the first instruction that reads it past further copies, slices and concatenations."""
+    comps, entry = computations(open(path).read())
+    parsed = [m.groups() for m in map(INSTR.match, comps[entry]) if m]
+    size = {name: nbytes(shape) for name, shape, *_ in parsed}
+    readers = collections.defaultdict(list)
+    for name, _, op, args, rest in parsed:
+        for operand in re.findall(r"%?([\w.\-]+)", args):
+            readers[operand].append((name, op, rest))
+
+    def is_memory_space(op, rest):
+        return op.endswith(("-start", "-done")) or op in ("bitcast", "get-tuple-element") or (
+            op == "custom-call" and "ConcatBitcast" in rest)
+
+    def consumer(name, depth=0):
+        for reader, op, rest in readers.get(name, []):
+            if is_memory_space(op, rest) and depth < 8:
+                found = consumer(reader, depth + 1)
+                if found:
+                    return found
+            elif not is_memory_space(op, rest):
+                source = re.search(r'op_name="([^"]*)"', rest)
+                return re.sub(r"/\d+/", "/N/", source.group(1)) if source else f"<{op}>"
+        return None
+
+    by = collections.Counter()
+    for name, _, op, _, rest in parsed:
+        if op.endswith("-done") or (op == "custom-call" and "ConcatBitcast" in rest):
+            by[consumer(name) or "<no reader>"] += 2 * size[name]  # written there, read back
+    return by
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("hlo", nargs="+", help="train_step.hlo.txt files (one column each)")
     ap.add_argument("--layer", type=int, default=None, help="also split this encoder layer's bytes by op")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--memory-space", action="store_true",
+                    help="also attribute XLA's memory-space traffic to the source op that reads it")
     args = ap.parse_args()
     results = [summary(p, args.layer) for p in args.hlo]
     keys = sorted({k for by, _ in results for k in by}, key=lambda k: -max(by[k] for by, _ in results))
@@ -124,6 +160,12 @@ def main() -> None:
             print(f"\nlayer {args.layer} of {path}: {sum(in_layer.values()) / 1e9:.3f} GB")
             for k, v in in_layer.most_common(args.top):
                 print(f"  {v / 1e6:8.1f} MB  {k}")
+    if args.memory_space:
+        for path in args.hlo:
+            by = memory_space_consumers(path)
+            print(f"\nmemory-space traffic of {path} by reader: {sum(by.values()) / 1e9:.2f} GB")
+            for k, v in by.most_common(args.top):
+                print(f"  {v / 1e9:7.2f} GB  {k[-100:]}")
 
 
 if __name__ == "__main__":
