@@ -135,3 +135,44 @@ def test_recipe_names_a_bad_dropout_impl():
     with pytest.raises(ValueError, match="dropout_impl"):
         BertForMaskedLM(BertConfig(), dropout_impl="philox").init(
             jax.random.key(0), jnp.ones((1, 4), jnp.int32))
+
+
+def _chunk_model(chunks, dropout_impl="hash", position="absolute"):
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32, position_embedding_type=position)
+    return BertForMaskedLM(cfg, attention_chunks=chunks, dropout_impl=dropout_impl)
+
+
+@pytest.mark.parametrize("position", ["absolute", "relative_key"])
+def test_attention_in_query_blocks_gives_the_whole_attention_dropout_included(position):
+    ids = jax.random.randint(jax.random.key(1), (2, 16), 1, 64)
+    attention_mask = jnp.ones((2, 16), jnp.int32).at[1, 11:].set(0)  # padding in the second row
+    whole, blocks = _chunk_model(1, position=position), _chunk_model(4, position=position)
+    params = whole.init(jax.random.key(0), ids)["params"]
+
+    def run(model, p, deterministic):
+        out = model.apply({"params": p}, ids, attention_mask=attention_mask, deterministic=deterministic,
+                          rngs={"dropout": jax.random.key(5)})
+        return out.logits
+
+    for deterministic in (True, False):  # with dropout on, the blocks' masks are slices of the whole one
+        a, b = run(whole, params, deterministic), run(blocks, params, deterministic)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    ga = jax.grad(lambda p: jnp.sum(run(whole, p, False) ** 2))(params)
+    gb = jax.grad(lambda p: jnp.sum(run(blocks, p, False) ** 2))(params)
+    for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+    # the hashed bits of a block are that block of the whole array's bits
+    whole_bits = np.asarray(hash_bits(jax.random.key(2), (2, 4, 16, 16)))
+    block = np.asarray(hash_bits(jax.random.key(2), (2, 4, 4, 16), whole=(2, 4, 16, 16), start=(0, 0, 8, 0)))
+    np.testing.assert_array_equal(block, whole_bits[:, :, 8:12])
+
+
+def test_attention_blocks_with_threefry_dropout_are_refused_by_name():
+    ids = jnp.ones((1, 8), jnp.int32)
+    model = _chunk_model(2, dropout_impl="threefry")
+    params = model.init(jax.random.key(0), ids)["params"]
+    with pytest.raises(ValueError, match="attention_chunks=2 with attention dropout needs dropout_impl 'hash'"):
+        model.apply({"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    with pytest.raises(recipes.RecipeError, match="model.attention_chunks"):
+        recipes.load("tiny-demo", ["model.attention_chunks=0"])

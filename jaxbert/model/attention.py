@@ -3,6 +3,7 @@ relative position embeddings, in two implementations."""
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -10,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.layers import Array, BertModule
 
 
@@ -77,6 +79,9 @@ class BertSelfAttention(BertModule):
                 q, k, v, bias=bias, mask=jnp.broadcast_to(mask, (B, N, T, S)))
             return context.reshape(B, T, H), None
 
+        chunks = self.attention_chunks
+        if chunks > 1 and T % chunks == 0 and not output_attentions:
+            return self._chunked(q, k, v, mask, bias, scale, layer_head_mask, dropout, deterministic), None
         scores = jnp.einsum("BTND,BSND->BNTS", q, k) / scale
         if bias is not None:
             scores = scores + bias
@@ -86,6 +91,43 @@ class BertSelfAttention(BertModule):
             probs = probs * layer_head_mask[None, :, None, None].astype(self.dtype)
         context = jnp.einsum("BNTS,BSND->BTND", probs, v)
         return context.reshape(B, T, H), (probs if output_attentions else None)
+
+    def _chunked(self, q, k, v, mask, bias, scale, layer_head_mask, dropout, deterministic):
+        """The einsum path over attention_chunks blocks of queries, each under jax.checkpoint: the
+        backward pass holds one block's [B, N, T / chunks, S] scores and probabilities at a time,
+        and recomputes them. The same result as the whole path, dropout included (HashDropout's mask
+        is a function of each element's position; with threefry's there is no block-wise form)."""
+        B, T, N, D = q.shape
+        S = k.shape[1]
+        C = T // self.attention_chunks
+        key = None
+        if not deterministic and dropout > 0:
+            if self.dropout_impl != "hash":
+                raise ValueError(f"attention_chunks={self.attention_chunks} with attention dropout needs "
+                                 f"dropout_impl 'hash' (got {self.dropout_impl!r})")
+            key = self.dropout_layer(dropout).draw_key()
+        mask = jnp.broadcast_to(mask, (mask.shape[0], 1, T, S)) if mask.shape[2] != 1 else mask
+        head = None if layer_head_mask is None else layer_head_mask[None, :, None, None].astype(self.dtype)
+
+        def block(qc, kk, vv, mc, bc, hc, kc, t0):
+            scores = jnp.einsum("BTND,BSND->BNTS", qc, kk) / scale
+            if bc is not None:
+                scores = scores + bc
+            probs = masked_softmax(scores, mc)
+            if kc is not None:
+                probs = apply_hash_dropout(probs, kc, dropout, whole=(B, N, T, S), start=(0, 0, t0, 0))
+            if hc is not None:
+                probs = probs * hc
+            return jnp.einsum("BNTS,BSND->BTND", probs, vv)
+
+        out = []
+        for i in range(self.attention_chunks):
+            rows = slice(i * C, (i + 1) * C)
+            mc = mask[:, :, rows] if mask.shape[2] != 1 else mask
+            bc = None if bias is None else bias[:, :, rows]
+            fn = jax.checkpoint(functools.partial(block, t0=i * C))
+            out.append(fn(q[:, rows], k, v, mc, bc, head, key))
+        return jnp.concatenate(out, axis=1).reshape(B, T, N * D)
 
     def _update_cache(self, k, v):
         """Write k, v [B, T, N, D] at cache_index; return the whole cache, the

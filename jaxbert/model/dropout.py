@@ -49,30 +49,39 @@ def _fmix32(h):
     return h ^ (h >> 16)
 
 
-def hash_bits(key, shape: tuple[int, ...]) -> jax.Array:
+def hash_bits(key, shape: tuple[int, ...], whole: tuple[int, ...] | None = None,
+              start: tuple[int, ...] | None = None) -> jax.Array:
     """uint32 bits of `shape`, a function of (key, each element's position) only.
 
     The position is (row, offset): the row is the index along the first axis
     and the offset the row-major index inside it (for a 1-D shape, row 0 and
     the index). Offsets must fit 32 bits; rows may number up to 2**32.
+    whole, start: `shape` is the block of a larger array `whole` that begins at
+    index `start`; its bits are then that block of the whole array's bits.
     """
     shape = tuple(int(d) for d in shape)
+    whole = shape if whole is None else tuple(int(d) for d in whole)
+    start = (0,) * len(shape) if start is None else tuple(int(i) for i in start)
     words = jax.random.bits(key, (2,), jnp.uint32)
     if not shape:
         return _fmix32(_fmix32(words[0]) ^ words[1])
     inner_dims = range(1, len(shape)) if len(shape) > 1 else range(1)
-    if math.prod(shape[d] for d in inner_dims) > 2**32:
-        raise ValueError(f"hash dropout: one row of {shape} holds more than 2**32 elements")
+    if math.prod(whole[d] for d in inner_dims) > 2**32:
+        raise ValueError(f"hash dropout: one row of {whole} holds more than 2**32 elements")
+
+    def index(d):  # the position along axis d in the whole array
+        i = lax.broadcasted_iota(jnp.uint32, shape, d)
+        return i + jnp.uint32(start[d]) if start[d] else i
+
     offset = jnp.zeros(shape, jnp.uint32)
     stride = 1
     for d in reversed(inner_dims):
-        if shape[d] > 1:
-            offset = offset + lax.broadcasted_iota(jnp.uint32, shape, d) * jnp.uint32(stride)
-        stride *= shape[d]
+        if whole[d] > 1:
+            offset = offset + index(d) * jnp.uint32(stride)
+        stride *= whole[d]
     h = _fmix32(offset * jnp.uint32(_GOLDEN) + words[0])
     if len(shape) > 1:
-        row = lax.broadcasted_iota(jnp.uint32, shape, 0)
-        h = (h ^ words[1]) + row * jnp.uint32(_GOLDEN)
+        h = (h ^ words[1]) + index(0) * jnp.uint32(_GOLDEN)
     else:
         h = h ^ words[1]
     return _fmix32(h)
@@ -83,8 +92,8 @@ def keep_threshold(keep_prob: float) -> int:
     return min(round(keep_prob * 2**32), 2**32 - 1)
 
 
-def hash_keep_mask(key, shape: tuple[int, ...], keep_prob: float) -> jax.Array:
-    return hash_bits(key, shape) < jnp.uint32(keep_threshold(keep_prob))
+def hash_keep_mask(key, shape: tuple[int, ...], keep_prob: float, whole=None, start=None) -> jax.Array:
+    return hash_bits(key, shape, whole, start) < jnp.uint32(keep_threshold(keep_prob))
 
 
 class HashDropout(nn.Module):
@@ -104,6 +113,17 @@ class HashDropout(nn.Module):
         keep_prob = 1.0 - self.rate
         mask = hash_keep_mask(self.make_rng(self.rng_collection), inputs.shape, keep_prob)
         return lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
+
+    def draw_key(self):
+        """The key __call__ would draw (the same make_rng call): for applying the mask block by block."""
+        return self.make_rng(self.rng_collection)
+
+
+def apply_hash_dropout(x, key, rate: float, whole=None, start=None):
+    """HashDropout's arithmetic on a block `x` of a larger array (whole, start as in hash_bits)."""
+    keep_prob = 1.0 - rate
+    mask = hash_keep_mask(key, x.shape, keep_prob, whole, start)
+    return lax.select(mask, x / keep_prob, jnp.zeros_like(x))
 
 
 def make_dropout(impl: str, rate: float):

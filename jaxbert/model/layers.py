@@ -141,6 +141,10 @@ class BertModule(nn.Module):
       remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
       attention_impl: "einsum" (explicit softmax) or "dot_product"
         (jax.nn.dot_product_attention, cuDNN flash attention on GPU).
+      attention_chunks: split the einsum attention into this many blocks of queries,
+        each recomputed in the backward pass (jax.checkpoint), so that one block's
+        [B, N, T / chunks, S] scores are held at a time; 1 = whole. Used where it
+        divides T and attention probabilities are not returned.
       dropout_impl: where dropout's random bits come from, one of DROPOUT_IMPLS:
         "threefry" (flax's nn.Dropout) or "hash" (jaxbert.model.dropout.HashDropout,
         a counter hash: far fewer operations per element on TPU).
@@ -154,6 +158,7 @@ class BertModule(nn.Module):
     scan_layers: bool = False
     remat_policy: str = "none"
     attention_impl: str = "einsum"
+    attention_chunks: int = 1
     dropout_impl: str = "threefry"
     decode: bool = False
 
@@ -161,7 +166,8 @@ class BertModule(nn.Module):
         """Keyword arguments that hand this module's config and options to a child."""
         return dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype,
                     scan_layers=self.scan_layers, remat_policy=self.remat_policy,
-                    attention_impl=self.attention_impl, dropout_impl=self.dropout_impl, decode=self.decode)
+                    attention_impl=self.attention_impl, attention_chunks=self.attention_chunks,
+                    dropout_impl=self.dropout_impl, decode=self.decode)
 
     def dropout_layer(self, rate: float):
         """The dropout layer this module's dropout_impl names (no params; same call as nn.Dropout)."""
@@ -236,6 +242,9 @@ def _zero_row(init, row: int):
 def validate_options(module: BertModule) -> None:
     if module.attention_impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {module.attention_impl!r} is unknown; expected one of {ATTENTION_IMPLS}")
+    if isinstance(module.attention_chunks, bool) or not isinstance(module.attention_chunks, int) \
+            or module.attention_chunks < 1:
+        raise ValueError(f"attention_chunks must be a positive integer, got {module.attention_chunks!r}")
     if module.dropout_impl not in DROPOUT_IMPLS:
         raise ValueError(f"dropout_impl {module.dropout_impl!r} is unknown; expected one of {DROPOUT_IMPLS}")
     if module.remat_policy not in REMAT_POLICIES:
