@@ -75,6 +75,14 @@ SLOW_TRAIN = textwrap.dedent("""
 """)
 
 
+def child_result(script: str, *args: str, devices: int = 8, timeout: float = 300) -> dict:
+    """Runs `python -c script args` on `devices` CPU devices; the JSON it printed after "RESULT "."""
+    r = subprocess.run([sys.executable, "-c", script, *args], env=child_env(devices=devices),
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.split("RESULT ", 1)[1])
+
+
 def train_child(argv: list[str], env: dict, delay: float = 0.0, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", SLOW_TRAIN, str(delay), *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)

@@ -1,11 +1,7 @@
 """HashDropout: the counter-hash dropout the training recipes use (model.dropout_impl: hash)."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +10,7 @@ import pytest
 from jaxbert import BertConfig, BertForMaskedLM
 from jaxbert.model.dropout import HashDropout, hash_bits, hash_keep_mask, keep_threshold
 from jaxbert.train import recipe as recipes
-from _train_util import child_env
+from _train_util import child_result
 
 SHAPE = (16, 12, 128, 128)  # an attention-probability tensor: [B, N, T, S], 3.1M elements
 
@@ -116,10 +112,7 @@ SHARDED = textwrap.dedent("""
 
 
 def test_mask_does_not_depend_on_how_the_array_is_split():
-    r = subprocess.run([sys.executable, "-c", SHARDED], env=child_env(devices=8),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    out = json.loads(r.stdout.split("RESULT ", 1)[1])
+    out = child_result(SHARDED)
     assert out["devices"] == 8
     # each device computes the bits of its own 2 rows, never the whole array's (as a generator that
     # GSPMD cannot split, e.g. threefry with jax_threefry_partitionable off or rbg, would) ...

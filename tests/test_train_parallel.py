@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 
-from _train_util import child_env, run_train, train_child, train_losses, write_recipe
+from _train_util import child_env, child_result, run_train, train_child, train_losses, write_recipe
 
 STRATEGIES = textwrap.dedent("""
     import json, sys
@@ -44,10 +41,7 @@ STRATEGIES = textwrap.dedent("""
 def test_pmap_and_fsdp_give_the_mesh_losses_on_8_devices(tmp_path):
     write_recipe(tmp_path / "tiny.yaml", train={"steps": 20, "per_device_batch_size": 2, "accum_steps": 2},
                  checkpoint={"every_steps": 100})
-    r = subprocess.run([sys.executable, "-c", STRATEGIES, str(tmp_path)], env=child_env(devices=8),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    out = json.loads(r.stdout.split("RESULT ", 1)[1])
+    out = child_result(STRATEGIES, str(tmp_path))
     mesh, pmap, fsdp = (np.array(out[k]) for k in ("mesh", "pmap", "fsdp"))
     assert len(mesh) == len(pmap) == len(fsdp) == 20
     assert np.max(np.abs(pmap - mesh)) <= 1e-5
@@ -107,9 +101,6 @@ def test_fsdp_keeps_each_devices_activations_to_its_own_rows():
     # device. Left to GSPMD, FSDP's split params made it compute them for all 16 rows on every
     # device (global-batch [16, 16, 256] buffers in the HLO; on a v4-8, 2.6 vs 1.7 GiB of
     # temporaries for bert-large at 16 x 512).
-    r = subprocess.run([sys.executable, "-c", FSDP_ROWS], env=child_env(devices=8),
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    out = json.loads(r.stdout.split("RESULT ", 1)[1])
+    out = child_result(FSDP_ROWS)
     assert out["devices"] == 8
     assert out["ffn"] == ["2"], out
