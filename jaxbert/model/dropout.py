@@ -110,9 +110,7 @@ class HashDropout(nn.Module):
             return inputs
         if self.rate == 1.0:
             return jnp.zeros_like(inputs)
-        keep_prob = 1.0 - self.rate
-        mask = hash_keep_mask(self.make_rng(self.rng_collection), inputs.shape, keep_prob)
-        return lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
+        return apply_hash_dropout(inputs, self.draw_key(), self.rate)
 
     def draw_key(self):
         """The key __call__ would draw (the same make_rng call): for applying the mask block by block."""
