@@ -55,6 +55,7 @@ def main() -> None:
         print(json.dumps({"contender": args.contender, "batch": b, "hbm_gib": round(c.hbm / 2**30, 2),
                           "arguments_gib": round(c.arguments / 2**30, 2),
                           "temporaries_gib": round(c.temporaries / 2**30, 2),
+                          "host_temporaries_gib": round(c.host_temporaries / 2**30, 2),
                           "compile_s": round(c.lower_s + c.compile_s)}), flush=True)
 
 

@@ -84,9 +84,11 @@ def test_remat_recomputes_the_same_masks():
     # Full remat recomputes each layer's forward pass, dropout included, for the backward pass:
     # with masks that are a function of (key, position) the gradients are those without remat.
     # (threefry passes this too; it guards the hash path, which is the one the recipes train with.)
-    plain, remat = _grads("hash", "none"), _grads("hash", "full")
-    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(remat)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    plain = _grads("hash", "none")
+    for policy in ("full", "offload"):
+        remat = _grads("hash", policy)
+        for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(remat)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7, err_msg=policy)
     # and dropout is really on: the deterministic gradients differ
     other = _grads("hash", "none", deterministic=True)
     diff = max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(other)))

@@ -175,6 +175,28 @@ def test_scanned_gradients_match_per_layer():
     assert max(jax.tree_util.tree_leaves(diffs)) < 1e-7
 
 
+@pytest.mark.parametrize("scan", [False, True])
+def test_offload_remat_moves_each_layer_input_to_the_host_and_keeps_the_gradients(scan):
+    model, variables = _init("BertForMaskedLM")
+    ids, tt, mask = _inputs()
+    params = scan_params(variables) if scan else variables
+
+    def loss(p, m):
+        return jnp.mean(m.apply(p, ids, tt, attention_mask=mask).logits ** 2)
+
+    def host_transfers(policy):
+        m = BertForMaskedLM(model.config, scan_layers=scan, remat_policy=policy)
+        return str(jax.make_jaxpr(jax.grad(loss), static_argnums=1)(params, m)).count("MemorySpace.Host")
+
+    ref = jax.grad(loss)(params, BertForMaskedLM(model.config, scan_layers=scan))
+    off = jax.grad(loss)(params, BertForMaskedLM(model.config, scan_layers=scan, remat_policy="offload"))
+    diffs = jax.tree_util.tree_map(lambda a, b: float(jnp.abs(a - b).max()), ref, off)
+    assert max(jax.tree_util.tree_leaves(diffs)) < 1e-6
+    # one transfer to the host per layer (the scan body holds one for all), none under full remat
+    assert host_transfers("offload") == (1 if scan else model.config.num_hidden_layers)
+    assert host_transfers("full") == 0
+
+
 def test_masked_positions_gather_before_the_head():
     model, variables = _init("BertForMaskedLM")
     ids, tt, mask = _inputs()

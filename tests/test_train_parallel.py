@@ -19,7 +19,9 @@ STRATEGIES = textwrap.dedent("""
     from jaxbert.train.optim import make_optimizer
     root = sys.argv[1]
     out = {}
-    for name, sets in (("mesh", []), ("pmap", ["parallel.strategy=pmap"]), ("fsdp", ["parallel.fsdp=true"])):
+    for name, sets in (("mesh", []), ("pmap", ["parallel.strategy=pmap"]), ("fsdp", ["parallel.fsdp=true"]),
+                       ("scan_full", ["parallel.fsdp=true", "model.scan_layers=true", "model.remat_policy=full"]),
+                       ("offload", ["parallel.fsdp=true", "model.scan_layers=true", "model.remat_policy=offload"])):
         r = R.load(root + "/tiny.yaml", sets)
         train_and_evaluate(r, root + "/" + name)
         out[name] = [json.loads(l)["loss"] for l in open(root + "/" + name + "/metrics.jsonl") if '"loss"' in l]
@@ -38,14 +40,18 @@ STRATEGIES = textwrap.dedent("""
 """)
 
 
-def test_pmap_and_fsdp_give_the_mesh_losses_on_8_devices(tmp_path):
+def test_pmap_fsdp_and_offload_give_the_mesh_losses_on_8_devices(tmp_path):
     write_recipe(tmp_path / "tiny.yaml", train={"steps": 20, "per_device_batch_size": 2, "accum_steps": 2},
                  checkpoint={"every_steps": 100})
     out = child_result(STRATEGIES, str(tmp_path))
-    mesh, pmap, fsdp = (np.array(out[k]) for k in ("mesh", "pmap", "fsdp"))
-    assert len(mesh) == len(pmap) == len(fsdp) == 20
+    mesh, pmap, fsdp, scan_full, offload = (np.array(out[k]) for k in ("mesh", "pmap", "fsdp", "scan_full", "offload"))
+    assert len(mesh) == len(pmap) == len(fsdp) == len(scan_full) == len(offload) == 20
     assert np.max(np.abs(pmap - mesh)) <= 1e-5
     assert np.max(np.abs(fsdp - mesh)) <= 1e-5
+    # a scanned model draws other initial params; with them, layer inputs kept in host memory (offload)
+    # train as full remat does
+    assert np.max(np.abs(offload - scan_full)) <= 1e-5
+    assert scan_full[-1] < scan_full[0] - 0.3
     assert mesh[-1] < mesh[0] - 0.3  # it learned something, so the comparison is not of constants
     specs = out["specs"]
     assert specs["devices"] == 8

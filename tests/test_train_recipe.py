@@ -60,6 +60,9 @@ def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
         R.load(_write(tmp_path, {"train": {"steps": True}}))
     with pytest.raises(RecipeError, match=r"parallel\.strategy: 'pmapp' is not one of"):
         R.load(_write(tmp_path, {"parallel": {"strategy": "pmapp"}}))
+    with pytest.raises(RecipeError, match=r"model\.remat_policy: 'ofload' is not one of"):
+        R.load(_write(tmp_path, {"model": {"remat_policy": "ofload"}}))
+    assert R.load(_write(tmp_path, {"model": {"remat_policy": "offload"}})).model.remat_policy == "offload"
     with pytest.raises(RecipeError, match=r"optim: expected a mapping"):
         R.load(_write(tmp_path, {"optim": 3}))
 

@@ -20,7 +20,8 @@ def add_arguments(p):
     p.add_argument("--hbm", type=float, default=None, metavar="GiB",
                    help="memory budget per device (default: the device's own)")
     p.add_argument("--fsdp", action="store_true", help="shard params and optimizer state (parallel.fsdp)")
-    p.add_argument("--policies", nargs="+", default=None, help="remat policies to try (default: none dots full)")
+    p.add_argument("--policies", nargs="+", default=None, help="remat policies to try (default: none dots full; also dots_no_batch, "
+                        "offload: full with the layer inputs in host memory)")
     p.add_argument("--scan", default="recipe", choices=["recipe", "yes", "no", "both"],
                    help="layer layouts to try (default: the recipe's scan_layers)")
     p.add_argument("--start", type=int, default=8, help="first batch compiled")

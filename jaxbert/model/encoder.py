@@ -12,10 +12,11 @@ from typing import Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from jaxbert.errors import InputError
 from jaxbert.model.attention import BertSelfAttention
-from jaxbert.model.layers import ACT_FNS, REMAT_POLICIES, Array, BertModule, shard_batch_dim
+from jaxbert.model.layers import ACT_FNS, LAYER_INPUT, REMAT_POLICIES, Array, BertModule, shard_batch_dim
 from jaxbert.model.roberta import roberta_positions
 
 
@@ -145,6 +146,9 @@ class BertLayer(BertModule):
 
     def __call__(self, hidden_states, layer_head_mask, mask, encoder_hidden_states=None,
                  encoder_mask=None, deterministic=True, output_attentions=False):
+        # Named so a remat policy can keep it elsewhere ("offload"); every use below reads the named value,
+        # so the backward pass needs nothing but it.
+        hidden_states = checkpoint_name(hidden_states, LAYER_INPUT)
         x, probs = self.attention(hidden_states, mask, None, layer_head_mask,
                                   deterministic, output_attentions)
         cross_probs = None

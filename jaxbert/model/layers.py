@@ -17,11 +17,18 @@ from jaxbert.model.dropout import DROPOUT_IMPLS, make_dropout
 Array = jax.Array
 
 ATTENTION_IMPLS = ("einsum", "dot_product")
+LAYER_INPUT = "layer_input"  # checkpoint_name of each layer's input, the value remat_policy "offload" moves
 REMAT_POLICIES = {
     "none": None,  # no remat
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.checkpoint_dots,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    # full's recomputation, with each layer's input (the one thing full keeps) moved to the host's pinned
+    # memory in the forward pass and fetched back for the backward: device memory then holds no activation
+    # per layer, at the price of L x [B, T, H] crossing the host link twice per step.
+    "offload": jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
+        offload_src="device", offload_dst="pinned_host"),
 }
 
 

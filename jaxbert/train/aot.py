@@ -109,6 +109,7 @@ class StepCost:
     # The compiler refused the step for want of memory (libtpu does for some targets, e.g. TPU v3, instead of
     # returning a memory analysis): hbm is then its requirement estimated from the message, and never fits.
     out_of_memory: bool = False
+    host_temporaries: int = 0  # in the host's memory (remat_policy "offload"), not counted in hbm
 
     def fits(self, budget: int) -> bool:
         return not self.out_of_memory and self.hbm <= budget
@@ -151,7 +152,8 @@ def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float) -
            + mem.temp_size_in_bytes)
     return StepCost(per_device_batch, int(hbm), int(mem.argument_size_in_bytes),
                     int(mem.output_size_in_bytes), int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes),
-                    cost.get("flops"), cost.get("bytes accessed"), round(lower_s, 2), round(compile_s, 2))
+                    cost.get("flops"), cost.get("bytes accessed"), round(lower_s, 2), round(compile_s, 2),
+                    host_temporaries=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0))
 
 
 def masked_slots(recipe: Recipe) -> int:

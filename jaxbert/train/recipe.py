@@ -19,7 +19,7 @@ import yaml
 
 from jaxbert.model.config import BertConfig, ConfigError
 from jaxbert.model.dropout import DROPOUT_IMPLS
-from jaxbert.model.layers import ATTENTION_IMPLS
+from jaxbert.model.layers import ATTENTION_IMPLS, REMAT_POLICIES
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
@@ -42,7 +42,7 @@ class ModelSection:
     dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
     param_dtype: str = "float32"
     scan_layers: bool = False
-    remat_policy: str = "none"  # none | dots | dots_no_batch | full | auto (planned with the batch)
+    remat_policy: str = "none"  # none | dots | dots_no_batch | full | offload | auto (planned with the batch)
     attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention where no attention dropout is drawn)
     attention_chunks: int = 1  # blocks of queries, each recomputed in the backward pass (memory at long T)
     dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
@@ -203,6 +203,7 @@ def _validate(r: Recipe) -> None:
                "model.param_dtype": (r.model.param_dtype, ("float32", "bfloat16")),
                "model.attention_impl": (r.model.attention_impl, ATTENTION_IMPLS),
                "model.dropout_impl": (r.model.dropout_impl, DROPOUT_IMPLS),
+               "model.remat_policy": (r.model.remat_policy, tuple(REMAT_POLICIES) + ("auto",)),
                "data.source": (r.data.source, ("prepared", "synthetic")),
                "optim.name": (r.optim.name, ("adamw", "lamb")),
                "optim.schedule": (r.optim.schedule, ("linear", "polynomial", "wsd", "constant")),
