@@ -17,8 +17,8 @@ TINY = ["model.preset=bert-tiny", "model.config.num_hidden_layers=1", "model.con
         "model.config.vocab_size=256", "data.seq_len=16"]
 
 
-def _fake_cost(hbm: int, b: int) -> aot.StepCost:
-    return aot.StepCost(b, hbm, 0, 0, 0, hbm, None, None, 0.0, 0.0)
+def _fake_cost(hbm: int, b: int, host: int = 0) -> aot.StepCost:
+    return aot.StepCost(b, hbm, 0, 0, 0, hbm, None, None, 0.0, 0.0, host_temporaries=host)
 
 
 @pytest.mark.parametrize("base,slope,budget,expected", [
@@ -165,6 +165,8 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
 
     def fake_compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
         compiled.append((contender, B, r.train.accum_steps, r.parallel.fsdp))
+        if policy == "offload":  # a byte per sequence on the device, 2**30 on the host
+            return _fake_cost(100 + B, B, host=2**30 * B)
         per_seq = 2 if contender == "jaxbert" else 7  # GiB-free units: bytes
         return _fake_cost(100 + per_seq * B, B)
 
@@ -172,12 +174,14 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
     monkeypatch.setattr(bench_aot.aot, "target_devices", lambda target: [type("D", (), {"device_kind": "TPU v4"})()])
     monkeypatch.setattr(bench_aot.aot, "device_hbm_bytes", lambda device, devices=None: 100 + 2 * 40)
     worker = lambda spec: bench_aot.run_aot_work(spec["work"], spec["contender"], spec["options"]["target"])
-    args = argparse.Namespace(quick=False, only=["aot-max/bert-large/T512/scan-full-fsdp", "aot-max/bert-large/T512/unscanned"],
+    args = argparse.Namespace(quick=False, only=["aot-max/bert-large/T512/scan-", "aot-max/bert-large/T512/unscanned"],
                               target="v4:2x2x1")
     records = run_target_bench(args, worker)
-    got = {r.contender: r.extra["largest_batch"] for r in records}
-    assert got == {"jaxbert": 40, "transformers-flax": 11}  # 100 + 7 * 11 = 177 <= 180 < 184
+    got = {(r.work.split("/")[-1], r.contender): r.extra["largest_batch"] for r in records}
+    assert got == {("scan-full-fsdp", "jaxbert"): 40, ("scan-offload-fsdp", "jaxbert"): 80,
+                   ("unscanned-full", "transformers-flax"): 11}  # 100 + 7 * 11 = 177 <= 180 < 184
     assert {(c, a) for c, _, a, _ in compiled} == {("jaxbert", 1), ("transformers-flax", 1)}  # one micro-batch
     assert all(f for c, _, _, f in compiled if c == "jaxbert")
     table = target_table(records, "v4:2x2x1")
     assert "| bert-large/T512/scan-full-fsdp | jaxbert | 40 | 0.0 |" in table
+    assert "| bert-large/T512/scan-offload-fsdp | jaxbert | 80 | 0.0 | 0.0 | 0.0 | 80.0 |" in table  # host GiB
