@@ -165,8 +165,9 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
 
     def fake_compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
         compiled.append((contender, B, r.train.accum_steps, r.parallel.fsdp))
-        if policy == "offload":  # a byte per sequence on the device, 2**30 on the host
-            return _fake_cost(100 + B, B, host=2**30 * B)
+        if policy == "offload":
+            assert r.model.attention_chunks == 4  # the row's -chunks4 reaches the recipe
+            return _fake_cost(100 + B, B, host=2**30 * B)  # a byte per sequence on the device, 2**30 on the host
         per_seq = 2 if contender == "jaxbert" else 7  # GiB-free units: bytes
         return _fake_cost(100 + per_seq * B, B)
 
@@ -178,10 +179,10 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
                               target="v4:2x2x1")
     records = run_target_bench(args, worker)
     got = {(r.work.split("/")[-1], r.contender): r.extra["largest_batch"] for r in records}
-    assert got == {("scan-full-fsdp", "jaxbert"): 40, ("scan-offload-fsdp", "jaxbert"): 80,
+    assert got == {("scan-full-fsdp", "jaxbert"): 40, ("scan-offload-fsdp-chunks4", "jaxbert"): 80,
                    ("unscanned-full", "transformers-flax"): 11}  # 100 + 7 * 11 = 177 <= 180 < 184
     assert {(c, a) for c, _, a, _ in compiled} == {("jaxbert", 1), ("transformers-flax", 1)}  # one micro-batch
     assert all(f for c, _, _, f in compiled if c == "jaxbert")
     table = target_table(records, "v4:2x2x1")
     assert "| bert-large/T512/scan-full-fsdp | jaxbert | 40 | 0.0 |" in table
-    assert "| bert-large/T512/scan-offload-fsdp | jaxbert | 80 | 0.0 | 0.0 | 0.0 | 80.0 |" in table  # host GiB
+    assert "| bert-large/T512/scan-offload-fsdp-chunks4 | jaxbert | 80 | 0.0 | 0.0 | 0.0 | 80.0 |" in table  # host GiB

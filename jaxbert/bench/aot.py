@@ -32,7 +32,7 @@ ROWS = (("jaxbert", False, "none", False), ("jaxbert", False, "full", False),
         ("transformers-flax", False, "none", False), ("transformers-flax", False, "full", False))
 # The largest per-chip batch that fits the device: jaxbert's shipped layout, the same with each layer's
 # input kept in host memory (remat "offload"), and the old port's best.
-MAX_ROWS = (("jaxbert", True, "full", True), ("jaxbert", True, "offload", True),
+MAX_ROWS = (("jaxbert", True, "full", True), ("jaxbert", True, "offload", True, 4),
             ("transformers-flax", False, "full", False))
 
 
@@ -43,12 +43,14 @@ class AotWork:
     scan_layers: bool
     remat_policy: str
     fsdp: bool = False
+    attention_chunks: int = 1
     largest: bool = False  # search the largest batch that fits instead of compiling the recipe's
 
     @property
     def name(self) -> str:
         recipe, B, T = MODELS[self.model]
         layout = ("scan" if self.scan_layers else "unscanned") + f"-{self.remat_policy}" + ("-fsdp" if self.fsdp else "")
+        layout += f"-chunks{self.attention_chunks}" if self.attention_chunks > 1 else ""
         return f"aot-max/{self.model}/T{T}/{layout}" if self.largest else f"aot/{self.model}/{B}x{T}/{layout}"
 
 
@@ -58,9 +60,11 @@ def works(models) -> list[AotWork]:
 
 
 def _recipe(model: str, layout: str, largest: bool):
-    scan, policy, *fsdp = layout.split("-")
+    """The recipe a row's name describes: scan|unscanned-POLICY[-fsdp][-chunksN]."""
+    scan, policy, *flags = layout.split("-")
     name, B, T = MODELS[model]
-    over = [f"model.scan_layers={scan == 'scan'}", f"model.remat_policy={policy}", f"parallel.fsdp={bool(fsdp)}"]
+    over = [f"model.scan_layers={scan == 'scan'}", f"model.remat_policy={policy}", f"parallel.fsdp={'fsdp' in flags}"]
+    over += [f"model.attention_chunks={f.removeprefix('chunks')}" for f in flags if f.startswith("chunks")]
     if largest:
         over.append("train.accum_steps=1")  # one micro-batch, as the old port steps
     return recipes.load(name, over), scan == "scan", policy, B, T
