@@ -171,3 +171,45 @@ def test_attention_blocks_with_threefry_dropout_are_refused_by_name():
         model.apply({"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.key(1)})
     with pytest.raises(recipes.RecipeError, match="model.attention_chunks"):
         recipes.load("tiny-demo", ["model.attention_chunks=0"])
+
+
+def _ffn_model(chunks, dropout_impl="hash", scan=False, remat="none"):
+    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=32)
+    return BertForMaskedLM(cfg, ffn_chunks=chunks, dropout_impl=dropout_impl, scan_layers=scan, remat_policy=remat)
+
+
+@pytest.mark.parametrize("scan,remat", [(False, "none"), (True, "offload")])
+def test_feed_forward_in_token_blocks_gives_the_whole_block(scan, remat):
+    ids = jax.random.randint(jax.random.key(1), (2, 16), 1, 64)
+    models = {c: _ffn_model(c, scan=scan, remat=remat) for c in (1, 2, 4)}
+    params = models[1].init(jax.random.key(0), ids)["params"]
+
+    def loss(p, c, deterministic):
+        out = models[c].apply({"params": p}, ids, deterministic=deterministic, rngs={"dropout": jax.random.key(5)})
+        return jnp.mean(out.logits ** 2)
+
+    def close(x, y):
+        for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+    # without dropout, blocks of 8 or 4 tokens give the whole block's loss and gradients
+    whole = jax.value_and_grad(loss)(params, 1, True)
+    close(whole, jax.value_and_grad(loss)(params, 4, True))
+    # with dropout, the mask is drawn once for [B, T, H] and each block applies its slice: 2 blocks = 4 blocks
+    # (a block applying its mask at the wrong offset breaks this), and dropout is really on
+    two, four = jax.value_and_grad(loss)(params, 2, False), jax.value_and_grad(loss)(params, 4, False)
+    close(two, four)
+    assert abs(float(two[0]) - float(whole[0])) > 1e-6
+
+
+def test_feed_forward_blocks_with_threefry_dropout_are_refused_by_name():
+    ids = jnp.ones((1, 8), jnp.int32)
+    model = _ffn_model(2, dropout_impl="threefry")
+    params = model.init(jax.random.key(0), ids)["params"]
+    with pytest.raises(ValueError, match="ffn_chunks=2 with hidden dropout needs dropout_impl 'hash'"):
+        model.apply({"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.key(1)})
+    with pytest.raises(recipes.RecipeError, match="model.ffn_chunks"):
+        recipes.load("tiny-demo", ["model.ffn_chunks=0"])
+    with pytest.raises(ValueError, match="ffn_chunks must be a positive integer"):
+        _ffn_model(1.5).init(jax.random.key(0), ids)

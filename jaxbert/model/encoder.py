@@ -16,6 +16,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from jaxbert.errors import InputError
 from jaxbert.model.attention import BertSelfAttention
+from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.layers import ACT_FNS, LAYER_INPUT, REMAT_POLICIES, Array, BertModule, shard_batch_dim
 from jaxbert.model.roberta import roberta_positions
 
@@ -91,9 +92,15 @@ class BertSelfOutput(BertModule):
     axes = ("heads", "embed")  # logical axes of the dense kernel (a class constant, not a field)
 
     @nn.compact
-    def __call__(self, hidden_states, input_tensor, deterministic=True):
+    def __call__(self, hidden_states, input_tensor, deterministic=True, dropout_key=None, whole=None, start=None):
+        """dropout_key: apply HashDropout's mask with this key, as the block at `start` of an array shaped
+        `whole` (the feed-forward's blocks of tokens; see BertLayer); None: this module's own dropout."""
         x = self.dense(self.config.hidden_size, self.axes, "dense")(hidden_states)
-        x = self.dropout_layer(self.config.hidden_dropout_prob)(x, deterministic=deterministic)
+        rate = self.config.hidden_dropout_prob
+        if dropout_key is None:
+            x = self.dropout_layer(rate)(x, deterministic=deterministic)
+        elif not deterministic and rate > 0:
+            x = apply_hash_dropout(x, dropout_key, rate, whole=whole, start=start)
         return self.layer_norm()(x + input_tensor)
 
 
@@ -163,8 +170,33 @@ class BertLayer(BertModule):
                 encoder_mask = jnp.ones((1, 1, 1, 1), bool)
             x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
                                                  layer_head_mask, deterministic, output_attentions)
-        y = shard_batch_dim(self.output(self.intermediate(x), x, deterministic))
-        return y, (probs, cross_probs)
+        T = x.shape[1]
+        if self.ffn_chunks > 1 and T % self.ffn_chunks == 0:
+            y = self._ffn_chunked(x, deterministic)
+        else:
+            y = self.output(self.intermediate(x), x, deterministic)
+        return shard_batch_dim(y), (probs, cross_probs)
+
+    def _ffn_chunked(self, x, deterministic):
+        """The feed-forward block over ffn_chunks blocks of tokens, each under remat, so the backward
+        pass holds one block's [B, T / chunks, I] at a time. Its dropout mask is drawn once, for the whole
+        [B, T, H], and each block applies its slice (HashDropout; threefry has no block-wise form)."""
+        B, T, H = x.shape
+        C = T // self.ffn_chunks
+        key = None
+        if not deterministic and self.config.hidden_dropout_prob > 0:
+            if self.dropout_impl != "hash":
+                raise ValueError(f"ffn_chunks={self.ffn_chunks} with hidden dropout needs dropout_impl 'hash' "
+                                 f"(got {self.dropout_impl!r})")
+            key = self.make_rng("dropout")
+
+        def block(layer, xc, key, t0):
+            return layer.output(layer.intermediate(xc), xc, deterministic, dropout_key=key, whole=(B, T, H),
+                                start=(0, t0, 0))
+
+        remat_block = nn.remat(block, static_argnums=(3,))
+        return jnp.concatenate([remat_block(self, x[:, i * C:(i + 1) * C], key, i * C)
+                                for i in range(self.ffn_chunks)], axis=1)
 
 
 class _ScanBertLayer(BertLayer):

@@ -152,6 +152,10 @@ class BertModule(nn.Module):
         each recomputed in the backward pass (jax.checkpoint), so that one block's
         [B, N, T / chunks, S] scores are held at a time; 1 = whole. Used where it
         divides T and attention probabilities are not returned.
+      ffn_chunks: the same for each layer's feed-forward block (dense(I) -> act ->
+        dense(H) -> dropout -> add & LayerNorm, all per token): blocks of T / chunks
+        tokens, each recomputed in the backward pass, so one block's [B, T / chunks, I]
+        is held at a time; 1 = whole. Used where it divides T.
       dropout_impl: where dropout's random bits come from, one of DROPOUT_IMPLS:
         "threefry" (flax's nn.Dropout) or "hash" (jaxbert.model.dropout.HashDropout,
         a counter hash: far fewer operations per element on TPU).
@@ -166,6 +170,7 @@ class BertModule(nn.Module):
     remat_policy: str = "none"
     attention_impl: str = "einsum"
     attention_chunks: int = 1
+    ffn_chunks: int = 1
     dropout_impl: str = "threefry"
     decode: bool = False
 
@@ -174,7 +179,7 @@ class BertModule(nn.Module):
         return dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype,
                     scan_layers=self.scan_layers, remat_policy=self.remat_policy,
                     attention_impl=self.attention_impl, attention_chunks=self.attention_chunks,
-                    dropout_impl=self.dropout_impl, decode=self.decode)
+                    ffn_chunks=self.ffn_chunks, dropout_impl=self.dropout_impl, decode=self.decode)
 
     def dropout_layer(self, rate: float):
         """The dropout layer this module's dropout_impl names (no params; same call as nn.Dropout)."""
@@ -249,9 +254,10 @@ def _zero_row(init, row: int):
 def validate_options(module: BertModule) -> None:
     if module.attention_impl not in ATTENTION_IMPLS:
         raise ValueError(f"attention_impl {module.attention_impl!r} is unknown; expected one of {ATTENTION_IMPLS}")
-    if isinstance(module.attention_chunks, bool) or not isinstance(module.attention_chunks, int) \
-            or module.attention_chunks < 1:
-        raise ValueError(f"attention_chunks must be a positive integer, got {module.attention_chunks!r}")
+    for name in ("attention_chunks", "ffn_chunks"):
+        value = getattr(module, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if module.dropout_impl not in DROPOUT_IMPLS:
         raise ValueError(f"dropout_impl {module.dropout_impl!r} is unknown; expected one of {DROPOUT_IMPLS}")
     if module.remat_policy not in REMAT_POLICIES:

@@ -43,7 +43,7 @@ def build_model(recipe: Recipe, cfg):
     return ALL_MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
                                         scan_layers=m.scan_layers, remat_policy=m.remat_policy,
                                         attention_impl=m.attention_impl, attention_chunks=m.attention_chunks,
-                                        dropout_impl=m.dropout_impl)
+                                        ffn_chunks=m.ffn_chunks, dropout_impl=m.dropout_impl)
 
 
 def libtpu_installed() -> bool:

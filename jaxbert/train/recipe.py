@@ -45,6 +45,7 @@ class ModelSection:
     remat_policy: str = "none"  # none | dots | dots_no_batch | full | offload | auto (planned with the batch)
     attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention where no attention dropout is drawn)
     attention_chunks: int = 1  # blocks of queries, each recomputed in the backward pass (memory at long T)
+    ffn_chunks: int = 1  # blocks of tokens through each feed-forward block, the same way
     dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
 
 
@@ -214,7 +215,7 @@ def _validate(r: Recipe) -> None:
     positive = {"data.seq_len": r.data.seq_len, "train.steps": r.train.steps,
                 "train.per_device_batch_size": r.train.per_device_batch_size,
                 "train.accum_steps": r.train.accum_steps, "train.log_every": r.train.log_every,
-                "model.attention_chunks": r.model.attention_chunks,
+                "model.attention_chunks": r.model.attention_chunks, "model.ffn_chunks": r.model.ffn_chunks,
                 "checkpoint.every_steps": r.checkpoint.every_steps, "checkpoint.keep": r.checkpoint.keep,
                 "optim.learning_rate": r.optim.learning_rate}
     for key, value in positive.items():
