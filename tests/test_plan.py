@@ -166,7 +166,7 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
     def fake_compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
         compiled.append((contender, B, r.train.accum_steps, r.parallel.fsdp))
         if policy == "offload":
-            assert r.model.attention_chunks == 4  # the row's -chunks4 reaches the recipe
+            assert r.model.attention_chunks == r.model.ffn_chunks == 4  # the row's -chunks4 reaches the recipe
             return _fake_cost(100 + B, B, host=2**30 * B)  # a byte per sequence on the device, 2**30 on the host
         per_seq = 2 if contender == "jaxbert" else 7  # GiB-free units: bytes
         return _fake_cost(100 + per_seq * B, B)

@@ -60,11 +60,13 @@ def works(models) -> list[AotWork]:
 
 
 def _recipe(model: str, layout: str, largest: bool):
-    """The recipe a row's name describes: scan|unscanned-POLICY[-fsdp][-chunksN]."""
+    """The recipe a row's name describes: scan|unscanned-POLICY[-fsdp][-chunksN] (N blocks of attention
+    queries and of feed-forward tokens)."""
     scan, policy, *flags = layout.split("-")
     name, B, T = MODELS[model]
     over = [f"model.scan_layers={scan == 'scan'}", f"model.remat_policy={policy}", f"parallel.fsdp={'fsdp' in flags}"]
-    over += [f"model.attention_chunks={f.removeprefix('chunks')}" for f in flags if f.startswith("chunks")]
+    for n in (f.removeprefix("chunks") for f in flags if f.startswith("chunks")):  # attention and feed-forward
+        over += [f"model.attention_chunks={n}", f"model.ffn_chunks={n}"]
     if largest:
         over.append("train.accum_steps=1")  # one micro-batch, as the old port steps
     return recipes.load(name, over), scan == "scan", policy, B, T
