@@ -20,7 +20,8 @@ def add_arguments(p):
     p.add_argument("--hbm", type=float, default=None, metavar="GiB",
                    help="memory budget per device (default: the device's own)")
     p.add_argument("--fsdp", action="store_true", help="shard params and optimizer state (parallel.fsdp)")
-    p.add_argument("--policies", nargs="+", default=None, help="remat policies to try (default: none dots full; also dots_no_batch, "
+    p.add_argument("--policies", nargs="+", default=None,
+                   help="remat policies to try (default: none dots full; also dots_no_batch, "
                         "offload: full with the layer inputs in host memory)")
     p.add_argument("--scan", default="recipe", choices=["recipe", "yes", "no", "both"],
                    help="layer layouts to try (default: the recipe's scan_layers)")
@@ -77,16 +78,18 @@ def run(args) -> int:
 def _row(c) -> dict:
     return {"scan_layers": c.scan_layers, "remat_policy": c.remat_policy, "batch": c.batch,
             "hbm_bytes": c.fit.hbm if c.fit else None, "over_hbm_bytes": c.over.hbm if c.over else None,
+            "host_bytes": c.fit.host_temporaries if c.fit else None,
             "remat_extra_flops": c.remat_extra, "useful_flops": c.useful_flops, "compiles": c.compiles}
 
 
 def table(cands, choice) -> str:
-    lines = ["| scan | remat | largest batch | HBM GiB | batch+1 HBM GiB | FLOPs remat adds | useful TFLOP/step/device | compiles |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| scan | remat | largest batch | HBM GiB | batch+1 HBM GiB | host GiB | FLOPs remat adds "
+             "| useful TFLOP/step/device | compiles |", "|---|---|---|---|---|---|---|---|---|"]
     for c in cands:
         gib = lambda s: f"{s.hbm / 2**30:.2f}" if s else "—"
+        host = f"{c.fit.host_temporaries / 2**30:.2f}" if c.fit else "—"  # remat offload keeps layer inputs there
         extra = f"{c.remat_extra:+.1%}" if c.remat_extra is not None else "—"
         mark = " **(recommended)**" if c is choice else ""
         lines.append(f"| {c.scan_layers} | {c.remat_policy}{mark} | {c.batch} | {gib(c.fit)} | {gib(c.over)} | "
-                     f"{extra} | {c.useful_flops / 1e12:.2f} | {c.compiles} |")
+                     f"{host} | {extra} | {c.useful_flops / 1e12:.2f} | {c.compiles} |")
     return "\n".join(lines)
