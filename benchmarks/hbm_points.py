@@ -10,7 +10,9 @@ buffer with its shapes. The bert-large figures in README:
 jaxbert compiles --recipe (default bert-large-lamb-phase2) as the aot-max rows do: scan + remat full + FSDP,
 one micro-batch; --set overrides more. The old port (transformers 4.57's FlaxBertForMaskedLM) compiles the
 recipe's model at its sequence length with its gradient checkpointing (--no-checkpointing for without).
-Prints one JSON line per batch: HBM, arguments and temporaries (GiB), compile seconds. Needs libtpu for a TPU
+Prints one JSON line per batch: HBM, arguments, temporaries and host temporaries (GiB; remat offload keeps
+the layer inputs there), whether libtpu refused the compile for want of memory (then HBM is its estimate),
+and compile seconds. Needs libtpu for a TPU
 target (pip install 'jaxbert[tpu]'); old-port bert-large compiles take most of an hour on 2 cores.
 """
 
@@ -56,6 +58,7 @@ def main() -> None:
                           "arguments_gib": round(c.arguments / 2**30, 2),
                           "temporaries_gib": round(c.temporaries / 2**30, 2),
                           "host_temporaries_gib": round(c.host_temporaries / 2**30, 2),
+                          "refused": c.out_of_memory,  # libtpu refused it for want of memory: hbm is its estimate
                           "compile_s": round(c.lower_s + c.compile_s)}), flush=True)
 
 

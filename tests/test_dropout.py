@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxbert import BertConfig, BertForMaskedLM
-from jaxbert.model.dropout import HashDropout, hash_bits, hash_keep_mask, keep_threshold
+from jaxbert.model.dropout import HashDropout, apply_hash_dropout, hash_bits, hash_keep_mask, keep_threshold
 from jaxbert.train import recipe as recipes
 from _train_util import child_result
 
@@ -193,14 +193,20 @@ def test_feed_forward_in_token_blocks_gives_the_whole_block(scan, remat):
         for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(y)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
-    # without dropout, blocks of 8 or 4 tokens give the whole block's loss and gradients
-    whole = jax.value_and_grad(loss)(params, 1, True)
-    close(whole, jax.value_and_grad(loss)(params, 4, True))
-    # with dropout, the mask is drawn once for [B, T, H] and each block applies its slice: 2 blocks = 4 blocks
-    # (a block applying its mask at the wrong offset breaks this), and dropout is really on
-    two, four = jax.value_and_grad(loss)(params, 2, False), jax.value_and_grad(loss)(params, 4, False)
-    close(two, four)
-    assert abs(float(two[0]) - float(whole[0])) > 1e-6
+    # blocks of 8 or 4 tokens give the whole block's loss and gradients, with dropout on too: the mask is
+    # drawn once for [B, T, H] and each block applies its slice (a block at the wrong offset breaks this)
+    for deterministic in (True, False):
+        whole = jax.value_and_grad(loss)(params, 1, deterministic)
+        close(whole, jax.value_and_grad(loss)(params, 2, deterministic))
+        close(whole, jax.value_and_grad(loss)(params, 4, deterministic))
+    assert abs(float(whole[0]) - float(loss(params, 1, True))) > 1e-6  # dropout was really on
+
+
+def test_dropping_everything_gives_zeros_and_a_zero_gradient():
+    x = jnp.arange(12.0).reshape(3, 4)
+    g = jax.grad(lambda v: jnp.sum(apply_hash_dropout(v, jax.random.key(0), 1.0)))(x)
+    assert not np.any(np.asarray(apply_hash_dropout(x, jax.random.key(0), 1.0)))
+    assert np.all(np.asarray(g) == 0.0)  # x / 0 made it NaN
 
 
 def test_feed_forward_blocks_with_threefry_dropout_are_refused_by_name():

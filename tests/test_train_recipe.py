@@ -67,6 +67,15 @@ def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
         R.load(_write(tmp_path, {"optim": 3}))
 
 
+def test_model_options_reach_the_model_the_loop_builds():
+    from jaxbert.train.loop import build_model
+    r = R.load("tiny-demo", ["model.remat_policy=offload", "model.attention_chunks=2", "model.ffn_chunks=4",
+                             "model.scan_layers=true", "model.dropout_impl=threefry"])
+    m = build_model(r, r.bert_config())
+    assert (m.remat_policy, m.attention_chunks, m.ffn_chunks, m.scan_layers, m.dropout_impl) == \
+        ("offload", 2, 4, True, "threefry")
+
+
 def test_set_overrides_are_parsed_and_checked(tmp_path):
     path = _write(tmp_path, {"optim": {"learning_rate": 1e-3}})
     r = R.load(path, ["optim.learning_rate=3e-4", "train.steps=7", "optim.clip_norm=null",

@@ -31,7 +31,8 @@ ROWS = (("jaxbert", False, "none", False), ("jaxbert", False, "full", False),
         ("jaxbert", True, "none", True), ("jaxbert", True, "dots", True), ("jaxbert", True, "full", True),
         ("transformers-flax", False, "none", False), ("transformers-flax", False, "full", False))
 # The largest per-chip batch that fits the device: jaxbert's shipped layout, the same with each layer's
-# input kept in host memory (remat "offload"), and the old port's best.
+# input kept in host memory (remat "offload") and the attention and feed-forward run in 4 blocks (the
+# optional fifth element: AotWork.chunks), and the old port's best.
 MAX_ROWS = (("jaxbert", True, "full", True), ("jaxbert", True, "offload", True, 4),
             ("transformers-flax", False, "full", False))
 
@@ -43,14 +44,14 @@ class AotWork:
     scan_layers: bool
     remat_policy: str
     fsdp: bool = False
-    attention_chunks: int = 1
+    chunks: int = 1  # model.attention_chunks and model.ffn_chunks
     largest: bool = False  # search the largest batch that fits instead of compiling the recipe's
 
     @property
     def name(self) -> str:
         recipe, B, T = MODELS[self.model]
         layout = ("scan" if self.scan_layers else "unscanned") + f"-{self.remat_policy}" + ("-fsdp" if self.fsdp else "")
-        layout += f"-chunks{self.attention_chunks}" if self.attention_chunks > 1 else ""
+        layout += f"-chunks{self.chunks}" if self.chunks > 1 else ""
         return f"aot-max/{self.model}/T{T}/{layout}" if self.largest else f"aot/{self.model}/{B}x{T}/{layout}"
 
 

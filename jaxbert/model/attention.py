@@ -102,9 +102,7 @@ class BertSelfAttention(BertModule):
         C = T // self.attention_chunks
         key = None
         if not deterministic and dropout > 0:
-            if self.dropout_impl != "hash":
-                raise ValueError(f"attention_chunks={self.attention_chunks} with attention dropout needs "
-                                 f"dropout_impl 'hash' (got {self.dropout_impl!r})")
+            self.require_hash_dropout("attention_chunks", "attention")
             key = self.dropout_layer(dropout).draw_key()
         mask = jnp.broadcast_to(mask, (mask.shape[0], 1, T, S)) if mask.shape[2] != 1 else mask
         head = None if layer_head_mask is None else layer_head_mask[None, :, None, None].astype(self.dtype)

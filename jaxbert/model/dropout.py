@@ -120,6 +120,8 @@ class HashDropout(nn.Module):
 def apply_hash_dropout(x, key, rate: float, whole=None, start=None):
     """HashDropout's arithmetic on a block `x` of a larger array (whole, start as in hash_bits)."""
     keep_prob = 1.0 - rate
+    if keep_prob <= 0.0:  # everything dropped (x / 0 would make the gradient NaN)
+        return jnp.zeros_like(x)
     mask = hash_keep_mask(key, x.shape, keep_prob, whole, start)
     return lax.select(mask, x / keep_prob, jnp.zeros_like(x))
 

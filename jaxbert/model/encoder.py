@@ -94,7 +94,8 @@ class BertSelfOutput(BertModule):
     @nn.compact
     def __call__(self, hidden_states, input_tensor, deterministic=True, dropout_key=None, whole=None, start=None):
         """dropout_key: apply HashDropout's mask with this key, as the block at `start` of an array shaped
-        `whole` (the feed-forward's blocks of tokens; see BertLayer); None: this module's own dropout."""
+        `whole` (default: all of it; BertLayer passes one for its feed-forward block, whole or in blocks of
+        tokens); None: this module's own dropout layer."""
         x = self.dense(self.config.hidden_size, self.axes, "dense")(hidden_states)
         rate = self.config.hidden_dropout_prob
         if dropout_key is None:
@@ -154,7 +155,7 @@ class BertLayer(BertModule):
     def __call__(self, hidden_states, layer_head_mask, mask, encoder_hidden_states=None,
                  encoder_mask=None, deterministic=True, output_attentions=False):
         # Named so a remat policy can keep it elsewhere ("offload"); every use below reads the named value,
-        # so the backward pass needs nothing but it.
+        # so the backward pass needs no other per-layer activation.
         hidden_states = checkpoint_name(hidden_states, LAYER_INPUT)
         x, probs = self.attention(hidden_states, mask, None, layer_head_mask,
                                   deterministic, output_attentions)
@@ -170,25 +171,26 @@ class BertLayer(BertModule):
                 encoder_mask = jnp.ones((1, 1, 1, 1), bool)
             x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
                                                  layer_head_mask, deterministic, output_attentions)
-        T = x.shape[1]
-        if self.ffn_chunks > 1 and T % self.ffn_chunks == 0:
-            y = self._ffn_chunked(x, deterministic)
-        else:
-            y = self.output(self.intermediate(x), x, deterministic)
-        return shard_batch_dim(y), (probs, cross_probs)
-
-    def _ffn_chunked(self, x, deterministic):
-        """The feed-forward block over ffn_chunks blocks of tokens, each under remat, so the backward
-        pass holds one block's [B, T / chunks, I] at a time. Its dropout mask is drawn once, for the whole
-        [B, T, H], and each block applies its slice (HashDropout; threefry has no block-wise form)."""
-        B, T, H = x.shape
-        C = T // self.ffn_chunks
+        chunked = self.ffn_chunks > 1 and x.shape[1] % self.ffn_chunks == 0
+        # With hash dropout the feed-forward's mask comes from one key per layer call, for the whole [B, T, H],
+        # whether the block runs whole or in blocks of tokens (then each applies its slice): the same output.
         key = None
         if not deterministic and self.config.hidden_dropout_prob > 0:
-            if self.dropout_impl != "hash":
-                raise ValueError(f"ffn_chunks={self.ffn_chunks} with hidden dropout needs dropout_impl 'hash' "
-                                 f"(got {self.dropout_impl!r})")
-            key = self.make_rng("dropout")
+            if chunked:
+                self.require_hash_dropout("ffn_chunks", "hidden")
+            if self.dropout_impl == "hash":
+                key = self.make_rng("dropout")
+        if chunked:
+            y = self._ffn_chunked(x, deterministic, key)
+        else:
+            y = self.output(self.intermediate(x), x, deterministic, dropout_key=key)
+        return shard_batch_dim(y), (probs, cross_probs)
+
+    def _ffn_chunked(self, x, deterministic, key):
+        """The feed-forward block over ffn_chunks blocks of tokens, each under remat, so the backward
+        pass holds one block's [B, T / chunks, I] at a time; key: the hash dropout's, for the whole array."""
+        B, T, H = x.shape
+        C = T // self.ffn_chunks
 
         def block(layer, xc, key, t0):
             return layer.output(layer.intermediate(xc), xc, deterministic, dropout_key=key, whole=(B, T, H),

@@ -181,6 +181,13 @@ class BertModule(nn.Module):
                     attention_impl=self.attention_impl, attention_chunks=self.attention_chunks,
                     ffn_chunks=self.ffn_chunks, dropout_impl=self.dropout_impl, decode=self.decode)
 
+    def require_hash_dropout(self, option: str, what: str) -> None:
+        """A dropout applied block by block needs dropout_impl 'hash': its mask is a function of each
+        element's position, so a block's mask is the slice of the whole one; threefry's has no such form."""
+        if self.dropout_impl != "hash":
+            raise ValueError(f"{option}={getattr(self, option)} with {what} dropout needs dropout_impl 'hash' "
+                             f"(got {self.dropout_impl!r})")
+
     def dropout_layer(self, rate: float):
         """The dropout layer this module's dropout_impl names (no params; same call as nn.Dropout)."""
         return make_dropout(self.dropout_impl, rate)
