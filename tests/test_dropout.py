@@ -132,17 +132,18 @@ def test_recipe_names_a_bad_dropout_impl():
             jax.random.key(0), jnp.ones((1, 4), jnp.int32))
 
 
-def _chunk_model(chunks, dropout_impl="hash", position="absolute"):
+def _block_model(position="absolute", dropout_impl="hash", **options):
+    """A 2-layer model for the block options (attention_chunks, ffn_chunks, ...)."""
     cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=32, position_embedding_type=position)
-    return BertForMaskedLM(cfg, attention_chunks=chunks, dropout_impl=dropout_impl)
+    return BertForMaskedLM(cfg, dropout_impl=dropout_impl, **options)
 
 
 @pytest.mark.parametrize("position", ["absolute", "relative_key"])
 def test_attention_in_query_blocks_gives_the_whole_attention_dropout_included(position):
     ids = jax.random.randint(jax.random.key(1), (2, 16), 1, 64)
     attention_mask = jnp.ones((2, 16), jnp.int32).at[1, 11:].set(0)  # padding in the second row
-    whole, blocks = _chunk_model(1, position=position), _chunk_model(4, position=position)
+    whole, blocks = _block_model(position, attention_chunks=1), _block_model(position, attention_chunks=4)
     params = whole.init(jax.random.key(0), ids)["params"]
 
     def run(model, p, deterministic):
@@ -163,26 +164,23 @@ def test_attention_in_query_blocks_gives_the_whole_attention_dropout_included(po
     np.testing.assert_array_equal(block, whole_bits[:, :, 8:12])
 
 
-def test_attention_blocks_with_threefry_dropout_are_refused_by_name():
+@pytest.mark.parametrize("option,what", [("attention_chunks", "attention"), ("ffn_chunks", "hidden")])
+def test_blocks_with_threefry_dropout_are_refused_by_name(option, what):
     ids = jnp.ones((1, 8), jnp.int32)
-    model = _chunk_model(2, dropout_impl="threefry")
+    model = _block_model(dropout_impl="threefry", **{option: 2})
     params = model.init(jax.random.key(0), ids)["params"]
-    with pytest.raises(ValueError, match="attention_chunks=2 with attention dropout needs dropout_impl 'hash'"):
+    with pytest.raises(ValueError, match=f"{option}=2 with {what} dropout needs dropout_impl 'hash'"):
         model.apply({"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.key(1)})
-    with pytest.raises(recipes.RecipeError, match="model.attention_chunks"):
-        recipes.load("tiny-demo", ["model.attention_chunks=0"])
-
-
-def _ffn_model(chunks, dropout_impl="hash", scan=False, remat="none"):
-    cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=32)
-    return BertForMaskedLM(cfg, ffn_chunks=chunks, dropout_impl=dropout_impl, scan_layers=scan, remat_policy=remat)
+    with pytest.raises(recipes.RecipeError, match=f"model.{option}"):
+        recipes.load("tiny-demo", [f"model.{option}=0"])
+    with pytest.raises(ValueError, match=f"{option} must be a positive integer"):
+        _block_model(**{option: 1.5}).init(jax.random.key(0), ids)
 
 
 @pytest.mark.parametrize("scan,remat", [(False, "none"), (True, "offload")])
 def test_feed_forward_in_token_blocks_gives_the_whole_block(scan, remat):
     ids = jax.random.randint(jax.random.key(1), (2, 16), 1, 64)
-    models = {c: _ffn_model(c, scan=scan, remat=remat) for c in (1, 2, 4)}
+    models = {c: _block_model(ffn_chunks=c, scan_layers=scan, remat_policy=remat) for c in (1, 2, 4)}
     params = models[1].init(jax.random.key(0), ids)["params"]
 
     def loss(p, c, deterministic):
@@ -208,14 +206,3 @@ def test_dropping_everything_gives_zeros_and_a_zero_gradient():
     assert not np.any(np.asarray(apply_hash_dropout(x, jax.random.key(0), 1.0)))
     assert np.all(np.asarray(g) == 0.0)  # x / 0 made it NaN
 
-
-def test_feed_forward_blocks_with_threefry_dropout_are_refused_by_name():
-    ids = jnp.ones((1, 8), jnp.int32)
-    model = _ffn_model(2, dropout_impl="threefry")
-    params = model.init(jax.random.key(0), ids)["params"]
-    with pytest.raises(ValueError, match="ffn_chunks=2 with hidden dropout needs dropout_impl 'hash'"):
-        model.apply({"params": params}, ids, deterministic=False, rngs={"dropout": jax.random.key(1)})
-    with pytest.raises(recipes.RecipeError, match="model.ffn_chunks"):
-        recipes.load("tiny-demo", ["model.ffn_chunks=0"])
-    with pytest.raises(ValueError, match="ffn_chunks must be a positive integer"):
-        _ffn_model(1.5).init(jax.random.key(0), ids)
