@@ -108,8 +108,6 @@ class HashDropout(nn.Module):
         deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
         if self.rate == 0.0 or deterministic:
             return inputs
-        if self.rate == 1.0:
-            return jnp.zeros_like(inputs)
         return apply_hash_dropout(inputs, self.draw_key(), self.rate)
 
     def draw_key(self):
