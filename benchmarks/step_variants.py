@@ -12,6 +12,7 @@ formula) and bytes accessed:
   no-attn-dropout  attention dropout 0 (what drawing its random bits costs)
   threefry-dropout flax's nn.Dropout (jax.random.bernoulli, threefry) instead of the counter hash
   rbg-dropout      flax's nn.Dropout with the rbg generator instead of threefry
+  bf16-moment      AdamW's first moment in bfloat16 (optim.mu_dtype=bfloat16)
 
   python benchmarks/step_variants.py [--target v4:2x2x1] [--only baseline rbg-dropout] [--hlo-dir D]
 
@@ -28,7 +29,7 @@ import subprocess
 import sys
 
 VARIANTS = ("baseline", "fp32-residual", "fp32-loss-grad", "norm-metrics", "no-attn-dropout", "threefry-dropout",
-            "rbg-dropout")
+            "rbg-dropout", "bf16-moment")
 BASE = ["model.scan_layers=false", "model.remat_policy=none", "parallel.fsdp=false"]
 
 
@@ -56,6 +57,8 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
         over.append("model.config.attention_probs_dropout_prob=0.0")
     elif variant == "threefry-dropout":
         over.append("model.dropout_impl=threefry")
+    elif variant == "bf16-moment":
+        over.append("optim.mu_dtype=bfloat16")
     elif variant == "rbg-dropout":
         over.append("model.dropout_impl=threefry")
         sums = step._sums

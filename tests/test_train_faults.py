@@ -126,7 +126,8 @@ def _tree_bytes(folder):
 
 
 @pytest.mark.parametrize("override,field", [("model.config.hidden_size=64", "model.config.hidden_size: 32"),
-                                            ("model.config.num_hidden_layers=2", "model.config.num_hidden_layers: 1")])
+                                            ("model.config.num_hidden_layers=2", "model.config.num_hidden_layers: 1"),
+                                            ("optim.mu_dtype=bfloat16", "optim.mu_dtype: None")])
 def test_resume_with_a_changed_recipe_is_refused_and_keeps_every_checkpoint(setup, tmp_path, override, field):
     wd = tmp_path / "changed"
     shutil.copytree(setup["reference"], wd)

@@ -62,6 +62,8 @@ def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
         R.load(_write(tmp_path, {"parallel": {"strategy": "pmapp"}}))
     with pytest.raises(RecipeError, match=r"model\.remat_policy: 'ofload' is not one of"):
         R.load(_write(tmp_path, {"model": {"remat_policy": "ofload"}}))
+    with pytest.raises(RecipeError, match=r"optim\.mu_dtype: 'float16' is not one of"):
+        R.load("tiny-demo", ["optim.mu_dtype=float16"])
     assert R.load(_write(tmp_path, {"model": {"remat_policy": "offload"}})).model.remat_policy == "offload"
     with pytest.raises(RecipeError, match=r"optim: expected a mapping"):
         R.load(_write(tmp_path, {"optim": 3}))
@@ -147,6 +149,28 @@ def test_weight_decay_spares_biases_and_layernorm():
         assert float(jnp.abs(updates["dense"]["bias"]).max()) == 0.0
         assert float(jnp.abs(updates["LayerNorm"]["scale"]).max()) == 0.0
         assert float(jnp.abs(updates["dense"]["kernel"]).max()) > 0.0
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+def test_a_bfloat16_first_moment_is_stored_narrow_and_rounds_only_the_moment(name):
+    params = {"w": jnp.linspace(-1.0, 1.0, 64).reshape(8, 8), "bias": jnp.zeros(8)}
+    grads = {"w": jnp.sin(jnp.arange(64.0)).reshape(8, 8) * 1e-3, "bias": jnp.full((8,), 3e-4)}
+    out = {}
+    for mu_dtype in (None, "bfloat16"):
+        tx, _ = make_optimizer(OptimSection(name=name, learning_rate=0.1, clip_norm=None, schedule="constant",
+                                            mu_dtype=mu_dtype), 10)
+        state, p = tx.init(params), params
+        for _ in range(3):
+            updates, state = tx.update(grads, state, p)
+            p = optax.apply_updates(p, updates)
+        out[mu_dtype] = (optax.tree_utils.tree_get(state, "mu"), optax.tree_utils.tree_get(state, "nu"), p)
+    (mu32, nu32, p32), (mu16, nu16, p16) = out[None], out["bfloat16"]
+    assert mu16["w"].dtype == jnp.bfloat16 and mu32["w"].dtype == jnp.float32
+    assert nu16["w"].dtype == jnp.float32 and np.array_equal(nu16["w"], nu32["w"])  # the second moment untouched
+    # the narrow moment is the wide one to within bf16's rounding (8 significant bits), not equal to it
+    np.testing.assert_allclose(np.asarray(mu16["w"], np.float32), mu32["w"], rtol=2 ** -7)
+    assert not np.array_equal(np.asarray(mu16["w"], np.float32), mu32["w"])
+    np.testing.assert_allclose(p16["w"], p32["w"], rtol=0, atol=0.1 * 3 * 2 ** -7)
 
 
 def test_clipping_bounds_the_global_norm_before_adam_sees_it():

@@ -85,12 +85,16 @@ def make_optimizer(o: OptimSection, total_steps: int):
     """Returns (optax transformation, schedule). Updates are applied with
     optax.apply_updates; ``update`` takes ``grad_norm=`` (see clip_by_global_norm)."""
     schedule = make_schedule(o, total_steps)
+    mu_dtype = None if o.mu_dtype is None else jnp.dtype(o.mu_dtype)  # None: each param's own dtype
     if o.name == "adamw":
         core = optax.adamw(schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
-                           mask=decay_mask)
+                           mask=decay_mask, mu_dtype=mu_dtype)
     elif o.name == "lamb":
-        core = optax.lamb(schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
-                          mask=decay_mask)
+        # optax.lamb's own chain (same transformations, same state), which takes no mu_dtype itself
+        core = optax.chain(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps, mu_dtype=mu_dtype),
+                           optax.add_decayed_weights(o.weight_decay, mask=decay_mask),
+                           optax.scale_by_trust_ratio(),
+                           optax.scale_by_learning_rate(schedule))
     else:
         raise ValueError(f"optim.name {o.name!r} is unknown")
     parts = [clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
