@@ -87,6 +87,25 @@ def test_sigterm_saves_and_exits_zero_then_resumes_exactly(setup, tmp_path):
     _assert_same_params(wd, setup["reference"])
 
 
+def test_a_bfloat16_first_moment_is_checkpointed_and_resumed_exactly(setup, tmp_path):
+    bf16 = ["--set", "optim.mu_dtype=bfloat16"]
+    straight = tmp_path / "straight"
+    r = run_train(_args(setup, straight) + bf16, setup["env"])
+    assert r.returncode == 0, r.stdout
+    wd = tmp_path / "preempted"
+    proc = train_child(_args(setup, wd) + bf16, setup["env"], delay=0.3)
+    _wait_for(lambda: len(metric_rows(wd)) >= 5, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and max(r["step"] for r in metric_rows(wd)) < STEPS, out
+    r = run_train(_args(setup, wd) + bf16, setup["env"])
+    assert r.returncode == 0 and "resumed from" in r.stdout, r.stdout
+    _assert_same_params(wd, straight)
+    # the moment changed the trajectory: these are not the float32-moment run's params
+    pa, pb = final_params(straight), final_params(setup["reference"])
+    assert any(not np.array_equal(pa[k], pb[k]) for k in pa)
+
+
 def test_nan_stops_with_step_number_and_keeps_last_good_checkpoint(setup, tmp_path):
     wd = tmp_path / "nan"
     # lr 1e4 without clipping: params explode, then the loss overflows to inf/NaN a few steps in.
