@@ -173,6 +173,29 @@ def test_a_bfloat16_first_moment_is_stored_narrow_and_rounds_only_the_moment(nam
     np.testing.assert_allclose(p16["w"], p32["w"], rtol=0, atol=0.1 * 3 * 2 ** -7)
 
 
+def test_lamb_is_optax_lamb_behind_the_clipping_when_the_moment_keeps_the_params_dtype():
+    # Checkpoints of LAMB runs hold this state: its tree and arithmetic must stay optax.lamb's.
+    o = OptimSection(name="lamb", learning_rate=0.1, clip_norm=1.0, schedule="constant", weight_decay=0.01)
+    tx, schedule = make_optimizer(o, 10)
+    ref = optax.chain(optax.clip_by_global_norm(1.0), optax.lamb(schedule, b1=o.b1, b2=o.b2, eps=o.eps,
+                                                            weight_decay=o.weight_decay, mask=decay_mask))
+    params = {"w": jnp.linspace(-1.0, 1.0, 12).reshape(3, 4), "bias": jnp.ones(4)}
+    grads = {"w": jnp.cos(jnp.arange(12.0)).reshape(3, 4), "bias": jnp.full((4,), 0.5)}
+    s1, s2 = tx.init(params), ref.init(params)
+    assert jax.tree_util.tree_structure(s1) == jax.tree_util.tree_structure(s2)
+    for _ in range(3):
+        (u1, s1), (u2, s2) = tx.update(grads, s1, params), ref.update(grads, s2, params)
+        for a, b in zip(jax.tree_util.tree_leaves((u1, s1)), jax.tree_util.tree_leaves((u2, s2))):
+            assert np.array_equal(a, b)
+
+
+def test_a_float32_first_moment_for_bfloat16_params():
+    params = {"w": jnp.ones((4, 4), jnp.bfloat16)}
+    for mu_dtype, want in ((None, jnp.bfloat16), ("float32", jnp.float32)):
+        tx, _ = make_optimizer(OptimSection(mu_dtype=mu_dtype), 10)
+        assert optax.tree_utils.tree_get(tx.init(params), "mu")["w"].dtype == want
+
+
 def test_clipping_bounds_the_global_norm_before_adam_sees_it():
     tx, _ = make_optimizer(OptimSection(name="adamw", learning_rate=1.0, clip_norm=0.5, weight_decay=0.0,
                                         b1=0.9, schedule="constant"), 10)

@@ -78,8 +78,8 @@ class OptimSection:
     end_lr_factor: float = 0.0  # final lr = learning_rate * end_lr_factor
     decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
     clip_norm: Optional[float] = 1.0  # global-norm clipping; None = off
-    # dtype of AdamW's and LAMB's first moment: None = each param's own; bfloat16 halves its bytes
-    # (a numerics change: m is rounded to 8 significant bits each step); float32
+    # dtype of AdamW's and LAMB's first moment: None (each param's own) | "float32" | "bfloat16"
+    # (half its bytes; rounds m to 8 significant bits at every update)
     mu_dtype: Optional[str] = None
 
 
