@@ -13,6 +13,9 @@ formula) and bytes accessed:
   threefry-dropout flax's nn.Dropout (jax.random.bernoulli, threefry) instead of the counter hash
   rbg-dropout      flax's nn.Dropout with the rbg generator instead of threefry
   bf16-moment      AdamW's first moment in bfloat16 (optim.mu_dtype=bfloat16)
+  pallas-attention attention dropout 0 and attention through jax's Pallas TPU flash-attention kernel
+                   (jax.experimental.pallas.ops.tpu.flash_attention, padding as segment ids, per device
+                   under shard_map): what a fused attention kernel saves; compare with no-attn-dropout
 
   python benchmarks/step_variants.py [--target v4:2x2x1] [--only baseline rbg-dropout] [--hlo-dir D]
 
@@ -29,7 +32,7 @@ import subprocess
 import sys
 
 VARIANTS = ("baseline", "fp32-residual", "fp32-loss-grad", "norm-metrics", "no-attn-dropout", "threefry-dropout",
-            "rbg-dropout", "bf16-moment")
+            "rbg-dropout", "bf16-moment", "pallas-attention")
 BASE = ["model.scan_layers=false", "model.remat_policy=none", "parallel.fsdp=false"]
 
 
@@ -59,6 +62,9 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
         over.append("model.dropout_impl=threefry")
     elif variant == "bf16-moment":
         over.append("optim.mu_dtype=bfloat16")
+    elif variant == "pallas-attention":
+        over += ["model.config.attention_probs_dropout_prob=0.0", "model.attention_impl=dot_product"]
+        jax.nn.dot_product_attention = _pallas_attention
     elif variant == "rbg-dropout":
         over.append("model.dropout_impl=threefry")
         sums = step._sums
@@ -75,6 +81,31 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
     return {"variant": variant, "hbm_gib": round(cost.hbm / 2**30, 2), "gflop": round(cost.flops / 1e9, 1),
             "xla_over_model": round(cost.flops / model, 3), "gb_accessed": round(cost.bytes_accessed / 1e9, 1),
             "compile_s": round(cost.compile_s)}
+
+
+def _pallas_attention(q, k, v, bias=None, mask=None):
+    """Stands in for jax.nn.dot_product_attention ([B, T, N, D] in and out, padding mask [B, N, T, S])."""
+    import math
+
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+    from jax.sharding import PartitionSpec as P
+
+    from jaxbert.model import layers
+
+    assert bias is None
+    keep = mask[:, 0, 0, :].astype(jnp.int32)  # [B, S]: 1 = a token, 0 = padding
+
+    def attend(q, k, v, keep):
+        ids = fa.SegmentIds(q=keep, kv=keep)  # padding queries attend to padding: their rows are never read
+        return fa.flash_attention(q, k, v, segment_ids=ids, sm_scale=1.0 / math.sqrt(q.shape[-1]))
+
+    if layers._BATCH_AXIS[0] is not None:  # a Mosaic kernel is not partitioned by GSPMD: one call per device
+        mesh, axis = layers._BATCH_AXIS[0]
+        attend = jax.shard_map(attend, mesh=mesh, in_specs=(P(axis),) * 4, out_specs=P(axis), check_vma=False)
+    heads_first = lambda x: x.transpose(0, 2, 1, 3)
+    return heads_first(attend(heads_first(q), heads_first(k), heads_first(v), keep))
 
 
 def main() -> None:
