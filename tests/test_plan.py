@@ -186,3 +186,54 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
     table = target_table(records, "v4:2x2x1")
     assert "| bert-large/T512/scan-full-fsdp | jaxbert | 40 | 0.0 |" in table
     assert "| bert-large/T512/scan-offload-fsdp-chunks4 | jaxbert | 80 | 0.0 | 0.0 | 0.0 | 80.0 |" in table  # host GiB
+
+
+@pytest.mark.parametrize("total,largest,expected", [(32, 29, 2), (32, 7, 8), (64, 67, 1), (7, 3, 7), (30, 0, None)])
+def test_fewest_micro_batches(total, largest, expected):
+    assert plan.fewest_micro_batches(total, largest) == expected
+
+
+def _cand(policy, batch, extra):
+    fit = _fake_cost(100 * batch, batch)
+    return plan.Candidate(True, policy, batch, fit, None, 1.0, extra, 3)
+
+
+def test_the_recipe_batch_goes_to_the_least_recomputing_candidate_and_is_confirmed(monkeypatch):
+    r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=16", "train.accum_steps=2"])
+    compiled = []
+
+    def fake_compile(recipe, cfg, devices, b):  # an accumulator (accum > 1) costs 50 bytes on top
+        compiled.append((recipe.model.remat_policy, recipe.train.accum_steps, b))
+        return _fake_cost(100 * b + (50 if recipe.train.accum_steps > 1 else 0), b)
+
+    monkeypatch.setattr(plan, "compile_train_step", fake_compile)
+    cands = [_cand("dots", 29, 0.05), _cand("none", 8, 0.0), _cand("full", 90, 0.33)]
+    # none recomputes nothing: 32 = 4 x 8, but 8 with an accumulator is 850 > 800: the next split is 8 x 4
+    s = plan.split_recipe_batch(r, None, [], 800, cands, log=lambda m: None)
+    assert (s.candidate.remat_policy, s.micro_batches, s.size) == ("none", 8, 4)
+    assert compiled == [("none", 4, 8), ("none", 8, 4)] and s.cost.hbm == 450
+    # without "none", dots takes the recipe's own 2 x 16: the step the search compiled, no new compile
+    compiled.clear()
+    s = plan.split_recipe_batch(r, None, [], 800, cands[:1] + cands[2:], log=lambda m: None)
+    assert (s.candidate.remat_policy, s.micro_batches, s.size, compiled) == ("dots", 2, 16, [])
+    assert plan.split_recipe_batch(r, None, [], 800, [_cand("none", 0, 0.0)], log=lambda m: None) is None
+
+
+def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_path):
+    budget_gib = 1.5e6 / 2**30
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--recipe", "tiny-demo", "--target", "local", "--hbm", str(budget_gib), "--policies", "none",
+            "--scan", "no", "--max-batch", "64", "--json", str(out)]
+    for item in TINY + ["model.dtype=bfloat16", "train.per_device_batch_size=64", "train.accum_steps=1"]:
+        argv += ["--set", item]
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    (cand,), split = result["candidates"], result["recipe_batch"]
+    assert 1 < cand["batch"] < 64
+    assert split["per_device_batch_size"] * split["accum_steps"] == 64 and split["accum_steps"] > 1
+    assert split["per_device_batch_size"] <= cand["batch"] and split["hbm_bytes"] <= result["budget_bytes"]
+    # our own compile of that split agrees that it fits
+    r = recipes.load("tiny-demo", TINY + ["model.dtype=bfloat16", "model.scan_layers=false",
+                                          "model.remat_policy=none", f"train.accum_steps={split['accum_steps']}"])
+    cost = aot.compile_train_step(r, r.bert_config(), aot.target_devices("local"), split["per_device_batch_size"])
+    assert cost.hbm == split["hbm_bytes"] <= result["budget_bytes"]

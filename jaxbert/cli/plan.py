@@ -68,11 +68,32 @@ def run(args) -> int:
     print("\n" + table(cands, choice))
     print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
           f"per_device_batch_size={choice.batch}")
+    split = None
+    if args.recipe and r.train.per_device_batch_size != "auto":
+        split = _recipe_split(r, cfg, devices, budget, cands)
     if args.json:
         args.json.write_text(json.dumps({"recipe": r.name, "target": args.target, "budget_bytes": budget,
                                          "candidates": [_row(c) for c in cands],
-                                         "recommended": _row(choice)}, indent=2) + "\n")
+                                         "recommended": _row(choice),
+                                         "recipe_batch": split}, indent=2) + "\n")
     return 0
+
+
+def _recipe_split(r, cfg, devices, budget, cands) -> dict:
+    """The recipe's own sequences per device per step, as micro-batches that fit (printed and returned)."""
+    total = r.train.per_device_batch_size * r.train.accum_steps
+    print(f"\nthe recipe's {total} sequences per device per step (per_device_batch_size "
+          f"{r.train.per_device_batch_size} x accum_steps {r.train.accum_steps} as it ships):", flush=True)
+    s = plan.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True))
+    if s is None:
+        print("  no candidate fits one sequence per device")
+        return {"sequences": total, "fits": False}
+    c, hbm = s.candidate, s.cost.hbm if s.cost else None
+    print(f"  scan_layers={c.scan_layers} remat_policy={c.remat_policy} per_device_batch_size={s.size} "
+          f"accum_steps={s.micro_batches}" + (f" ({hbm / 2**30:.2f} GiB)" if hbm is not None else "")
+          + "; of the candidates that fit, the one recomputing least, in the fewest micro-batches")
+    return {"sequences": total, "fits": True, "scan_layers": c.scan_layers, "remat_policy": c.remat_policy,
+            "per_device_batch_size": s.size, "accum_steps": s.micro_batches, "hbm_bytes": hbm}
 
 
 def _row(c) -> dict:

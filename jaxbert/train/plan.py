@@ -42,9 +42,58 @@ class Candidate:
     remat_extra: float | None  # XLA FLOPs / model FLOPs - 1 (unscanned compiles only)
     compiles: int
 
-    def score(self) -> float:
+    def recompute_factor(self) -> float:
+        """XLA FLOPs over model FLOPs: 1 + what remat recomputes (measured, else the policy's guess)."""
         extra = self.remat_extra if self.remat_extra is not None else REMAT_EXTRA_GUESS.get(self.remat_policy, 0)
-        return self.useful_flops / (1 + max(extra, 0.0))
+        return 1 + max(extra, 0.0)
+
+    def score(self) -> float:
+        return self.useful_flops / self.recompute_factor()
+
+
+@dataclasses.dataclass
+class RecipeSplit:
+    """A recipe's sequences per device per optimizer step, split into micro-batches for one candidate."""
+    candidate: Candidate
+    micro_batches: int
+    size: int  # sequences per micro-batch
+    cost: StepCost | None  # the compile confirming it, when one was made
+
+
+def fewest_micro_batches(total: int, largest: int) -> int | None:
+    """The fewest equal micro-batches of at most `largest` sequences that make `total`; None if largest < 1."""
+    if largest < 1:
+        return None
+    return next(m for m in range(1, total + 1) if total % m == 0 and total // m <= largest)
+
+
+def split_recipe_batch(recipe: Recipe, cfg, devices, budget: int, cands: list[Candidate],
+                       log=print) -> RecipeSplit | None:
+    """How to step the recipe's own per-device batch (per_device_batch_size x accum_steps sequences).
+
+    Prefers the candidate that recomputes least, then the fewest micro-batches. The
+    candidates were searched at the recipe's accum_steps; a different count changes the
+    step (gradient accumulator or not), so the split is compiled once to confirm it
+    fits, and a split that does not is replaced by the next smaller micro-batch.
+    None when no candidate fits one sequence.
+    """
+    total = recipe.train.per_device_batch_size * recipe.train.accum_steps
+    fitting = sorted((c for c in cands if c.batch > 0), key=lambda c: (c.recompute_factor(), -c.batch))
+    for c in fitting:
+        m = fewest_micro_batches(total, c.batch)
+        while m is not None:
+            size = total // m
+            if m == recipe.train.accum_steps:  # the very step the search compiled (or one smaller)
+                return RecipeSplit(c, m, size, c.fit if size == c.batch else None)
+            r = variant(recipe, c.scan_layers, c.remat_policy)
+            r.train.accum_steps = m
+            cost = compile_train_step(r, cfg, devices, size)
+            log(f"  scan={c.scan_layers} remat={c.remat_policy} {m} x {size}: {cost.hbm / 2**30:.2f} GiB "
+                f"({'fits' if cost.fits(budget) else 'over'})")
+            if cost.fits(budget):
+                return RecipeSplit(c, m, size, cost)
+            m = fewest_micro_batches(total, size - 1)
+    return None
 
 
 def variant(recipe: Recipe, scan_layers: bool, remat_policy: str, batch: int | None = None) -> Recipe:
