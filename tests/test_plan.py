@@ -9,6 +9,7 @@ import json
 import pytest
 
 from jaxbert.cli.main import main
+from jaxbert.errors import InputError
 from jaxbert.train import aot, plan
 from jaxbert.train import recipe as recipes
 
@@ -193,30 +194,58 @@ def test_fewest_micro_batches(total, largest, expected):
     assert plan.fewest_micro_batches(total, largest) == expected
 
 
-def _cand(policy, batch, extra):
-    fit = _fake_cost(100 * batch, batch)
-    return plan.Candidate(True, policy, batch, fit, None, 1.0, extra, 3)
+def _planned(monkeypatch, recipe, budget, slopes):
+    """Candidates from plan.plan under a stand-in compile: HBM = slope[policy] x micro-batch, plus 50 for the
+    gradient accumulator when the step has more than one micro-batch; every compile is recorded."""
+    compiled = []
+
+    def fake_compile(r, cfg, devices, b):
+        compiled.append((r.model.remat_policy, r.train.accum_steps, b))
+        return _fake_cost(slopes[r.model.remat_policy] * b + (50 if r.train.accum_steps > 1 else 0), b)
+
+    monkeypatch.setattr(plan, "compile_train_step", fake_compile)
+    cands = plan.plan(recipe, recipe.bert_config(), [], budget, tuple(slopes), (True,), log=lambda m: None)
+    for c in cands:  # what each policy recomputes (a scanned compile measures none): none 0, dots 5%, full 33%
+        c.remat_extra = {"none": 0.0, "dots": 0.05, "full": 1 / 3}[c.remat_policy]
+    compiled.clear()
+    return cands, compiled
 
 
 def test_the_recipe_batch_goes_to_the_least_recomputing_candidate_and_is_confirmed(monkeypatch):
-    r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=16", "train.accum_steps=2"])
-    compiled = []
-
-    def fake_compile(recipe, cfg, devices, b):  # an accumulator (accum > 1) costs 50 bytes on top
-        compiled.append((recipe.model.remat_policy, recipe.train.accum_steps, b))
-        return _fake_cost(100 * b + (50 if recipe.train.accum_steps > 1 else 0), b)
-
-    monkeypatch.setattr(plan, "compile_train_step", fake_compile)
-    cands = [_cand("dots", 29, 0.05), _cand("none", 8, 0.0), _cand("full", 90, 0.33)]
-    # none recomputes nothing: 32 = 4 x 8, but 8 with an accumulator is 850 > 800: the next split is 8 x 4
-    s = plan.split_recipe_batch(r, None, [], 800, cands, log=lambda m: None)
-    assert (s.candidate.remat_policy, s.micro_batches, s.size) == ("none", 8, 4)
-    assert compiled == [("none", 4, 8), ("none", 8, 4)] and s.cost.hbm == 450
-    # without "none", dots takes the recipe's own 2 x 16: the step the search compiled, no new compile
+    r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=32", "train.accum_steps=1"])
+    cands, compiled = _planned(monkeypatch, r, 850, {"none": 100, "dots": 25})
+    assert [(c.remat_policy, c.batch) for c in cands] == [("none", 8), ("dots", 34)]
+    splits = plan.split_recipe_batch(r, None, [], 850, cands, log=lambda m: None)
+    # none: 32 = 4 x 8 adds the accumulator its search (one micro-batch) did not have, so it is compiled:
+    # 8 x 100 + 50 = 850 fits. dots takes 1 x 32, below the 34 its search measured: no compile
+    assert [(s.candidate.remat_policy, s.micro_batches, s.size) for s in splits] == [("none", 4, 8), ("dots", 1, 32)]
+    assert compiled == [("none", 4, 8)] and splits[0].cost.hbm == 850 and splits[1].cost is None
+    # a tighter budget: none's 4 x 8 with the accumulator is over, so 8 x 4 (450), after one more compile
     compiled.clear()
-    s = plan.split_recipe_batch(r, None, [], 800, cands[:1] + cands[2:], log=lambda m: None)
-    assert (s.candidate.remat_policy, s.micro_batches, s.size, compiled) == ("dots", 2, 16, [])
-    assert plan.split_recipe_batch(r, None, [], 800, [_cand("none", 0, 0.0)], log=lambda m: None) is None
+    splits = plan.split_recipe_batch(r, None, [], 849, cands, log=lambda m: None)
+    assert [(s.candidate.remat_policy, s.micro_batches, s.size) for s in splits][0] == ("none", 8, 4)
+    assert compiled == [("none", 4, 8), ("none", 8, 4)] and splits[0].cost.hbm == 450
+
+
+def test_a_recipe_that_accumulates_may_fit_its_whole_batch_without_the_accumulator(monkeypatch):
+    r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=16", "train.accum_steps=2"])
+    cands, compiled = _planned(monkeypatch, r, 3220, {"dots": 100})
+    assert cands[0].batch == 31  # 31 x 100 + 50 fits; 32 x 100 + 50 does not
+    (s,) = plan.split_recipe_batch(r, None, [], 3220, cands, log=lambda m: None)
+    assert (s.micro_batches, s.size, s.cost.hbm, compiled) == (1, 32, 3200, [("dots", 1, 32)])
+    # one micro-batch over the budget too: the recipe's own 2 x 16, known to fit, without another compile
+    compiled.clear()
+    (s,) = plan.split_recipe_batch(r, None, [], 3160, cands, log=lambda m: None)
+    assert (s.micro_batches, s.size, s.cost, compiled) == (2, 16, None, [("dots", 1, 32)])
+
+
+def test_no_split_without_a_fitting_candidate_and_none_for_an_auto_batch(monkeypatch):
+    r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=8"])
+    cands, _ = _planned(monkeypatch, r, 50, {"none": 100})
+    assert cands[0].batch == 0 and plan.split_recipe_batch(r, None, [], 50, cands, log=lambda m: None) == []
+    auto = recipes.load("bert-base-phase1", ["train.per_device_batch_size=auto"])
+    with pytest.raises(InputError, match="auto"):
+        plan.split_recipe_batch(auto, None, [], 50, cands, log=lambda m: None)
 
 
 def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_path):
@@ -228,8 +257,8 @@ def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_p
         argv += ["--set", item]
     assert main(argv) == 0
     result = json.loads(out.read_text())
-    (cand,), split = result["candidates"], result["recipe_batch"]
-    assert 1 < cand["batch"] < 64
+    (cand,), split = result["candidates"], result["recipe_batch"]["recommended"]
+    assert 1 < cand["batch"] < 64 and result["recipe_batch"]["global_batch"] == 64  # one local device
     assert split["per_device_batch_size"] * split["accum_steps"] == 64 and split["accum_steps"] > 1
     assert split["per_device_batch_size"] <= cand["batch"] and split["hbm_bytes"] <= result["budget_bytes"]
     # our own compile of that split agrees that it fits

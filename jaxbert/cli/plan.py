@@ -67,9 +67,11 @@ def run(args) -> int:
     choice = plan.best(cands)
     print("\n" + table(cands, choice))
     print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
-          f"per_device_batch_size={choice.batch}")
+          f"per_device_batch_size={choice.batch} (the most useful FLOPs per step, the batch left free)")
     split = None
-    if args.recipe and r.train.per_device_batch_size != "auto":
+    if args.recipe and r.train.per_device_batch_size == "auto":
+        print("\nthe recipe's per_device_batch_size is auto: a run plans it for its own devices")
+    elif args.recipe:
         split = _recipe_split(r, cfg, devices, budget, cands)
     if args.json:
         args.json.write_text(json.dumps({"recipe": r.name, "target": args.target, "budget_bytes": budget,
@@ -80,20 +82,30 @@ def run(args) -> int:
 
 
 def _recipe_split(r, cfg, devices, budget, cands) -> dict:
-    """The recipe's own sequences per device per step, as micro-batches that fit (printed and returned)."""
+    """The recipe's own sequences per device per step as micro-batches that fit: printed, and returned for --json."""
     total = r.train.per_device_batch_size * r.train.accum_steps
     print(f"\nthe recipe's {total} sequences per device per step (per_device_batch_size "
-          f"{r.train.per_device_batch_size} x accum_steps {r.train.accum_steps} as it ships):", flush=True)
-    s = plan.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True))
-    if s is None:
-        print("  no candidate fits one sequence per device")
-        return {"sequences": total, "fits": False}
-    c, hbm = s.candidate, s.cost.hbm if s.cost else None
-    print(f"  scan_layers={c.scan_layers} remat_policy={c.remat_policy} per_device_batch_size={s.size} "
-          f"accum_steps={s.micro_batches}" + (f" ({hbm / 2**30:.2f} GiB)" if hbm is not None else "")
-          + "; of the candidates that fit, the one recomputing least, in the fewest micro-batches")
-    return {"sequences": total, "fits": True, "scan_layers": c.scan_layers, "remat_policy": c.remat_policy,
-            "per_device_batch_size": s.size, "accum_steps": s.micro_batches, "hbm_bytes": hbm}
+          f"{r.train.per_device_batch_size} x accum_steps {r.train.accum_steps}; {total * len(devices)} per step "
+          f"on these {len(devices)} devices):", flush=True)
+    splits = plan.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True))
+    rows = [{"scan_layers": s.candidate.scan_layers, "remat_policy": s.candidate.remat_policy,
+             "per_device_batch_size": s.size, "accum_steps": s.micro_batches,
+             "hbm_bytes": s.cost.hbm if s.cost else None} for s in splits]
+    print("\n| scan | remat | per_device_batch_size | accum_steps | HBM GiB (where compiled) |\n|---|---|---|---|---|")
+    for i, row in enumerate(rows):
+        hbm = f"{row['hbm_bytes'] / 2**30:.2f}" if row["hbm_bytes"] is not None else "—"
+        mark = " **(recommended)**" if i == 0 else ""
+        print(f"| {row['scan_layers']} | {row['remat_policy']}{mark} | {row['per_device_batch_size']} | "
+              f"{row['accum_steps']} | {hbm} |")
+    if rows:
+        best = rows[0]
+        print(f"\nrecommended for the recipe's batch (least recomputation, then fewest micro-batches): "
+              f"scan_layers={best['scan_layers']} remat_policy={best['remat_policy']} "
+              f"per_device_batch_size={best['per_device_batch_size']} accum_steps={best['accum_steps']}")
+    else:
+        print(f"\nno candidate takes the recipe's {total} sequences per device in micro-batches that fit")
+    return {"sequences_per_device": total, "global_batch": total * len(devices), "splits": rows,
+            "recommended": rows[0] if rows else None}
 
 
 def _row(c) -> dict:

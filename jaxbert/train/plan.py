@@ -53,11 +53,12 @@ class Candidate:
 
 @dataclasses.dataclass
 class RecipeSplit:
-    """A recipe's sequences per device per optimizer step, split into micro-batches for one candidate."""
+    """A recipe's sequences per device per optimizer step as micro-batches, for one candidate."""
     candidate: Candidate
+    sequences: int  # per device per optimizer step: micro_batches x size
     micro_batches: int
     size: int  # sequences per micro-batch
-    cost: StepCost | None  # the compile confirming it, when one was made
+    cost: StepCost | None  # the compile of exactly this step, when the search or a confirmation made one
 
 
 def fewest_micro_batches(total: int, largest: int) -> int | None:
@@ -68,39 +69,63 @@ def fewest_micro_batches(total: int, largest: int) -> int | None:
 
 
 def split_recipe_batch(recipe: Recipe, cfg, devices, budget: int, cands: list[Candidate],
-                       log=print) -> RecipeSplit | None:
-    """How to step the recipe's own per-device batch (per_device_batch_size x accum_steps sequences).
+                       log=print) -> list[RecipeSplit]:
+    """The recipe's own sequences per device per step (per_device_batch_size x accum_steps), split into the
+    fewest equal micro-batches that fit, one RecipeSplit per candidate that can take them: the least
+    recomputing first, then the fewest micro-batches.
 
-    Prefers the candidate that recomputes least, then the fewest micro-batches. The
-    candidates were searched at the recipe's accum_steps; a different count changes the
-    step (gradient accumulator or not), so the split is compiled once to confirm it
-    fits, and a split that does not is replaced by the next smaller micro-batch.
-    None when no candidate fits one sequence.
+    The candidates were searched at the recipe's accum_steps. Memory grows with the micro-batch, and one
+    micro-batch or several differ only by the gradient accumulator (several micro-batches of the same
+    total hold the same inputs), so a split is known to fit without a compile except where the accumulator
+    comes in: the recipe steps one micro-batch and the split needs several (compiled to confirm; one that
+    does not fit falls to the next smaller micro-batch). Where the recipe accumulates and its whole total
+    exceeds the largest batch searched, one micro-batch of the total (no accumulator) is compiled first.
     """
-    total = recipe.train.per_device_batch_size * recipe.train.accum_steps
-    fitting = sorted((c for c in cands if c.batch > 0), key=lambda c: (c.recompute_factor(), -c.batch))
-    for c in fitting:
+    if recipe.train.per_device_batch_size == "auto":
+        raise InputError("train.per_device_batch_size is auto: the run plans it itself; no fixed batch to split")
+    total, accum = recipe.train.per_device_batch_size * recipe.train.accum_steps, recipe.train.accum_steps
+    out = []
+    for c in (c for c in cands if c.batch > 0):
+        def confirm(m, size, c=c):
+            return compile_logged(variant(recipe, c.scan_layers, c.remat_policy, accum=m), cfg, devices, size,
+                                  budget, log, f"{m} x {size}")
+        split = None
+        if accum > 1 and total > c.batch:
+            cost = confirm(1, total)
+            split = RecipeSplit(c, total, 1, total, cost) if cost.fits(budget) else None
         m = fewest_micro_batches(total, c.batch)
-        while m is not None:
+        while split is None and m is not None:
             size = total // m
-            if m == recipe.train.accum_steps:  # the very step the search compiled (or one smaller)
-                return RecipeSplit(c, m, size, c.fit if size == c.batch else None)
-            r = variant(recipe, c.scan_layers, c.remat_policy)
-            r.train.accum_steps = m
-            cost = compile_train_step(r, cfg, devices, size)
-            log(f"  scan={c.scan_layers} remat={c.remat_policy} {m} x {size}: {cost.hbm / 2**30:.2f} GiB "
-                f"({'fits' if cost.fits(budget) else 'over'})")
-            if cost.fits(budget):
-                return RecipeSplit(c, m, size, cost)
-            m = fewest_micro_batches(total, size - 1)
-    return None
+            if m == 1 or accum > 1:  # no accumulator it was not searched with, at most the batch searched
+                split = RecipeSplit(c, total, m, size, c.fit if (m, size) == (accum, c.batch) else None)
+            else:
+                cost = confirm(m, size)
+                if cost.fits(budget):
+                    split = RecipeSplit(c, total, m, size, cost)
+                else:
+                    m = fewest_micro_batches(total, size - 1)
+        if split is not None:
+            out.append(split)
+    return sorted(out, key=lambda s: (s.candidate.recompute_factor(), s.micro_batches))
 
 
-def variant(recipe: Recipe, scan_layers: bool, remat_policy: str, batch: int | None = None) -> Recipe:
+def compile_logged(recipe: Recipe, cfg, devices, batch: int, budget: int, log, what: str) -> StepCost:
+    """compile_train_step, with one log line: the layout, `what` was compiled, its HBM and the verdict."""
+    c = compile_train_step(recipe, cfg, devices, batch)
+    verdict = "fits" if c.fits(budget) else "over" + (", refused by the compiler" if c.out_of_memory else "")
+    log(f"  scan={recipe.model.scan_layers} remat={recipe.model.remat_policy} {what}: {c.hbm / 2**30:.2f} GiB "
+        f"({verdict}; compiled in {c.lower_s + c.compile_s:.0f}s)")
+    return c
+
+
+def variant(recipe: Recipe, scan_layers: bool, remat_policy: str, batch: int | None = None,
+            accum: int | None = None) -> Recipe:
     r = copy.deepcopy(recipe)
     r.model.scan_layers, r.model.remat_policy = scan_layers, remat_policy
     if batch is not None:
         r.train.per_device_batch_size = batch
+    if accum is not None:
+        r.train.accum_steps = accum
     return r
 
 
@@ -159,11 +184,7 @@ def plan(recipe: Recipe, cfg, devices, budget: int, policies=POLICIES, scans=(Tr
     for scan in scans:
         for policy in policies:
             def cost_at(b, scan=scan, policy=policy):
-                c = compile_train_step(variant(recipe, scan, policy), cfg, devices, b)
-                verdict = "fits" if c.fits(budget) else "over" + (", refused by the compiler" if c.out_of_memory else "")
-                log(f"  scan={scan} remat={policy} batch {b}: {c.hbm / 2**30:.2f} GiB "
-                    f"({verdict}; compiled in {c.lower_s + c.compile_s:.0f}s)")
-                return c
+                return compile_logged(variant(recipe, scan, policy), cfg, devices, b, budget, log, f"batch {b}")
             b, seen = largest_batch(cost_at, budget, start, max_batch)
             fit = seen.get(b)
             useful = model_flops_per_device(recipe, cfg, b)
@@ -210,8 +231,8 @@ def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
     else:  # the batch is fixed: the first policy that fits it, from the one recomputing least
         b = recipe.train.per_device_batch_size
         for policy in POLICIES:
-            cost = compile_train_step(variant(recipe, recipe.model.scan_layers, policy), cfg, devices, b)
-            log(f"  remat={policy} batch {b}: {cost.hbm / 2**30:.2f} GiB")
+            cost = compile_logged(variant(recipe, recipe.model.scan_layers, policy), cfg, devices, b, budget, log,
+                                  f"batch {b}")
             if cost.fits(budget):
                 choice = Candidate(recipe.model.scan_layers, policy, b, cost, None,
                                    model_flops_per_device(recipe, cfg, b), None, 1)
