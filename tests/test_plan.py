@@ -266,3 +266,27 @@ def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_p
                                           "model.remat_policy=none", f"train.accum_steps={split['accum_steps']}"])
     cost = aot.compile_train_step(r, r.bert_config(), aot.target_devices("local"), split["per_device_batch_size"])
     assert cost.hbm == split["hbm_bytes"] <= result["budget_bytes"]
+
+
+@pytest.mark.parametrize("accum", [1, 2])
+def test_what_remat_adds_is_measured_per_micro_batch_when_the_recipe_accumulates(monkeypatch, accum):
+    r = recipes.load("bert-base-phase1", [f"train.accum_steps={accum}", "train.per_device_batch_size=4"])
+    cfg = r.bert_config()
+    per_micro_batch = plan.model_flops_per_device(r, cfg, 4) / accum
+
+    def fake_compile(recipe, cfg, devices, b):  # XLA counts a scanned micro-batch loop's body once
+        cost = _fake_cost(100 * b, b)
+        cost.flops = 1.1 * per_micro_batch * b / 4
+        return cost
+
+    monkeypatch.setattr(plan, "compile_train_step", fake_compile)
+    (c,) = plan.plan(r, cfg, [], 450, ("dots",), (False,), log=lambda m: None)
+    assert c.batch == 4 and c.remat_extra == pytest.approx(0.1)
+
+
+def test_every_target_bench_row_compiles_one_micro_batch_as_the_old_port_steps():
+    from jaxbert.bench import aot as bench_aot
+    # bert-large's recipe accumulates 2 micro-batches; the rows compare single steps of B sequences
+    for largest in (False, True):
+        r, scanned, policy, B, T = bench_aot._recipe("bert-large", "unscanned-none", largest)
+        assert r.train.accum_steps == 1 and (scanned, policy, T) == (False, "none", 512)

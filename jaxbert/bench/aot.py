@@ -68,8 +68,8 @@ def _recipe(model: str, layout: str, largest: bool):
     over = [f"model.scan_layers={scan == 'scan'}", f"model.remat_policy={policy}", f"parallel.fsdp={'fsdp' in flags}"]
     for n in (f.removeprefix("chunks") for f in flags if f.startswith("chunks")):  # attention and feed-forward
         over += [f"model.attention_chunks={n}", f"model.ffn_chunks={n}"]
-    if largest:
-        over.append("train.accum_steps=1")  # one micro-batch, as the old port steps
+    # one micro-batch, as the old port steps (and XLA counts a micro-batch loop's body once)
+    over.append("train.accum_steps=1")
     return recipes.load(name, over), scan == "scan", policy, B, T
 
 

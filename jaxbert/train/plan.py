@@ -190,7 +190,8 @@ def plan(recipe: Recipe, cfg, devices, budget: int, policies=POLICIES, scans=(Tr
             useful = model_flops_per_device(recipe, cfg, b)
             extra = None
             if fit is not None and not scan and fit.flops:
-                extra = fit.flops / useful - 1
+                # with accum_steps > 1 the micro-batches are a lax.scan too, whose body XLA counts once
+                extra = fit.flops / (useful / recipe.train.accum_steps) - 1
             out.append(Candidate(scan, policy, b, fit, seen.get(b + 1), useful, extra, len(seen)))
     _share_remat_extra(out)
     return out
