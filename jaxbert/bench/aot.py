@@ -60,7 +60,7 @@ def works(models) -> list[AotWork]:
     return fixed + [AotWork(m, *row, largest=True) for m in models if m != "bert-base" for row in MAX_ROWS]
 
 
-def _recipe(model: str, layout: str, largest: bool):
+def _recipe(model: str, layout: str):
     """The recipe a row's name describes: scan|unscanned-POLICY[-fsdp][-chunksN] (N blocks of attention
     queries and of feed-forward tokens)."""
     scan, policy, *flags = layout.split("-")
@@ -83,7 +83,7 @@ def _compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
 def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     """In a worker: compile one row for `target`; {'seconds': [lower + compile], 'extra': figures}."""
     kind, model, shape, layout = work.split("/")
-    r, scanned, policy, B, T = _recipe(model, layout, kind == "aot-max")
+    r, scanned, policy, B, T = _recipe(model, layout)
     cfg = r.bert_config()
     devices = aot.target_devices(target)
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
