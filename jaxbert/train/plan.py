@@ -55,7 +55,6 @@ class Candidate:
 class RecipeSplit:
     """A recipe's sequences per device per optimizer step as micro-batches, for one candidate."""
     candidate: Candidate
-    sequences: int  # per device per optimizer step: micro_batches x size
     micro_batches: int
     size: int  # sequences per micro-batch
     cost: StepCost | None  # the compile of exactly this step, when the search or a confirmation made one
@@ -92,16 +91,16 @@ def split_recipe_batch(recipe: Recipe, cfg, devices, budget: int, cands: list[Ca
         split = None
         if accum > 1 and total > c.batch:
             cost = confirm(1, total)
-            split = RecipeSplit(c, total, 1, total, cost) if cost.fits(budget) else None
+            split = RecipeSplit(c, 1, total, cost) if cost.fits(budget) else None
         m = fewest_micro_batches(total, c.batch)
         while split is None and m is not None:
             size = total // m
             if m == 1 or accum > 1:  # no accumulator it was not searched with, at most the batch searched
-                split = RecipeSplit(c, total, m, size, c.fit if (m, size) == (accum, c.batch) else None)
+                split = RecipeSplit(c, m, size, c.fit if (m, size) == (accum, c.batch) else None)
             else:
                 cost = confirm(m, size)
                 if cost.fits(budget):
-                    split = RecipeSplit(c, total, m, size, cost)
+                    split = RecipeSplit(c, m, size, cost)
                 else:
                     m = fewest_micro_batches(total, size - 1)
         if split is not None:
