@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from _gcs import gcs  # noqa: F401 (fixture)
+
 from jaxbert import fs
 from jaxbert.errors import InputError
 

@@ -11,7 +11,7 @@ import optax
 import pytest
 import yaml
 
-from _tfevents import _crc32c, scalars
+from tests.helpers.tfevents import _crc32c, scalars
 from jaxbert.train import recipe as R
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.train.metrics import MetricsWriter

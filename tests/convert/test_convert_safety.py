@@ -1,4 +1,5 @@
-"""Conversion destinations and hostile or mismatched checkpoints: nothing lost, nothing loaded wrong.
+"""Untrusted, broken and mismatched checkpoints, and conversion destinations: refused with one line naming
+the file, nothing lost, nothing loaded wrong, and no code runs.
 
 Each case goes through `jaxbert.cli.main.main` (exit code and one named line on stderr)
 or the library call that the verbs share.
@@ -6,6 +7,8 @@ or the library call that the verbs share.
 
 import json
 import os
+import pathlib
+import pickle
 import struct
 import subprocess
 import sys
@@ -13,16 +16,103 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
 import jaxbert
 from jaxbert.cli.main import main
 from jaxbert.convert import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
-from tests._fixtures import tiny_hf_model
+from tests.helpers.hf_models import tiny_hf_model
+
+class _Payload:
+    """Unpickling this would create the file at ``target``."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.target),))
 
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf")
+    tiny_hf_model("BertModel", seed=31).save_pretrained(d)
+    return d
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_pickle_payload_is_refused_and_never_runs(hf_dir, tmp_path, zipped):
+    target = tmp_path / "pwned"
+    bad = tmp_path / "pytorch_model.bin"
+    state = {"embeddings.word_embeddings.weight": torch.zeros(99, 32), "x": _Payload(str(target))}
+    if zipped:
+        torch.save(state, bad)  # the current zip format
+    else:
+        with open(bad, "wb") as f:  # the legacy raw-pickle format
+            pickle.dump(state, f)
+    assert not target.exists()
+    with pytest.raises(ConversionError, match=rf"{bad}: refused to unpickle it"):
+        jaxbert.from_pretrained(bad, config=hf_dir / "config.json")
+    assert not target.exists()
+    # Control: an unguarded load does run the payload.
+    if zipped:
+        torch.load(bad, weights_only=False)
+    else:
+        with open(bad, "rb") as f:
+            pickle.load(f)
+    assert target.exists()
+
+
+def test_truncated_safetensors_names_the_file(hf_dir, tmp_path):
+    data = (hf_dir / "model.safetensors").read_bytes()
+    cut = tmp_path / "model.safetensors"
+    cut.write_bytes(data[: len(data) - 100])
+    with pytest.raises(ConversionError, match=rf"{cut}: is truncated: its header needs {len(data)} bytes"):
+        jaxbert.from_pretrained(cut, config=hf_dir / "config.json")
+    cut.write_bytes(data[:5])
+    with pytest.raises(ConversionError, match=rf"{cut}: is 5 bytes long"):
+        jaxbert.from_pretrained(cut, config=hf_dir / "config.json")
+    cut.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    with pytest.raises(ConversionError, match=rf"{cut}: header is not valid JSON"):
+        jaxbert.from_pretrained(cut, config=hf_dir / "config.json")
+
+
+def test_bin_that_is_not_a_zip_names_the_file(hf_dir, tmp_path):
+    junk = tmp_path / "pytorch_model.bin"
+    junk.write_bytes(b"this is not a torch checkpoint" * 10)
+    with pytest.raises(ConversionError, match=rf"{junk}: not a readable PyTorch checkpoint"):
+        jaxbert.from_pretrained(junk, config=hf_dir / "config.json")
+    good = tmp_path / "good.bin"
+    torch.save({"a": torch.ones(1000)}, good)
+    junk.write_bytes(good.read_bytes()[:400])  # a zip cut short
+    with pytest.raises(ConversionError, match=rf"{junk}: not a readable PyTorch checkpoint"):
+        jaxbert.from_pretrained(junk, config=hf_dir / "config.json")
+
+
+def test_index_naming_a_missing_shard(hf_dir, tmp_path):
+    model = tiny_hf_model("BertModel", seed=31)
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    index = tmp_path / "model.safetensors.index.json"
+    shard = sorted(set(json.loads(index.read_text())["weight_map"].values()))[1]
+    (tmp_path / shard).unlink()
+    with pytest.raises(ConversionError, match=rf"{index} names the shard {shard}, which does not exist"):
+        jaxbert.from_pretrained(tmp_path)
+
+
+def test_failed_write_leaves_the_old_file(hf_dir, tmp_path):
+    module, params = jaxbert.from_pretrained(hf_dir)
+    jaxbert.save_pretrained(tmp_path, module, params)
+    before = (tmp_path / "model.safetensors").read_bytes()
+    broken = dict(params, pooler={"dense": {"kernel": np.zeros((3, 3)), "bias": np.zeros(3)}})
+    with pytest.raises(ConversionError, match=r"pooler/dense/kernel: params \[3, 3\], BertModel expects \[32, 32\]"):
+        jaxbert.save_pretrained(tmp_path, module, broken)
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".jaxbert-output", "config.json", "model.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def mlm_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("hf") / "hf"
     tiny_hf_model("BertForMaskedLM", seed=5).save_pretrained(d)
     return d
@@ -52,18 +142,18 @@ def _word(params):
 
 # ---- destinations -----------------------------------------------------------
 
-def test_convert_replaces_only_its_own_output_and_keeps_user_files(hf_dir, tmp_path, capsys):
+def test_convert_replaces_only_its_own_output_and_keeps_user_files(mlm_dir, tmp_path, capsys):
     other = tmp_path / "other"
     tiny_hf_model("BertForMaskedLM", seed=6).save_pretrained(other)
     (tmp_path / "notes.txt").write_text("a sibling of the destination")
     dst = tmp_path / "dst"
     assert main(["convert", str(other), str(dst), "--to", "jaxbert"]) == 0
     # --to hf into the jaxbert directory: refused without --overwrite, then replaced whole.
-    assert main(["convert", str(hf_dir), str(dst), "--to", "hf"]) == 2
+    assert main(["convert", str(mlm_dir), str(dst), "--to", "hf"]) == 2
     _one_line_error(capsys, dst, "--overwrite")
-    assert main(["convert", str(hf_dir), str(dst), "--to", "hf", "--overwrite"]) == 0
+    assert main(["convert", str(mlm_dir), str(dst), "--to", "hf", "--overwrite"]) == 0
     assert sorted(os.listdir(dst)) == [".jaxbert-output", "config.json", "model.safetensors"]
-    np.testing.assert_array_equal(_word(jaxbert.from_pretrained(dst)[1]), _word(jaxbert.from_pretrained(hf_dir)[1]))
+    np.testing.assert_array_equal(_word(jaxbert.from_pretrained(dst)[1]), _word(jaxbert.from_pretrained(mlm_dir)[1]))
     # and back: no model.safetensors is left for transformers to find
     assert main(["convert", str(other), str(dst), "--to", "jaxbert", "--overwrite"]) == 0
     assert "model.safetensors" not in os.listdir(dst) and "jaxbert.json" in os.listdir(dst)
@@ -71,23 +161,23 @@ def test_convert_replaces_only_its_own_output_and_keeps_user_files(hf_dir, tmp_p
 
 
 @pytest.mark.parametrize("inside", [False, True])
-def test_convert_refuses_a_folder_of_user_files(hf_dir, tmp_path, capsys, inside):
+def test_convert_refuses_a_folder_of_user_files(mlm_dir, tmp_path, capsys, inside):
     docs = tmp_path / "docs"
     (docs / "sub").mkdir(parents=True)
     (docs / "thesis.tex").write_text("years of work")
     (docs / "sub" / "data.bin").write_bytes(os.urandom(100))
     before = _snapshot(docs)
     dst = docs / "sub" if inside else docs
-    args = ["convert", str(hf_dir), str(dst), "--to", "hf"]
+    args = ["convert", str(mlm_dir), str(dst), "--to", "hf"]
     for extra in ([], ["--overwrite"]):
         assert main(args + extra) == 2
         _one_line_error(capsys, dst, "refusing")
     assert _snapshot(docs) == before and sorted(os.listdir(tmp_path)) == ["docs"]
 
 
-def test_the_source_is_never_the_destination(hf_dir, tmp_path, capsys):
+def test_the_source_is_never_the_destination(mlm_dir, tmp_path, capsys):
     src = tmp_path / "src"
-    assert main(["convert", str(hf_dir), str(src), "--to", "hf"]) == 0
+    assert main(["convert", str(mlm_dir), str(src), "--to", "hf"]) == 0
     before = _snapshot(src)
     for dst in (src, src / "inner", tmp_path):
         assert main(["convert", str(src), str(dst), "--to", "hf", "--overwrite"]) == 2
@@ -97,8 +187,8 @@ def test_the_source_is_never_the_destination(hf_dir, tmp_path, capsys):
     assert _snapshot(src) == before
 
 
-def test_save_pretrained_replaces_its_own_output_only(hf_dir, tmp_path):
-    module, params = jaxbert.from_pretrained(hf_dir)
+def test_save_pretrained_replaces_its_own_output_only(mlm_dir, tmp_path):
+    module, params = jaxbert.from_pretrained(mlm_dir)
     jaxbert.save_pretrained(tmp_path / "a", module, params, format="jaxbert")
     jaxbert.save_pretrained(tmp_path / "a", module, params, format="hf")  # its own kind: replaced
     assert sorted(os.listdir(tmp_path / "a")) == [".jaxbert-output", "config.json", "model.safetensors"]
@@ -117,7 +207,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def test_sharded_write_that_fails_halfway_leaves_the_destination_as_it_was(hf_dir, tmp_path):
+def test_sharded_write_that_fails_halfway_leaves_the_destination_as_it_was(mlm_dir, tmp_path):
     dst = tmp_path / "dst"
     other = tmp_path / "other"
     tiny_hf_model("BertForMaskedLM", seed=9).save_pretrained(other)
@@ -127,7 +217,7 @@ def test_sharded_write_that_fails_halfway_leaves_the_destination_as_it_was(hf_di
     before = _snapshot(dst)
     limit = sizes[-1] - 1  # the largest shard cannot be written; smaller ones can
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(limit), "convert", str(hf_dir), str(dst),
+    out = subprocess.run([sys.executable, "-c", _FSIZE_CHILD, str(limit), "convert", str(mlm_dir), str(dst),
                           "--to", "hf", "--max-shard-size", "20KB", "--overwrite"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 2, out.stderr
@@ -139,10 +229,10 @@ def test_sharded_write_that_fails_halfway_leaves_the_destination_as_it_was(hf_di
 
 # ---- checkpoints of something else --------------------------------------------
 
-def _copy_hf(hf_dir, dst, **config_changes):
+def _copy_hf(mlm_dir, dst, **config_changes):
     dst.mkdir()
-    (dst / "model.safetensors").write_bytes((hf_dir / "model.safetensors").read_bytes())
-    cfg = json.loads((hf_dir / "config.json").read_text())
+    (dst / "model.safetensors").write_bytes((mlm_dir / "model.safetensors").read_bytes())
+    cfg = json.loads((mlm_dir / "config.json").read_text())
     for k, v in config_changes.items():
         if v is None:
             cfg.pop(k, None)
@@ -152,26 +242,26 @@ def _copy_hf(hf_dir, dst, **config_changes):
     return dst
 
 
-def test_unsupported_model_type_is_refused_by_name(hf_dir, tmp_path, capsys):
-    src = _copy_hf(hf_dir, tmp_path / "ele", model_type="electra", architectures=None)
+def test_unsupported_model_type_is_refused_by_name(mlm_dir, tmp_path, capsys):
+    src = _copy_hf(mlm_dir, tmp_path / "ele", model_type="electra", architectures=None)
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
     _one_line_error(capsys, "model_type 'electra' is not supported", "'bert'", "'roberta'")
     # A BERT checkpoint whose config says roberta: the roberta.* tensors it must hold are not there.
-    src = _copy_hf(hf_dir, tmp_path / "rob", model_type="roberta", architectures=None)
+    src = _copy_hf(mlm_dir, tmp_path / "rob", model_type="roberta", architectures=None)
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
     _one_line_error(capsys, "only 0 of the", "not a checkpoint of this model")
-    src = _copy_hf(hf_dir, tmp_path / "gpt2", model_type="gpt2")
+    src = _copy_hf(mlm_dir, tmp_path / "gpt2", model_type="gpt2")
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf", "--model-class", "BertModel"]) == 2
     _one_line_error(capsys, "model_type 'gpt2'")
     assert not (tmp_path / "out").exists()
 
 
-def test_loads_matching_none_or_too_few_tensors_are_refused(hf_dir, tmp_path, capsys):
+def test_loads_matching_none_or_too_few_tensors_are_refused(mlm_dir, tmp_path, capsys):
     gpt2 = tmp_path / "gpt2.safetensors"
     header = {"h.0.attn.c_attn.weight": {"dtype": "F32", "shape": [32, 96], "data_offsets": [0, 32 * 96 * 4]},
               "wte.weight": {"dtype": "F32", "shape": [99, 32], "data_offsets": [32 * 96 * 4, 32 * 96 * 4 + 99 * 128]}}
     _raw_safetensors(gpt2, json.dumps(header).encode(), bytes(32 * 96 * 4 + 99 * 128))
-    cfg = str(hf_dir / "config.json")
+    cfg = str(mlm_dir / "config.json")
     assert main(["convert", str(gpt2), str(tmp_path / "out"), "--to", "hf", "--config", cfg,
                  "--model-class", "BertModel"]) == 2
     _one_line_error(capsys, gpt2, "only 0 of the")
@@ -182,25 +272,25 @@ def test_loads_matching_none_or_too_few_tensors_are_refused(hf_dir, tmp_path, ca
     _one_line_error(capsys, "only 0 of the", "no tensors at all")
     # only the embeddings of a BERT: 5 of 39
     from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
-    some = [(k, v) for k, v in iter_safetensors(hf_dir / "model.safetensors") if k.startswith("bert.embeddings.")]
+    some = [(k, v) for k, v in iter_safetensors(mlm_dir / "model.safetensors") if k.startswith("bert.embeddings.")]
     write_safetensors(tmp_path / "some.safetensors", [(k, v.shape, v.dtype) for k, v in some], some)
     with pytest.raises(ConversionError, match=r"only 5 of the \d+ BertForMaskedLM tensors"):
         jaxbert.from_pretrained(tmp_path / "some.safetensors", config=cfg)
     assert not (tmp_path / "out").exists()
 
 
-def test_an_all_integer_checkpoint_is_refused(hf_dir, tmp_path, capsys):
+def test_an_all_integer_checkpoint_is_refused(mlm_dir, tmp_path, capsys):
     from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
-    ints = [(k, v.astype(np.int32)) for k, v in iter_safetensors(hf_dir / "model.safetensors")]
+    ints = [(k, v.astype(np.int32)) for k, v in iter_safetensors(mlm_dir / "model.safetensors")]
     (tmp_path / "int").mkdir()
     write_safetensors(tmp_path / "int" / "model.safetensors", [(k, v.shape, v.dtype) for k, v in ints], ints)
-    (tmp_path / "int" / "config.json").write_text((hf_dir / "config.json").read_text())
+    (tmp_path / "int" / "config.json").write_text((mlm_dir / "config.json").read_text())
     assert main(["convert", str(tmp_path / "int"), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, "every tensor is int32")
 
 
-def test_config_with_more_layers_than_the_checkpoint_fails_fast(hf_dir, tmp_path, capsys):
-    src = _copy_hf(hf_dir, tmp_path / "big", num_hidden_layers=1000000)
+def test_config_with_more_layers_than_the_checkpoint_fails_fast(mlm_dir, tmp_path, capsys):
+    src = _copy_hf(mlm_dir, tmp_path / "big", num_hidden_layers=1000000)
     t0 = time.perf_counter()
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
     assert time.perf_counter() - t0 < 30  # was 68 s and 5.8 GB before a MemoryError
@@ -213,8 +303,8 @@ def test_config_with_more_layers_than_the_checkpoint_fails_fast(hf_dir, tmp_path
     ("id2label", ["a", "b"], "id2label must be a JSON object"),
     ("layer_norm_eps", "NaN", "layer_norm_eps must be a finite number"),
 ])
-def test_config_types_are_checked_when_read(hf_dir, tmp_path, capsys, field, value, message):
-    src = _copy_hf(hf_dir, tmp_path / "c", **{field: float("nan") if value == "NaN" else value})
+def test_config_types_are_checked_when_read(mlm_dir, tmp_path, capsys, field, value, message):
+    src = _copy_hf(mlm_dir, tmp_path / "c", **{field: float("nan") if value == "NaN" else value})
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, src / "config.json", message)
 
@@ -285,15 +375,15 @@ def test_safetensors_reader_rejects_what_the_format_forbids(tmp_path, header, me
     assert str(path) in str(e.value)
 
 
-def test_msgpack_with_integer_keys_and_malformed_jaxbert_json(hf_dir, tmp_path, capsys):
+def test_msgpack_with_integer_keys_and_malformed_jaxbert_json(mlm_dir, tmp_path, capsys):
     from flax import serialization
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "flax_model.msgpack").write_bytes(serialization.msgpack_serialize({"bert": {0: np.zeros(3)}}))
-    (tmp_path / "m" / "config.json").write_text((hf_dir / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text((mlm_dir / "config.json").read_text())
     assert main(["convert", str(tmp_path / "m"), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, "flax_model.msgpack: params key bert/0 is a int")
     jx = tmp_path / "jx"
-    assert main(["convert", str(hf_dir), str(jx), "--to", "jaxbert"]) == 0
+    assert main(["convert", str(mlm_dir), str(jx), "--to", "jaxbert"]) == 0
     capsys.readouterr()
     (jx / "jaxbert.json").write_text("{not json")
     assert main(["convert", str(jx), str(tmp_path / "out"), "--to", "hf"]) == 2

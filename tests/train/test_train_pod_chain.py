@@ -9,8 +9,8 @@ import numpy as np
 import yaml
 from flax import traverse_util
 
-from _gcs import gcs  # noqa: F401 (fixture)
-from _train_util import write_recipe
+
+from tests.helpers.runs import write_recipe
 from jaxbert.cli.main import main
 
 TEXT = ("The break statement terminates the nearest enclosing loop, skipping the optional else clause. "

@@ -20,7 +20,7 @@ from jaxbert.model.config import MODEL_TYPES, BertConfig, ConfigError
 from jaxbert.model.roberta import roberta_positions
 from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import make_inputs
-from tests._fixtures import tiny_roberta_model
+from tests.helpers.hf_models import tiny_roberta_model
 
 CLASSES = ("RobertaForMaskedLM", "XLMRobertaForMaskedLM", "RobertaModel", "RobertaForSequenceClassification")
 

@@ -4,8 +4,8 @@
 values from a NumPy seed, so they can be checked without TensorFlow).
 ``write_tf_checkpoint`` writes them with TensorFlow's own Saver (needs
 tensorflow-cpu) and ``reference_outputs`` loads that checkpoint with
-transformers' ``load_tf_weights_in_bert``. tests/data/tf_bert is what these
-wrote; regenerate it with ``python tests/_tf_fixture.py``.
+transformers' ``load_tf_weights_in_bert``. tests/fixtures/tf_bert is what these
+wrote; regenerate it with ``python tests/helpers/tf_checkpoints.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURE = Path(__file__).parent / "data" / "tf_bert"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tf_bert"
 CONFIG = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
           "hidden_size": 8, "initializer_range": 0.02, "intermediate_size": 16, "max_position_embeddings": 16,
           "num_attention_heads": 2, "num_hidden_layers": 2, "type_vocab_size": 2, "vocab_size": 32}

@@ -10,7 +10,7 @@ import pytest
 from jaxbert import BertConfig, BertForMaskedLM
 from jaxbert.model.dropout import HashDropout, apply_hash_dropout, hash_bits, hash_keep_mask, keep_threshold
 from jaxbert.train import recipe as recipes
-from _train_util import child_result
+from tests.helpers.runs import child_result
 
 SHAPE = (16, 12, 128, 128)  # an attention-probability tensor: [B, N, T, S], 3.1M elements
 

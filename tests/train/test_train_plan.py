@@ -120,7 +120,7 @@ def test_auto_without_a_known_memory_size_is_a_clear_error():
 
 def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeypatch, capsys):
     import yaml
-    from _train_util import write_recipe
+    from tests.helpers.runs import write_recipe
     monkeypatch.setattr(plan, "device_hbm_bytes", lambda device, devices=None: 2**30)  # CPU devices report none
     recipe = write_recipe(tmp_path / "t.yaml", model={"remat_policy": "auto"},
                           train={"steps": 2, "log_every": 1, "eval_every": 0})

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import yaml
 
-from _tfevents import scalars
-from _train_util import checkpoint_steps, metric_rows, write_recipe
+from tests.helpers.tfevents import scalars
+from tests.helpers.runs import checkpoint_steps, metric_rows, write_recipe
 from jaxbert.cli.main import main
 
 

@@ -16,7 +16,7 @@ from flax.traverse_util import flatten_dict
 import jaxbert
 from jaxbert.cli.main import main as cli_main
 from jaxbert.convert import ConversionError
-from tests._fixtures import tiny_hf_model
+from tests.helpers.hf_models import tiny_hf_model
 
 
 @pytest.fixture(scope="module")

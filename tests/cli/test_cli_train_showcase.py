@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from _train_util import write_recipe
+from tests.helpers.runs import write_recipe
 from jaxbert.cli.main import main
 from jaxbert.train.fill_mask import answer_rank
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # A 1-layer model on the synthetic source: its sequences are arithmetic progressions, so a
 # masked token is predictable from its neighbours and the loss can fall within a few steps.

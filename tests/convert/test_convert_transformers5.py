@@ -1,21 +1,26 @@
 """With transformers 5 (which the [torch] extra allows): convert both ways bit for bit, parity passes.
 
-The test extra pins transformers below 5, so this runs only in an environment that has 5 installed,
-e.g. `pip install torch==2.13.0 'transformers>=5' && pip install . pytest`.
+The test extra pins transformers below 5, so this runs only in an environment that has 5 installed:
+`.ci/run` makes one (`pip install torch==2.13.0 && pip install -e '.[torch]' 'transformers>=5' pytest`) and sets
+JAXBERT_EXPECT_TRANSFORMERS5=1 there, which turns the skip into a failure.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
 transformers = pytest.importorskip("transformers")
 if int(transformers.__version__.split(".")[0]) < 5:
+    if os.environ.get("JAXBERT_EXPECT_TRANSFORMERS5"):
+        raise RuntimeError(f"JAXBERT_EXPECT_TRANSFORMERS5 is set but transformers is {transformers.__version__}")
     pytest.skip("needs transformers 5 (the test extra installs 4.x)", allow_module_level=True)
 
 import torch  # noqa: E402
 
-from _fixtures import tiny_hf_model  # noqa: E402
+from tests.helpers.hf_models import tiny_hf_model  # noqa: E402
 from jaxbert.cli.main import main  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Original TensorFlow BERT checkpoints, read without TensorFlow.
 
-tests/data/tf_bert was written by TensorFlow's own Saver (tests/_tf_fixture.py)
+tests/fixtures/tf_bert was written by TensorFlow's own Saver (tests/helpers/tf_checkpoints.py)
 with reference outputs from transformers' load_tf_weights_in_bert, so these
 tests run everywhere; the last one re-makes both with TensorFlow where it is
 installed.
@@ -19,7 +19,7 @@ import jaxbert
 from jaxbert.cli.main import main as cli_main
 from jaxbert.convert import ConversionError, convert
 from jaxbert.convert.tf_checkpoint import TFCheckpointSource
-from tests._tf_fixture import FIXTURE, WITH_SLOTS, reference_inputs, reference_outputs, tf_variables, \
+from tests.helpers.tf_checkpoints import FIXTURE, WITH_SLOTS, reference_inputs, reference_outputs, tf_variables, \
     write_tf_checkpoint
 
 SKIPPED = {f"{n}/{slot}" for n in WITH_SLOTS for slot in ("adam_m", "adam_v")} | {"global_step"}

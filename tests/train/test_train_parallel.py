@@ -8,7 +8,7 @@ import textwrap
 
 import numpy as np
 
-from _train_util import child_env, child_result, run_train, train_child, train_losses, write_recipe
+from tests.helpers.runs import child_env, child_result, run_train, train_child, train_losses, write_recipe
 
 STRATEGIES = textwrap.dedent("""
     import json, sys

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from _gcs import gcs  # noqa: F401 (fixture)
-from _train_util import child_env, train_child, write_recipe
+
+from tests.helpers.runs import child_env, train_child, write_recipe
 
 STEPS = 12
 

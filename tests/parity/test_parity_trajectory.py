@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 
 import jaxbert  # noqa: E402
 import jaxbert.cli.main  # noqa: E402
-from tests._parity_util import TINY, _inputs, _random_params  # noqa: E402
+from tests.helpers.parity import TINY, _inputs, _random_params  # noqa: E402
 
 
 def _tiny_mlm():

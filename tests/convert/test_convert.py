@@ -14,7 +14,7 @@ from safetensors.numpy import load_file
 
 import jaxbert
 from jaxbert.convert import ConversionError, ConversionWarning, Table, params_to_state_dict, state_dict_to_params
-from tests._fixtures import ALL_HEADS, jax_outputs, tiny_hf_model, tiny_inputs, torch_outputs
+from tests.helpers.hf_models import ALL_HEADS, jax_outputs, tiny_hf_model, tiny_inputs, torch_outputs
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import jaxbert.cli.main  # noqa: E402
 from jaxbert import MODEL_CLASSES, scan_params  # noqa: E402
 from jaxbert.parity import compare, torch_model  # noqa: E402
 from jaxbert.parity.inputs import make_inputs  # noqa: E402
-from tests._parity_util import TEXTS, TINY, _inputs, _random_params  # noqa: E402
+from tests.helpers.parity import TEXTS, TINY, _inputs, _random_params  # noqa: E402
 
 HEADS = sorted(MODEL_CLASSES) + ["BertLMHeadModel+cross"]
 

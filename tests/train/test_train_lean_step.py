@@ -111,7 +111,7 @@ def test_norm_metrics_off_drops_two_norms_and_changes_nothing_else():
 
 
 def test_a_run_with_norm_metrics_off_logs_plots_and_finishes(tmp_path, capsys):
-    from _train_util import metric_rows, write_recipe
+    from tests.helpers.runs import metric_rows, write_recipe
     from jaxbert.cli.main import main
 
     recipe = write_recipe(tmp_path / "tiny.yaml", train={"steps": 6, "log_every": 3, "eval_every": 0,

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from _train_util import (checkpoint_steps, child_env, final_params, metric_rows, run_train, train_child,
+from tests.helpers.runs import (checkpoint_steps, child_env, final_params, metric_rows, run_train, train_child,
                          write_recipe)
 
 STEPS = 12  # checkpoints every 4 steps: 4, 8, 12
