@@ -15,7 +15,7 @@ import argparse
 
 import jax
 
-from jaxbert.bench import works
+from jaxbert.bench import contenders
 from jaxbert.model.config import preset
 
 
@@ -24,12 +24,12 @@ def main() -> None:
     parser.add_argument("--preset", default="bert-base-uncased")
     parser.add_argument("--layers", type=int, nargs="+", default=[1, 12, 24])
     args = parser.parse_args()
-    base = works.no_dropout(preset(args.preset))
+    base = contenders.no_dropout(preset(args.preset))
     print(f"{'layers':>6s} {'layout':>10s} {'lower s':>8s} {'compile s':>9s} {'total s':>8s}")
     for n in args.layers:
         for scan in (True, False):
             jax.clear_caches()
-            lower, comp = works.jax_compile_split(base.replace(num_hidden_layers=n), 8, 128, scan_layers=scan)
+            lower, comp = contenders.jax_compile_split(base.replace(num_hidden_layers=n), 8, 128, scan_layers=scan)
             print(f"{n:6d} {'scan' if scan else 'unscanned':>10s} {lower:8.2f} {comp:9.2f} {lower + comp:8.2f}",
                   flush=True)
 

@@ -41,16 +41,16 @@ def main() -> None:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={args.dump}").strip()
     import jax.numpy as jnp
 
-    from jaxbert.bench.oldport import compile_old_port_step
-    from jaxbert.train import aot
+    from jaxbert.bench.flax_port import compile_old_port_step
+    from jaxbert.train import compile_step
     from jaxbert.train import recipe as recipes
 
-    devices = aot.target_devices(args.target)
+    devices = compile_step.target_devices(args.target)
     r = recipes.load(args.recipe, LAYOUT + args.set)
     cfg = r.bert_config()
     for b in args.batches:
         if args.contender == "jaxbert":
-            c = aot.compile_train_step(r, cfg, devices, b)
+            c = compile_step.compile_train_step(r, cfg, devices, b)
         else:
             c = compile_old_port_step(cfg, devices, b, r.data.seq_len, jnp.dtype(r.model.dtype),
                                       gradient_checkpointing=not args.no_checkpointing)

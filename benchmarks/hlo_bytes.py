@@ -1,7 +1,7 @@
 """Where a compiled train step's bytes go: operand + result bytes of each top-level HLO instruction.
 
-Reads the optimized HLO text that `jaxbert.train.aot.compile_train_step(..., hlo_dir=D)` (or
-`jaxbert.bench.oldport.compile_old_port_step(..., hlo_dir=D)`) writes to D/train_step.hlo.txt and
+Reads the optimized HLO text that `jaxbert.train.compile_step.compile_train_step(..., hlo_dir=D)` (or
+`jaxbert.bench.flax_port.compile_old_port_step(..., hlo_dir=D)`) writes to D/train_step.hlo.txt and
 groups the bytes each instruction of the entry computation (and of while bodies, times their trip
 count) reads and writes by what it came from: the encoder layers (forward / backward), the
 embeddings, the MLM head and loss, the rest (optimizer, norms, RNG), the collectives, and what XLA

@@ -42,7 +42,7 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
     import optax
 
     from jaxbert.model import attention
-    from jaxbert.train import aot, plan, step
+    from jaxbert.train import compile_step, plan, step
     from jaxbert.train import recipe as recipes
 
     over = list(BASE)
@@ -76,7 +76,7 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
     r = recipes.load("bert-base-phase1", over)
     cfg = r.bert_config()
     out = None if hlo_dir is None else os.path.join(hlo_dir, variant)
-    cost = aot.compile_train_step(r, cfg, aot.target_devices(target), batch, hlo_dir=out)
+    cost = compile_step.compile_train_step(r, cfg, compile_step.target_devices(target), batch, hlo_dir=out)
     model = plan.model_flops_per_device(r, cfg, batch)
     return {"variant": variant, "hbm_gib": round(cost.hbm / 2**30, 2), "gflop": round(cost.flops / 1e9, 1),
             "xla_over_model": round(cost.flops / model, 3), "gb_accessed": round(cost.bytes_accessed / 1e9, 1),

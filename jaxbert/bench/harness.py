@@ -18,7 +18,7 @@ import sys
 
 from jaxbert.errors import InputError
 from jaxbert.model.config import preset
-from jaxbert.bench import works
+from jaxbert.bench import contenders
 from jaxbert.bench.convert import run_convert_bench
 from jaxbert.model.flops import forward_flops_per_token, peak_flops, train_flops_per_token
 from jaxbert.bench.timing import Record, rate_record, time_record
@@ -101,11 +101,11 @@ class Bench:
         self.roofline = max(medians) if medians else None
 
     def model_work(self, kind: str, model: str, B: int, T: int):
-        cfg = works.no_dropout(preset(MODELS[model]))
+        cfg = contenders.no_dropout(preset(MODELS[model]))
         work = f"{kind}/{model}/{B}x{T}"
         for name, out in self._contest(work, ["jaxbert"] + self.torch_contenders).items():
             # jaxbert trains the MLM head on the M gathered positions only; transformers on all T.
-            f = works.masked_count(T) / T if (name == "jaxbert" and kind == "train") else 1.0
+            f = contenders.masked_count(T) / T if (name == "jaxbert" and kind == "train") else 1.0
             per_token = train_flops_per_token if kind == "train" else forward_flops_per_token
             flops = per_token(cfg, T, f) * B * T
             gflops = flops / statistics.median(out["seconds"]) / 1e9

@@ -20,8 +20,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from jaxbert.bench import works
-from jaxbert.bench.aot import run_aot_work
+from jaxbert.bench import contenders
+from jaxbert.bench.target import run_aot_work
 from jaxbert.model.config import preset
 from jaxbert.train.allocator import keep_freed_memory
 
@@ -29,7 +29,7 @@ MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-la
 
 
 def _config(model: str):
-    return works.no_dropout(preset(MODELS.get(model, model)))
+    return contenders.no_dropout(preset(MODELS.get(model, model)))
 
 
 def _jax_options(options: dict) -> dict:
@@ -43,26 +43,26 @@ def build(work: str, contender: str, options: dict):
     no_extra = dict
     if kind == "roofline":
         n = 2048
-        return (works.jax_matmul(n) if contender == "jaxbert" else works.torch_matmul(n)), no_extra
+        return (contenders.jax_matmul(n) if contender == "jaxbert" else contenders.torch_matmul(n)), no_extra
     model, shape = rest
     B, T = (int(v) for v in shape.split("x"))
     cfg = _config(model)
     if contender == "jaxbert":
-        builder = {"infer": works.jax_forward, "train": works.jax_train}[kind]
+        builder = {"infer": contenders.jax_forward, "train": contenders.jax_train}[kind]
         fn = builder(cfg, B, T, **_jax_options(options))
 
         def extra():
-            peak = works.jax_peak_memory()
+            peak = contenders.jax_peak_memory()
             return {} if peak is None else {"peak_memory_mb": round(peak)}
         return fn, extra
-    builder = {"infer": works.torch_forward, "train": works.torch_train}[kind]
+    builder = {"infer": contenders.torch_forward, "train": contenders.torch_train}[kind]
     return builder(cfg, B, T, compile_=contender == "torch-compile"), no_extra
 
 
 def compile_seconds(work: str, options: dict) -> float:
     """compile/<model>/<scan|unscanned>: lower and compile the train step once, in a fresh process."""
     _, model, layout = work.split("/")
-    return works.jax_compile_seconds(_config(model), 8, 128, scan_layers=layout == "scan",
+    return contenders.jax_compile_seconds(_config(model), 8, 128, scan_layers=layout == "scan",
                                      **_jax_options(options))
 
 

@@ -11,11 +11,11 @@ import json
 import os
 from pathlib import Path
 
-from jaxbert.bench.aot import run_target_bench, target_table
+from jaxbert.bench.target import run_target_bench, target_table
 from jaxbert.bench.harness import Bench, command_line, run_worker
 from jaxbert.bench.timing import markdown_table
 from jaxbert.fs import atomic_write_text
-from jaxbert.train.aot import check_target
+from jaxbert.train.compile_step import check_target
 
 
 def add_arguments(p):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxbert.train.export import export_workdir, load_instructions
+from jaxbert.convert.export import export_workdir, load_instructions
 
 
 def add_arguments(parser) -> None:

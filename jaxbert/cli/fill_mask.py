@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jaxbert.train.fill_mask import fill_mask, format_predictions, load_for_fill_mask
+from jaxbert.infer.fill_mask import fill_mask, format_predictions, load_for_fill_mask
 
 
 def add_arguments(parser) -> None:

@@ -11,7 +11,7 @@ from jaxbert import fs
 from jaxbert.convert import from_pretrained, tokenizer_path
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
-from jaxbert.model.generate import generate
+from jaxbert.infer.generate import generate
 
 
 def add_arguments(p):

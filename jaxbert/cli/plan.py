@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from jaxbert.errors import InputError
-from jaxbert.train import aot, plan
+from jaxbert.train import compile_step, plan
 from jaxbert.train import recipe as recipes
 
 
@@ -50,11 +50,11 @@ def _recipe(args):
 
 
 def run(args) -> int:
-    aot.check_target(args.target)
+    compile_step.check_target(args.target)
     r = _recipe(args)
     cfg = r.bert_config()
-    devices = aot.target_devices(args.target)
-    budget = int(args.hbm * 2**30) if args.hbm else aot.device_hbm_bytes(devices[0], devices)
+    devices = compile_step.target_devices(args.target)
+    budget = int(args.hbm * 2**30) if args.hbm else compile_step.device_hbm_bytes(devices[0], devices)
     if budget is None:
         raise InputError(f"--hbm: the memory of {devices[0].device_kind} is unknown; give a budget in GiB")
     scans = {"recipe": (r.model.scan_layers,), "yes": (True,), "no": (False,), "both": (False, True)}[args.scan]

@@ -5,10 +5,10 @@
 (through the key table in ``table.py``) that other tools build on.
 """
 
-from jaxbert.convert.api import convert, from_pretrained, infer_class, load_checkpoint, resolve_dtype, save_pretrained
+from jaxbert.convert.pretrained import convert, from_pretrained, infer_class, load_checkpoint, resolve_dtype, save_pretrained
 from jaxbert.convert.load import plan, state_dict_to_params
 from jaxbert.convert.readers import open_source, tensor_to_numpy, torch_load
-from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
+from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
 from jaxbert.convert.table import Entry, Table
 from jaxbert.convert.workdir import is_workdir, read_workdir, tokenizer_path
 from jaxbert.convert.writers import iter_state_dict, params_to_state_dict, write_hf, write_jaxbert

@@ -21,7 +21,7 @@ from jaxbert.model.heads import ALL_MODEL_CLASSES, dummy_inputs
 from jaxbert.model.params import unflatten
 from jaxbert.model.registry import head
 from jaxbert.convert.readers import tensor_to_numpy
-from jaxbert.convert.report import ConversionError, ConversionReport
+from jaxbert.convert.result import ConversionError, ConversionReport
 from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
 from jaxbert.convert.table import LEGACY_LEAVES, Table, to_flax
 

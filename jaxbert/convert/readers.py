@@ -25,7 +25,7 @@ from flax import serialization
 from jaxbert import fs
 from jaxbert.errors import require
 from jaxbert.model.params import iter_flat, stacked
-from jaxbert.convert.report import ConversionError
+from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
 from jaxbert.convert.tf_checkpoint import TFCheckpointSource, checkpoint_prefix

@@ -21,7 +21,7 @@ from typing import Iterator
 import ml_dtypes
 import numpy as np
 
-from jaxbert.convert.report import ConversionError
+from jaxbert.convert.result import ConversionError
 
 INDEX_SUFFIX = ".index"
 _MAGIC = 0xdb4775248b80fb57  # the table format's footer magic

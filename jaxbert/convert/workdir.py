@@ -23,7 +23,7 @@ import orbax.checkpoint as ocp
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.model.config import BertConfig
-from jaxbert.convert.report import ConversionError
+from jaxbert.convert.result import ConversionError
 
 CHECKPOINTS = "checkpoints"
 

@@ -19,7 +19,7 @@ from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.params import flatten, is_scanned, unflatten
 from jaxbert.model.registry import head
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
-from jaxbert.convert.report import ConversionError
+from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
 from jaxbert.convert.table import Table, to_torch
 

@@ -14,13 +14,31 @@ import codecs
 import glob
 import json
 import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
 from jaxbert import fs
 from jaxbert.data.embedded import default_corpus_size, default_documents
-from jaxbert.data.stats import CorpusError, SourceStats
-from jaxbert.errors import require
+from jaxbert.errors import InputError, require
+
+class CorpusError(InputError):
+    """An input is missing, unreadable or has no documents."""
+
+
+@dataclass
+class SourceStats:
+    """What one input file (or the embedded corpus) contributed."""
+    path: str
+    kind: str
+    bytes: int = 0
+    documents: int = 0
+    replaced: int = 0  # invalid UTF-8 sequences replaced with U+FFFD
+    skipped: str = ""  # why the file gave nothing, e.g. "empty"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
 
 TEXT_SUFFIXES = {".txt", ".text"}
 JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
@@ -206,7 +224,11 @@ class Corpus:
 
     def _raw(self) -> Iterator[tuple[str, int, SourceStats | None]]:
         if self.sources is None:
-            for doc, units in default_documents(self.stats):
+            for source, doc, units in default_documents():
+                if not self.stats or self.stats[-1].path != source:
+                    self.stats.append(SourceStats(source, "embedded"))
+                self.stats[-1].bytes += units
+                self.stats[-1].documents += bool(doc.strip())
                 yield doc, units, None
             return
         for kind, path in self.sources:

@@ -16,8 +16,6 @@ from typing import Iterator
 
 from pydoc_data.topics import topics
 
-from jaxbert.data.stats import SourceStats
-
 _RULE_LINE = re.compile(r"^[ \t]*([*=\-~^#_])\1{2,}[ \t]*$", re.MULTILINE)  # reST underlines
 
 
@@ -60,20 +58,13 @@ def _docstrings(path: Path) -> str:
     return "\n".join(out)
 
 
-def default_documents(stats: list[SourceStats]) -> Iterator[tuple[str, int]]:
-    s = SourceStats("pydoc_data.topics", "embedded")
-    stats.append(s)
+def default_documents() -> Iterator[tuple[str, str, int]]:
+    """(source name, document, progress units) for every document of the embedded corpus."""
     for name in sorted(topics):
-        s.documents += 1
-        s.bytes += len(topics[name])
-        yield _RULE_LINE.sub("", topics[name]), len(topics[name])
-    s = SourceStats("stdlib docstrings", "embedded")
-    stats.append(s)
+        yield "pydoc_data.topics", _RULE_LINE.sub("", topics[name]), len(topics[name])
     for path in _stdlib_files():
         doc, nbytes = _cached_docstrings(path)
-        s.bytes += nbytes
-        s.documents += bool(doc.strip())
-        yield doc, nbytes
+        yield "stdlib docstrings", doc, nbytes
 
 
 @functools.lru_cache(maxsize=None)

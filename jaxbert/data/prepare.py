@@ -30,7 +30,7 @@ from tokenizers import Tokenizer
 
 from jaxbert.data.corpus import Corpus
 from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
-from jaxbert.data.progress import progress_bar
+from jaxbert.terminal import progress_bar
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
 from jaxbert.fs import publish_dir

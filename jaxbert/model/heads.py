@@ -56,7 +56,7 @@ class BertModel(BertPreTrainedModel):
     When config.is_decoder is set, self-attention is causal; with
     add_cross_attention, encoder_hidden_states [B, S, H] (masked by
     encoder_attention_mask [B, S]) feed each layer's crossattention block.
-    With ``decode=True`` (see jaxbert.model.generate), keys and values are cached:
+    With ``decode=True`` (see jaxbert.infer.generate), keys and values are cached:
     attention_mask then covers the whole cache [B, max_len].
     """
 

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from jaxbert import fs
 from jaxbert.train import parallel, plan, sources
-from jaxbert.train.aot import build_model
+from jaxbert.train.compile_step import build_model
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.model.flops import peak_flops, train_flops_per_token
 from jaxbert.train.lock import workdir_lock

@@ -11,8 +11,8 @@ from jaxbert import fs
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM
-from jaxbert.train.export import export_params
-from jaxbert.train.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
+from jaxbert.convert.export import export_params
+from jaxbert.infer.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
 from jaxbert.train.plot import plot_workdir
 from jaxbert.train.recipe import Recipe, RecipeError
 

@@ -1,7 +1,7 @@
 """The batch planner: the largest per-device batch that fits, per remat policy and layer layout.
 
 For each (scan_layers, remat_policy) candidate it compiles the real train step
-(jaxbert.train.aot) from shapes alone and searches the per-device batch:
+(jaxbert.train.compile_step) from shapes alone and searches the per-device batch:
 memory grows about linearly with the batch, so two compiles predict the
 largest batch that fits and a few more confirm it, the last pair being a
 batch that fits and the batch one larger that does not. Among the candidates
@@ -22,7 +22,7 @@ from typing import Callable
 
 from jaxbert.errors import InputError
 from jaxbert.model.flops import train_flops_per_token
-from jaxbert.train.aot import StepCost, compile_train_step, device_hbm_bytes, masked_slots
+from jaxbert.train.compile_step import StepCost, compile_train_step, device_hbm_bytes, masked_slots
 from jaxbert.train.recipe import Recipe
 
 POLICIES = ("none", "dots", "full")

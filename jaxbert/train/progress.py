@@ -13,7 +13,7 @@ import time
 
 from tqdm import tqdm
 
-from jaxbert.data.progress import is_terminal
+from jaxbert.terminal import is_terminal
 
 
 def duration(seconds: float) -> str:

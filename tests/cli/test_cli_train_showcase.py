@@ -4,7 +4,7 @@ import numpy as np
 
 from tests.helpers.runs import write_recipe
 from jaxbert.cli.main import main
-from jaxbert.train.fill_mask import answer_rank
+from jaxbert.infer.fill_mask import answer_rank
 
 
 def test_train_list_and_help_name_the_shipped_recipes(capsys):

@@ -6,7 +6,7 @@ import re
 from tqdm.std import tqdm
 
 from jaxbert.cli.main import main as cli_main
-from jaxbert.data.progress import LineProgress, progress_bar
+from jaxbert.terminal import LineProgress, progress_bar
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["."]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxbert import BertConfig, BertLMHeadModel
-from jaxbert.model import generate as gen
+from jaxbert.infer import generate as gen
 
 CFG = BertConfig(vocab_size=83, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=48, max_position_embeddings=40, is_decoder=True)

@@ -92,7 +92,7 @@ def _roberta_tokenizer(folder):
 
 
 def test_fill_mask_with_a_roberta_tokenizer_matches_transformers(tmp_path):
-    from jaxbert.train.fill_mask import fill_mask, load_for_fill_mask
+    from jaxbert.infer.fill_mask import fill_mask, load_for_fill_mask
     fast = _roberta_tokenizer(tmp_path / "m")
     hf = tiny_roberta_model("RobertaForMaskedLM", seed=9, vocab_size=len(fast))
     hf.save_pretrained(tmp_path / "m")

@@ -89,13 +89,13 @@ def test_two_processes_give_the_losses_of_one_process_with_two_devices(tmp_path)
 FSDP_ROWS = textwrap.dedent("""
     import json, re, sys, tempfile
     import jax
-    from jaxbert.train import aot, recipe as R
+    from jaxbert.train import compile_step, recipe as R
     over = ["model.preset=bert-tiny", "model.config.num_hidden_layers=2", "model.config.hidden_size=64",
             "model.config.num_attention_heads=2", "model.config.intermediate_size=256", "data.seq_len=16",
             "model.scan_layers=true", "model.remat_policy=full", "parallel.fsdp=true", "train.accum_steps=1"]
     r = R.load("tiny-demo", over)
     with tempfile.TemporaryDirectory() as d:
-        aot.compile_train_step(r, r.bert_config(), jax.devices(), 2, hlo_dir=d)
+        compile_step.compile_train_step(r, r.bert_config(), jax.devices(), 2, hlo_dir=d)
         hlo = open(d + "/train_step.hlo.txt").read()
     print("RESULT " + json.dumps({"devices": len(jax.devices()),
                                   "ffn": sorted(set(re.findall(r"\\[(\\d+),16,256\\]", hlo)))}))

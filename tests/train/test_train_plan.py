@@ -10,7 +10,7 @@ import pytest
 
 from jaxbert.cli.main import main
 from jaxbert.errors import InputError
-from jaxbert.train import aot, plan
+from jaxbert.train import compile_step, plan
 from jaxbert.train import recipe as recipes
 
 TINY = ["model.preset=bert-tiny", "model.config.num_hidden_layers=1", "model.config.hidden_size=32",
@@ -18,8 +18,8 @@ TINY = ["model.preset=bert-tiny", "model.config.num_hidden_layers=1", "model.con
         "model.config.vocab_size=256", "data.seq_len=16"]
 
 
-def _fake_cost(hbm: int, b: int, host: int = 0) -> aot.StepCost:
-    return aot.StepCost(b, hbm, 0, 0, 0, hbm, None, None, 0.0, 0.0, host_temporaries=host)
+def _fake_cost(hbm: int, b: int, host: int = 0) -> compile_step.StepCost:
+    return compile_step.StepCost(b, hbm, 0, 0, 0, hbm, None, None, 0.0, 0.0, host_temporaries=host)
 
 
 @pytest.mark.parametrize("base,slope,budget,expected", [
@@ -55,14 +55,14 @@ LIBTPU_OOM = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory re
 
 def test_a_compile_refused_for_memory_is_a_figure_that_never_fits():
     # libtpu compiling for a TPU v3 raises this instead of returning a memory analysis
-    c = aot.out_of_memory_cost(RuntimeError(LIBTPU_OOM), 16 * 2**30, 68, 1.0, 2.0)
+    c = compile_step.out_of_memory_cost(RuntimeError(LIBTPU_OOM), 16 * 2**30, 68, 1.0, 2.0)
     assert c.out_of_memory and c.per_device_batch == 68
     assert c.hbm == int(16 * 2**30 - 15.48 * 2**30 + 15.57 * 2**30)  # capacity - available + required
     assert c.temporaries == int(15.57 * 2**30)
     assert not c.fits(16 * 2**30) and not c.fits(10**15)
-    assert aot.out_of_memory_cost(RuntimeError("INVALID_ARGUMENT: bad shape"), 16 * 2**30, 68, 1.0, 2.0) is None
+    assert compile_step.out_of_memory_cost(RuntimeError("INVALID_ARGUMENT: bad shape"), 16 * 2**30, 68, 1.0, 2.0) is None
     # the search treats it as the edge even if the estimate were under the budget
-    refused = aot.StepCost(10, 1_000, 0, 0, 0, 1_000, None, None, 0.0, 0.0, out_of_memory=True)
+    refused = compile_step.StepCost(10, 1_000, 0, 0, 0, 1_000, None, None, 0.0, 0.0, out_of_memory=True)
     cost = lambda b: refused if b >= 10 else _fake_cost(100 * b, b)
     b, seen = plan.largest_batch(cost, 2_000, start=8)
     assert b == 9 and seen[10].out_of_memory
@@ -89,8 +89,8 @@ def test_plan_on_the_local_backend_picks_a_batch_that_fits_and_one_more_does_not
     for item in TINY:
         recipes.apply_override(data, item)
     r = recipes.from_dict(data)
-    devices = aot.target_devices("local")
-    assert aot.compile_train_step(r, r.bert_config(), devices, b + 1).hbm > budget
+    devices = compile_step.target_devices("local")
+    assert compile_step.compile_train_step(r, r.bert_config(), devices, b + 1).hbm > budget
     assert "recommended: scan_layers=False remat_policy=none per_device_batch_size" in capsys.readouterr().out
 
 
@@ -98,7 +98,7 @@ def test_plan_on_the_local_backend_picks_a_batch_that_fits_and_one_more_does_not
                                   ["plan", "--preset", "bert-base-uncased", "--seq-len", "128",
                                    "--target", "v4:2x2x1"]])
 def test_a_tpu_target_without_libtpu_names_the_extra(monkeypatch, capsys, verb):
-    monkeypatch.setattr(aot, "libtpu_installed", lambda: False)
+    monkeypatch.setattr(compile_step, "libtpu_installed", lambda: False)
     assert main(verb) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "libtpu" in err[0] and "pip install 'jaxbert[tpu]'" in err[0]
@@ -133,7 +133,7 @@ def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeyp
 
 def test_target_bench_rows_and_table_with_a_stand_in_worker():
     import argparse
-    from jaxbert.bench.aot import run_target_bench, target_table
+    from jaxbert.bench.target import run_target_bench, target_table
     specs = []
 
     def worker(spec):
@@ -160,8 +160,8 @@ def test_target_bench_rows_and_table_with_a_stand_in_worker():
 
 def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
     import argparse
-    from jaxbert.bench import aot as bench_aot
-    from jaxbert.bench.aot import run_target_bench, target_table
+    from jaxbert.bench import target as bench_target
+    from jaxbert.bench.target import run_target_bench, target_table
     compiled = []
 
     def fake_compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
@@ -172,10 +172,10 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
         per_seq = 2 if contender == "jaxbert" else 7  # GiB-free units: bytes
         return _fake_cost(100 + per_seq * B, B)
 
-    monkeypatch.setattr(bench_aot, "_compile", fake_compile)
-    monkeypatch.setattr(bench_aot.aot, "target_devices", lambda target: [type("D", (), {"device_kind": "TPU v4"})()])
-    monkeypatch.setattr(bench_aot.aot, "device_hbm_bytes", lambda device, devices=None: 100 + 2 * 40)
-    worker = lambda spec: bench_aot.run_aot_work(spec["work"], spec["contender"], spec["options"]["target"])
+    monkeypatch.setattr(bench_target, "_compile", fake_compile)
+    monkeypatch.setattr(bench_target.aot, "target_devices", lambda target: [type("D", (), {"device_kind": "TPU v4"})()])
+    monkeypatch.setattr(bench_target.aot, "device_hbm_bytes", lambda device, devices=None: 100 + 2 * 40)
+    worker = lambda spec: bench_target.run_aot_work(spec["work"], spec["contender"], spec["options"]["target"])
     args = argparse.Namespace(quick=False, only=["aot-max/bert-large/T512/scan-", "aot-max/bert-large/T512/unscanned"],
                               target="v4:2x2x1")
     records = run_target_bench(args, worker)
@@ -264,7 +264,7 @@ def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_p
     # our own compile of that split agrees that it fits
     r = recipes.load("tiny-demo", TINY + ["model.dtype=bfloat16", "model.scan_layers=false",
                                           "model.remat_policy=none", f"train.accum_steps={split['accum_steps']}"])
-    cost = aot.compile_train_step(r, r.bert_config(), aot.target_devices("local"), split["per_device_batch_size"])
+    cost = compile_step.compile_train_step(r, r.bert_config(), compile_step.target_devices("local"), split["per_device_batch_size"])
     assert cost.hbm == split["hbm_bytes"] <= result["budget_bytes"]
 
 
@@ -285,7 +285,7 @@ def test_what_remat_adds_is_measured_per_micro_batch_when_the_recipe_accumulates
 
 
 def test_every_target_bench_row_compiles_one_micro_batch_as_the_old_port_steps():
-    from jaxbert.bench import aot as bench_aot
+    from jaxbert.bench import target as bench_target
     # bert-large's recipe accumulates 2 micro-batches; the rows compare single steps of B sequences
-    r, scanned, policy, B, T = bench_aot._recipe("bert-large", "unscanned-none")
+    r, scanned, policy, B, T = bench_target._recipe("bert-large", "unscanned-none")
     assert r.train.accum_steps == 1 and (scanned, policy, T) == (False, "none", 512)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jaxbert import fs
 from jaxbert.convert import read_workdir, tokenizer_path
-from jaxbert.convert.api import MODEL_KIND
+from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir

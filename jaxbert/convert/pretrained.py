@@ -19,7 +19,7 @@ from jaxbert.model.params import flatten, unflatten
 from jaxbert.model.registry import HEADS, for_config, head
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
-from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
+from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
 from jaxbert.convert.workdir import is_workdir, read_workdir
 from jaxbert.convert.writers import write_hf, write_jaxbert
 

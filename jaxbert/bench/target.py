@@ -17,10 +17,10 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from jaxbert.bench.oldport import compile_old_port_step
+from jaxbert.bench.flax_port import compile_old_port_step
 from jaxbert.bench.timing import Record, time_record
 from jaxbert.model.flops import train_flops_per_token
-from jaxbert.train import aot, plan
+from jaxbert.train import compile_step, plan
 from jaxbert.train import recipe as recipes
 
 # (model, recipe it ships in, per-chip batch, sequence length)
@@ -75,7 +75,7 @@ def _recipe(model: str, layout: str):
 
 def _compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
     if contender == "jaxbert":
-        return aot.compile_train_step(r, cfg, devices, B, hlo_dir=hlo_dir)
+        return compile_step.compile_train_step(r, cfg, devices, B, hlo_dir=hlo_dir)
     return compile_old_port_step(cfg, devices, B, T, jnp.dtype(r.model.dtype),
                                  gradient_checkpointing=policy != "none", hlo_dir=hlo_dir)
 
@@ -85,10 +85,10 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     kind, model, shape, layout = work.split("/")
     r, scanned, policy, B, T = _recipe(model, layout)
     cfg = r.bert_config()
-    devices = aot.target_devices(target)
+    devices = compile_step.target_devices(target)
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
     if kind == "aot-max":
-        budget = aot.device_hbm_bytes(devices[0], devices)
+        budget = compile_step.device_hbm_bytes(devices[0], devices)
         b, seen = plan.largest_batch(lambda n: _compile(contender, r, cfg, devices, n, T, policy), budget, start=8)
         extra.update(largest_batch=b, budget_gib=round(budget / 2**30, 2), compiles=len(seen),
                      hbm_gib=round(seen[b].hbm / 2**30, 2) if b in seen else None,

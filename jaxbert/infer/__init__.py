@@ -1,0 +1,1 @@
+"""Using a trained or converted model: fill-mask, generation."""
