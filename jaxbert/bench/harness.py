@@ -20,7 +20,8 @@ from jaxbert.errors import InputError
 from jaxbert.model.config import preset
 from jaxbert.bench import contenders
 from jaxbert.bench.convert import run_convert_bench
-from jaxbert.model.flops import forward_flops_per_token, peak_flops, train_flops_per_token
+from jaxbert.devices import peak_flops
+from jaxbert.model.flops import forward_flops_per_token, train_flops_per_token
 from jaxbert.bench.timing import Record, rate_record, time_record
 from jaxbert.bench.worker import MODELS
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from jaxbert.bench.flax_port import compile_old_port_step
 from jaxbert.bench.timing import Record, time_record
+from jaxbert.devices import device_hbm_bytes
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.train import compile_step, plan
 from jaxbert.train import recipe as recipes
@@ -88,7 +89,7 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     devices = compile_step.target_devices(target)
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
     if kind == "aot-max":
-        budget = compile_step.device_hbm_bytes(devices[0], devices)
+        budget = device_hbm_bytes(devices[0], devices)
         b, seen = plan.largest_batch(lambda n: _compile(contender, r, cfg, devices, n, T, policy), budget, start=8)
         extra.update(largest_batch=b, budget_gib=round(budget / 2**30, 2), compiles=len(seen),
                      hbm_gib=round(seen[b].hbm / 2**30, 2) if b in seen else None,

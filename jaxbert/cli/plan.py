@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from jaxbert.devices import device_hbm_bytes
 from jaxbert.errors import InputError
 from jaxbert.train import compile_step, plan
 from jaxbert.train import recipe as recipes
@@ -54,7 +55,7 @@ def run(args) -> int:
     r = _recipe(args)
     cfg = r.bert_config()
     devices = compile_step.target_devices(args.target)
-    budget = int(args.hbm * 2**30) if args.hbm else compile_step.device_hbm_bytes(devices[0], devices)
+    budget = int(args.hbm * 2**30) if args.hbm else device_hbm_bytes(devices[0], devices)
     if budget is None:
         raise InputError(f"--hbm: the memory of {devices[0].device_kind} is unknown; give a budget in GiB")
     scans = {"recipe": (r.model.scan_layers,), "yes": (True,), "no": (False,), "both": (False, True)}[args.scan]

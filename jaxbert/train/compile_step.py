@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
+from jaxbert.devices import device_hbm_bytes
 from jaxbert.errors import InputError
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import ALL_MODEL_CLASSES
@@ -32,10 +33,7 @@ from jaxbert.train.parallel import MeshRunner
 from jaxbert.train.recipe import Recipe
 
 TPU_EXTRA = "pip install 'jaxbert[tpu]'"
-# HBM per chip (GiB) by device_kind; the first name found in device_kind wins ("TPU v5 lite" is a v5e).
-# v2, v3 and v4 chips hold two TensorCores; their topologies list one device per core.
-HBM_GIB = {"TPU v2": 16, "TPU v3": 32, "TPU v4": 32, "TPU v5 lite": 16, "TPU v5e": 16, "TPU v5p": 95,
-           "TPU v5": 95, "TPU v6 lite": 32, "TPU v6e": 32}
+
 
 
 def build_model(recipe: Recipe, cfg):
@@ -71,26 +69,6 @@ def target_devices(target: str) -> list:
         raise InputError(f"--target {target!r}: not a TPU topology libtpu knows ({first}); "
                          "examples: v4:2x2x1 (v4-8), v5e:2x2, v5e:4x4") from None
     return list(topo.devices)
-
-
-def device_hbm_bytes(device, devices=None) -> int | None:
-    """Memory of one device: what the runtime reports for a live device; for a
-    TPU topology's abstract devices, the chip's HBM shared by the devices on that
-    chip (a v4 topology has one device per TensorCore, two per 32 GiB chip).
-    None if unknown."""
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # abstract topology devices and some backends have none
-        stats = {}
-    if stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    kind = device.device_kind.lower().replace(" ", "")
-    for name, gib in HBM_GIB.items():
-        if name.lower().replace(" ", "") in kind:
-            coords = getattr(device, "coords", None)
-            same_chip = [d for d in (devices or [device]) if getattr(d, "coords", None) == coords]
-            return gib * 2**30 // max(len(same_chip), 1)
-    return None
 
 
 @dataclasses.dataclass

@@ -24,7 +24,8 @@ from jaxbert import fs
 from jaxbert.train import parallel, plan, sources
 from jaxbert.train.compile_step import build_model
 from jaxbert.train.checkpoint import Checkpoints
-from jaxbert.model.flops import peak_flops, train_flops_per_token
+from jaxbert.devices import peak_flops
+from jaxbert.model.flops import train_flops_per_token
 from jaxbert.train.lock import workdir_lock
 from jaxbert.train.metrics import MetricsWriter, MetricWindow
 from jaxbert.train.optim import make_optimizer

@@ -22,7 +22,8 @@ from typing import Callable
 
 from jaxbert.errors import InputError
 from jaxbert.model.flops import train_flops_per_token
-from jaxbert.train.compile_step import StepCost, compile_train_step, device_hbm_bytes, masked_slots
+from jaxbert.devices import device_hbm_bytes
+from jaxbert.train.compile_step import StepCost, compile_train_step, masked_slots
 from jaxbert.train.recipe import Recipe
 
 POLICIES = ("none", "dots", "full")

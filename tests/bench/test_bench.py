@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from jaxbert.bench import worker
+from jaxbert import devices
 from jaxbert.model import flops
 from jaxbert.bench.timing import markdown_table, rate_record, time_record
 from jaxbert.model.config import preset
@@ -22,7 +23,7 @@ def test_train_flops_count_the_masked_head_share():
     assert flops.forward_flops_per_token(cfg, T) == pytest.approx((encoder + head) / 3)
     # 8x128 with 20 masked slots per sequence: ~559 GFLOP per step, as the README table reports.
     assert flops.train_flops_per_token(cfg, T, 20 / 128) * 8 * T / 1e9 == pytest.approx(559.4, abs=0.1)
-    assert flops.peak_flops("NVIDIA H100 80GB HBM3") == 989e12 and flops.peak_flops("cpu") is None
+    assert devices.peak_flops("NVIDIA H100 80GB HBM3") == 989e12 and devices.peak_flops("cpu") is None
 
 
 def test_records_and_ratios():

@@ -173,8 +173,8 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
         return _fake_cost(100 + per_seq * B, B)
 
     monkeypatch.setattr(bench_target, "_compile", fake_compile)
-    monkeypatch.setattr(bench_target.aot, "target_devices", lambda target: [type("D", (), {"device_kind": "TPU v4"})()])
-    monkeypatch.setattr(bench_target.aot, "device_hbm_bytes", lambda device, devices=None: 100 + 2 * 40)
+    monkeypatch.setattr(bench_target.compile_step, "target_devices", lambda target: [type("D", (), {"device_kind": "TPU v4"})()])
+    monkeypatch.setattr(bench_target, "device_hbm_bytes", lambda device, devices=None: 100 + 2 * 40)
     worker = lambda spec: bench_target.run_aot_work(spec["work"], spec["contender"], spec["options"]["target"])
     args = argparse.Namespace(quick=False, only=["aot-max/bert-large/T512/scan-", "aot-max/bert-large/T512/unscanned"],
                               target="v4:2x2x1")
