@@ -20,12 +20,12 @@ if sys.argv[1] == "jaxbert":
     keep_freed_memory()
 import jax, jax.numpy as jnp
 from jaxbert.train import parallel, sources
-from jaxbert.train.loop import build_model
+from jaxbert.model.heads import build_model
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import load
 steps = int(sys.argv[2])
 r = load("tiny-demo", ["data.source=synthetic"])
-model = build_model(r, r.bert_config(r.data.vocab_size))
+model = build_model(r.model.model_class, r.bert_config(r.data.vocab_size), r.model.options())
 runner = parallel.make_runner(r.parallel)
 tx, schedule = make_optimizer(r.optim, r.train.steps)
 dummy = jnp.zeros((1, r.data.seq_len), jnp.int32)

@@ -20,7 +20,7 @@ def _rms(a, truth) -> float:
 
 
 def main() -> None:
-    from jaxbert.model.layers import gelu_exact
+    from jaxbert.model.activations import gelu_exact
 
     rng = np.random.default_rng(0)
     f32 = lambda a: jnp.asarray(a, jnp.float32)  # noqa: E731

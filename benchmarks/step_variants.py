@@ -92,7 +92,9 @@ def _pallas_attention(q, k, v, bias=None, mask=None):
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
     from jax.sharding import PartitionSpec as P
 
-    from jaxbert.model import layers
+    import flax.linen as nn
+
+    from jaxbert.model.options import BATCH
 
     assert bias is None
     keep = mask[:, 0, 0, :].astype(jnp.int32)  # [B, S]: 1 = a token, 0 = padding
@@ -101,8 +103,9 @@ def _pallas_attention(q, k, v, bias=None, mask=None):
         ids = fa.SegmentIds(q=keep, kv=keep)  # padding queries attend to padding: their rows are never read
         return fa.flash_attention(q, k, v, segment_ids=ids, sm_scale=1.0 / math.sqrt(q.shape[-1]))
 
-    if layers._BATCH_AXIS[0] is not None:  # a Mosaic kernel is not partitioned by GSPMD: one call per device
-        mesh, axis = layers._BATCH_AXIS[0]
+    axis = dict(nn.get_logical_axis_rules()).get(BATCH)  # set while a runner splits the batch over a mesh
+    if axis is not None:  # a Mosaic kernel is not partitioned by GSPMD: one call per device
+        mesh = jax.sharding.get_abstract_mesh()
         attend = jax.shard_map(attend, mesh=mesh, in_specs=(P(axis),) * 4, out_specs=P(axis), check_vma=False)
     heads_first = lambda x: x.transpose(0, 2, 1, 3)
     return heads_first(attend(heads_first(q), heads_first(k), heads_first(v), keep))

@@ -18,6 +18,7 @@ import optax
 from jaxbert.errors import require
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.options import ModelOptions
 from jaxbert.train.step import TrainState, train_step
 
 MASK_RATE = 0.15
@@ -57,7 +58,7 @@ def jax_matmul(n: int = 2048):
 
 
 def jax_forward(cfg: BertConfig, batch: int, seq_len: int, **options):
-    model = BertForMaskedLM(cfg, **options)
+    model = BertForMaskedLM(cfg, ModelOptions(**options))
     data = _batch(cfg, batch, seq_len)
     params = jax.jit(model.init)(jax.random.key(0), data["input_ids"])
     fwd = jax.jit(lambda p, ids, tt, am: model.apply(p, ids, tt, attention_mask=am).logits)
@@ -66,7 +67,7 @@ def jax_forward(cfg: BertConfig, batch: int, seq_len: int, **options):
 
 
 def _train_state(cfg: BertConfig, options: dict):
-    model = BertForMaskedLM(cfg, **options)
+    model = BertForMaskedLM(cfg, ModelOptions(**options))
     schedule = optax.constant_schedule(1e-4)
     tx = optax.adamw(schedule, weight_decay=0.01)
     return model, tx, schedule, TrainState

@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.heads import ALL_MODEL_CLASSES, dummy_inputs
+from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import unflatten
 from jaxbert.model.registry import head
 from jaxbert.convert.readers import tensor_to_numpy
@@ -227,8 +228,8 @@ def _dominant(report: ConversionReport):
 
 def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtype, seed=0) -> dict:
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
-    options = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
-    module = ALL_MODEL_CLASSES[model_class](config, param_dtype=dtype, scan_layers=scan_layers, **options)
+    pooling = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
+    module = ALL_MODEL_CLASSES[model_class](config, ModelOptions(param_dtype=dtype, scan_layers=scan_layers), **pooling)
     ids, types = dummy_inputs(model_class, 1, 4)
     kwargs = {}
     if config.add_cross_attention and head(bert_class_name(model_class)).cross_attention:

@@ -15,6 +15,7 @@ from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.model.config import BertConfig, ConfigError, bert_class_name
 from jaxbert.model.heads import ALL_MODEL_CLASSES
+from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, unflatten
 from jaxbert.model.registry import HEADS, for_config, head
 from jaxbert.convert.load import state_dict_to_params
@@ -172,7 +173,12 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     for path_ in list(flat):  # one leaf at a time: NumPy copy freed as its jax copy is made
         out[path_] = jax.device_put(flat.pop(path_))
     param_dtype = dtypes.pop() if len(dtypes) == 1 else np.float32
-    module = ALL_MODEL_CLASSES[name](config, param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
+    pooling = {"add_pooling_layer": module_options.pop("add_pooling_layer")} if "add_pooling_layer" in module_options else {}
+    try:
+        options = ModelOptions(param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
+    except TypeError as e:  # an option ModelOptions does not have
+        raise ValueError(f"from_pretrained: {e}") from None
+    module = ALL_MODEL_CLASSES[name](config, options, **pooling)
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 

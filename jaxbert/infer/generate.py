@@ -16,8 +16,8 @@ from jaxbert.errors import InputError
 
 
 def init_cache(model, batch: int, max_length: int, encoder_hidden_states=None):
-    """Zeroed 'cache' collection for ``model.clone(decode=True)``, sized [batch, max_length]."""
-    decoder = model.clone(decode=True)
+    """Zeroed 'cache' collection for the model with options.decode set, sized [batch, max_length]."""
+    decoder = model.clone(options=model.options.replace(decode=True))
     ids = jnp.zeros((batch, max_length), jnp.int32)
     shapes = jax.eval_shape(
         lambda: decoder.init(jax.random.key(0), ids, encoder_hidden_states=encoder_hidden_states)["cache"])
@@ -40,7 +40,7 @@ def _generate(model, variables, input_ids, attention_mask, encoder_hidden_states
               encoder_attention_mask, rng, temperature, eos_token_id, pad_token_id, *,
               max_new_tokens: int, greedy: bool, top_k: int):
     B, P = input_ids.shape
-    decoder = model.clone(decode=True)
+    decoder = model.clone(options=model.options.replace(decode=True))
     cache = init_cache(model, B, P + max_new_tokens, encoder_hidden_states)
     full_mask = jnp.concatenate([attention_mask, jnp.ones((B, max_new_tokens), attention_mask.dtype)], 1)
     # Left-padded prompts: positions count real tokens only.

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert.model.dropout import apply_hash_dropout
-from jaxbert.model.layers import Array, BertModule
+from jaxbert.model.base import Array, BertModule
 
 
 class BertSelfAttention(BertModule):
@@ -49,7 +49,7 @@ class BertSelfAttention(BertModule):
         q = split_heads(query(hidden_states))
         if not self.is_cross:
             k, v = split_heads(key(hidden_states)), split_heads(value(hidden_states))
-            if self.decode:
+            if self.options.decode:
                 k, v, offset, valid = self._update_cache(k, v)
                 mask = mask & valid
         else:
@@ -60,7 +60,7 @@ class BertSelfAttention(BertModule):
 
         # sqrt(D) taken in Python (double) and rounded once to the compute dtype,
         # as transformers divides by math.sqrt(head_dim).
-        scale = jnp.asarray(math.sqrt(D), self.dtype)
+        scale = jnp.asarray(math.sqrt(D), self.options.dtype)
         bias = None  # additive score bias [1, N, T, S], already scaled
         # transformers uses absolute positions (none in attention) for cross-attention.
         pos_type = "absolute" if self.is_cross else cfg.position_embedding_type
@@ -73,13 +73,13 @@ class BertSelfAttention(BertModule):
         # jax.nn.dot_product_attention has no dropout, head mask or probs output,
         # and takes its softmax in float32 whatever the dtype: anything that needs
         # them, and float64 compute, takes the einsum path below.
-        if (self.attention_impl == "dot_product" and not needs_probs
-                and jnp.dtype(self.dtype) != jnp.float64):
+        if (self.options.attention_impl == "dot_product" and not needs_probs
+                and jnp.dtype(self.options.dtype) != jnp.float64):
             context = jax.nn.dot_product_attention(
                 q, k, v, bias=bias, mask=jnp.broadcast_to(mask, (B, N, T, S)))
             return context.reshape(B, T, H), None
 
-        chunks = self.attention_chunks
+        chunks = self.options.attention_chunks
         if chunks > 1 and T % chunks == 0 and not output_attentions:
             return self._chunked(q, k, v, mask, bias, scale, layer_head_mask, dropout, deterministic), None
         scores = jnp.einsum("BTND,BSND->BNTS", q, k) / scale
@@ -88,7 +88,7 @@ class BertSelfAttention(BertModule):
         probs = masked_softmax(scores, mask)
         probs = self.dropout_layer(dropout)(probs, deterministic=deterministic)
         if layer_head_mask is not None:
-            probs = probs * layer_head_mask[None, :, None, None].astype(self.dtype)
+            probs = probs * layer_head_mask[None, :, None, None].astype(self.options.dtype)
         context = jnp.einsum("BNTS,BSND->BTND", probs, v)
         return context.reshape(B, T, H), (probs if output_attentions else None)
 
@@ -99,13 +99,13 @@ class BertSelfAttention(BertModule):
         is a function of each element's position; with threefry's there is no block-wise form)."""
         B, T, N, D = q.shape
         S = k.shape[1]
-        C = T // self.attention_chunks
+        C = T // self.options.attention_chunks
         key = None
         if not deterministic and dropout > 0:
             self.require_hash_dropout("attention_chunks", "attention")
             key = self.dropout_layer(dropout).draw_key()
         mask = jnp.broadcast_to(mask, (mask.shape[0], 1, T, S)) if mask.shape[2] != 1 else mask
-        head = None if layer_head_mask is None else layer_head_mask[None, :, None, None].astype(self.dtype)
+        head = None if layer_head_mask is None else layer_head_mask[None, :, None, None].astype(self.options.dtype)
 
         def block(qc, kk, vv, mc, bc, hc, kc, t0):
             scores = jnp.einsum("BTND,BSND->BNTS", qc, kk) / scale
@@ -119,7 +119,7 @@ class BertSelfAttention(BertModule):
             return jnp.einsum("BNTS,BSND->BTND", probs, vv)
 
         out = []
-        for i in range(self.attention_chunks):
+        for i in range(self.options.attention_chunks):
             rows = slice(i * C, (i + 1) * C)
             mc = mask[:, :, rows] if mask.shape[2] != 1 else mask
             bc = None if bias is None else bias[:, :, rows]
@@ -146,7 +146,7 @@ class BertSelfAttention(BertModule):
 
     def _cross_kv(self, kv, key, value, split_heads):
         """Project encoder states [B, S, H]; under decode, cache them and reuse when kv is None."""
-        if not self.decode:
+        if not self.options.decode:
             return split_heads(key(kv)), split_heads(value(kv))
         if kv is None:
             if not self.has_variable("cache", "cross_key"):
@@ -162,7 +162,7 @@ class BertSelfAttention(BertModule):
         cfg = self.config
         P = cfg.max_position_embeddings
         distance_embedding = nn.Embed(
-            2 * P - 1, cfg.head_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+            2 * P - 1, cfg.head_dim, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
             embedding_init=nn.with_logical_partitioning(
                 nn.initializers.normal(cfg.initializer_range), (None, None)),
             name="distance_embedding")

@@ -17,7 +17,9 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxbert.errors import InputError
 from jaxbert.model.attention import BertSelfAttention
 from jaxbert.model.dropout import apply_hash_dropout
-from jaxbert.model.layers import ACT_FNS, LAYER_INPUT, REMAT_POLICIES, Array, BertModule, shard_batch_dim
+from jaxbert.model.activations import ACT_FNS
+from jaxbert.model.base import Array, BertModule
+from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
 from jaxbert.model.roberta import roberta_positions
 
 
@@ -52,7 +54,7 @@ class BertEmbeddings(BertModule):
                                                 (None, "embed"), "token_type_embeddings")
         self.LayerNorm = self.layer_norm()
         self.dropout = self.dropout_layer(cfg.hidden_dropout_prob)
-        if self.decode:  # how many positions the cache holds already
+        if self.options.decode:  # how many positions the cache holds already
             self.position_index = self.variable("cache", "position_index", lambda: jnp.array(0, jnp.int32))
 
     def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
@@ -73,14 +75,14 @@ class BertEmbeddings(BertModule):
         else:
             # Unused, but transformers' checkpoints hold it: create it so the trees match.
             _ = self.position_embeddings.embedding
-        x = shard_batch_dim(self.LayerNorm(x))
+        x = constrain_batch(self.LayerNorm(x))
         return self.dropout(x, deterministic=deterministic)
 
     def _default_positions(self, shape):
         """0..L-1, or, when decoding, continuing from the tokens already cached."""
         B, L = shape
         positions = jnp.arange(L)
-        if self.decode and not self.is_initializing():
+        if self.options.decode and not self.is_initializing():
             positions = positions + self.position_index.value
             self.position_index.value = self.position_index.value + L
         return jnp.broadcast_to(positions, (B, L))
@@ -113,9 +115,9 @@ class BertAttention(BertModule):
     @nn.compact
     def __call__(self, hidden_states, mask, kv=None, layer_head_mask=None,
                  deterministic=True, output_attentions=False):
-        context, probs = BertSelfAttention(**self.options(), is_cross=self.is_cross, name="self")(
+        context, probs = BertSelfAttention(self.config, self.options, is_cross=self.is_cross, name="self")(
             hidden_states, mask, kv, layer_head_mask, deterministic, output_attentions)
-        out = BertSelfOutput(**self.options(), name="output")(context, hidden_states, deterministic)
+        out = BertSelfOutput(self.config, self.options, name="output")(context, hidden_states, deterministic)
         return out, probs
 
 
@@ -146,11 +148,11 @@ class BertLayer(BertModule):
     """
 
     def setup(self):
-        self.attention = BertAttention(**self.options())
+        self.attention = BertAttention(self.config, self.options)
         if self.config.add_cross_attention:
-            self.crossattention = BertAttention(**self.options(), is_cross=True)
-        self.intermediate = BertIntermediate(**self.options())
-        self.output = BertOutput(**self.options())
+            self.crossattention = BertAttention(self.config, self.options, is_cross=True)
+        self.intermediate = BertIntermediate(self.config, self.options)
+        self.output = BertOutput(self.config, self.options)
 
     def __call__(self, hidden_states, layer_head_mask, mask, encoder_hidden_states=None,
                  encoder_mask=None, deterministic=True, output_attentions=False):
@@ -166,31 +168,31 @@ class BertLayer(BertModule):
             # init without encoder states must still create the crossattention params.
             encoder_hidden_states = x
         # Under decode, cross-attention reads the encoder keys/values from its cache.
-        if encoder_hidden_states is not None or (self.decode and self.config.add_cross_attention):
+        if encoder_hidden_states is not None or (self.options.decode and self.config.add_cross_attention):
             if encoder_mask is None:
                 encoder_mask = jnp.ones((1, 1, 1, 1), bool)
             x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
                                                  layer_head_mask, deterministic, output_attentions)
-        chunked = self.ffn_chunks > 1 and x.shape[1] % self.ffn_chunks == 0
+        chunked = self.options.ffn_chunks > 1 and x.shape[1] % self.options.ffn_chunks == 0
         # With hash dropout the feed-forward's mask comes from one key per layer call, for the whole [B, T, H],
         # whether the block runs whole or in blocks of tokens (then each applies its slice): the same output.
         key = None
         if not deterministic and self.config.hidden_dropout_prob > 0:
             if chunked:
                 self.require_hash_dropout("ffn_chunks", "hidden")
-            if self.dropout_impl == "hash":
+            if self.options.dropout_impl == "hash":
                 key = self.make_rng("dropout")
         if chunked:
             y = self._ffn_chunked(x, deterministic, key)
         else:
             y = self.output(self.intermediate(x), x, deterministic, dropout_key=key)
-        return shard_batch_dim(y), (probs, cross_probs)
+        return constrain_batch(y), (probs, cross_probs)
 
     def _ffn_chunked(self, x, deterministic, key):
         """The feed-forward block over ffn_chunks blocks of tokens, each under remat, so the backward
         pass holds one block's [B, T / chunks, I] at a time; key: the hash dropout's, for the whole array."""
         B, T, H = x.shape
-        C = T // self.ffn_chunks
+        C = T // self.options.ffn_chunks
 
         def block(layer, xc, key, t0):
             return layer.output(layer.intermediate(xc), xc, deterministic, dropout_key=key, whole=(B, T, H),
@@ -198,7 +200,7 @@ class BertLayer(BertModule):
 
         remat_block = nn.remat(block, static_argnums=(3,))
         return jnp.concatenate([remat_block(self, x[:, i * C:(i + 1) * C], key, i * C)
-                                for i in range(self.ffn_chunks)], axis=1)
+                                for i in range(self.options.ffn_chunks)], axis=1)
 
 
 class _ScanBertLayer(BertLayer):
@@ -223,18 +225,18 @@ class BertEncoder(BertModule):
                  output_attentions=False):
         cfg = self.config
         L = cfg.num_hidden_layers
-        policy = REMAT_POLICIES[self.remat_policy]
-        layer_cls = _ScanBertLayer if self.scan_layers else BertLayer
-        if self.remat_policy != "none":
+        policy = REMAT_POLICIES[self.options.remat_policy]
+        layer_cls = _ScanBertLayer if self.options.scan_layers else BertLayer
+        if self.options.remat_policy != "none":
             # deterministic and output_attentions (args 6, 7 counting self) stay static.
-            layer_cls = nn.remat(layer_cls, policy=policy, prevent_cse=not self.scan_layers,
+            layer_cls = nn.remat(layer_cls, policy=policy, prevent_cse=not self.options.scan_layers,
                                  static_argnums=(6, 7))
-        if self.scan_layers:
+        if self.options.scan_layers:
             scanned = nn.scan(
                 layer_cls, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=(0 if head_mask is not None else nn.broadcast,) + (nn.broadcast,) * 5,
                 length=L, metadata_params={nn.PARTITION_NAME: "layers"})
-            hidden_states, (per_layer, (probs, cross)) = scanned(**self.options(), name="layer")(
+            hidden_states, (per_layer, (probs, cross)) = scanned(self.config, self.options, name="layer")(
                 hidden_states, head_mask, mask, encoder_hidden_states, encoder_mask,
                 deterministic, output_attentions)
             layer_states = tuple(per_layer[i] for i in range(L)) if output_hidden_states else None
@@ -242,7 +244,7 @@ class BertEncoder(BertModule):
             return hidden_states, layer_states, (unstack(probs), unstack(cross))
 
         layer_states, all_probs, all_cross = [], [], []
-        stack = _LayerCollection(**self.options(), name="layer")
+        stack = _LayerCollection(self.config, self.options, name="layer")
         for i in range(L):
             hidden_states, (probs, cross) = stack.apply_layer(
                 layer_cls, i, hidden_states, None if head_mask is None else head_mask[i],
@@ -260,7 +262,7 @@ class _LayerCollection(BertModule):
 
     @nn.compact
     def apply_layer(self, layer_cls, i, *args):
-        return layer_cls(**self.options(), name=str(i))(*args)
+        return layer_cls(self.config, self.options, name=str(i))(*args)
 
 
 class BertPooler(BertModule):
@@ -290,7 +292,7 @@ class BertLMPredictionHead(BertModule):
 
     @nn.compact
     def __call__(self, hidden_states, word_embeddings: Optional[Array] = None):
-        x = BertPredictionHeadTransform(**self.options(), name="transform")(hidden_states)
+        x = BertPredictionHeadTransform(self.config, self.options, name="transform")(hidden_states)
         return self.vocab_logits(x, word_embeddings)
 
 

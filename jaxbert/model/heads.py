@@ -1,99 +1,18 @@
-"""BertModel and the task heads, with transformers' class and param names."""
+"""The task heads on BertModel, with transformers' class and param names, and the class tables."""
 
 from __future__ import annotations
-
-from typing import Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxbert.model.encoder import (BertEmbeddings, BertEncoder, BertLMPredictionHead, BertPooler,
-                       gather_positions)
-from jaxbert.model.attention import padding_mask
-from jaxbert.model.config import ConfigError, bert_class_name
-from jaxbert.model.roberta import RobertaClassificationHead, RobertaLMHead
-from jaxbert.model.layers import Array, BertModule, ModelOutput, validate_options
+from jaxbert.model.base import BertModule, ModelOutput
+from jaxbert.model.bert import BertModel, BertPreTrainedModel
+from jaxbert.model.config import BertConfig, bert_class_name
+from jaxbert.model.encoder import BertLMPredictionHead, gather_positions
+from jaxbert.model.options import ModelOptions
 from jaxbert.model.registry import HEADS, for_config
-
-
-class BertPreTrainedModel(BertModule):
-    """Base of the public models.
-
-    ``init`` returns plain arrays named as in transformers; ``init_boxed`` keeps
-    the logical-axis metadata (nn.Partitioned) that training shards by.
-    """
-
-    def init_boxed(self, rngs, *args, **kwargs):
-        return nn.Module.init(self, rngs, *args, **kwargs)
-
-    def init(self, rngs, *args, **kwargs):
-        return nn.meta.unbox(self.init_boxed(rngs, *args, **kwargs))
-
-    def _bert(self, add_pooling_layer: bool, name: Optional[str] = ""):
-        """The encoder, named after the family ('bert', 'roberta'); name=None inside setup."""
-        self._check_family()
-        name = self.config.base_prefix if name == "" else name
-        return BertModel(**self.options(), add_pooling_layer=add_pooling_layer, name=name)
-
-    def _check_family(self):
-        """Bert* classes take their family from the config; Roberta* ones need a RoBERTa config."""
-        name = type(self).__name__
-        self.config.class_name(name)  # refuses heads the family lacks (RobertaForPreTraining)
-        if name != bert_class_name(name) and not self.config.is_roberta:
-            raise ConfigError(f"{name} needs model_type 'roberta' or 'xlm-roberta', "
-                              f"not {self.config.model_type!r}")
-
-    def _word_embeddings(self) -> Array:
-        base = getattr(self, self.config.base_prefix)
-        return nn.meta.unbox(base.variables["params"]["embeddings"]["word_embeddings"]["embedding"])
-
-
-class BertModel(BertPreTrainedModel):
-    """The encoder. Call with input_ids [B, L] (and optionally token_type_ids,
-    attention_mask, position_ids [B, L], head_mask [N] or [num_layers, N]).
-
-    When config.is_decoder is set, self-attention is causal; with
-    add_cross_attention, encoder_hidden_states [B, S, H] (masked by
-    encoder_attention_mask [B, S]) feed each layer's crossattention block.
-    With ``decode=True`` (see jaxbert.infer.generate), keys and values are cached:
-    attention_mask then covers the whole cache [B, max_len].
-    """
-
-    add_pooling_layer: bool = True
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
-                 head_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
-        validate_options(self)
-        cfg = self.config
-        B, L = input_ids.shape
-        if token_type_ids is None:
-            token_type_ids = jnp.zeros_like(input_ids)
-        # [B, 1, 1, S]; under decode S is the cache length, as the mask given must be.
-        mask = padding_mask(attention_mask, B, L)
-        encoder_mask = None
-        if encoder_attention_mask is not None or encoder_hidden_states is not None:
-            S = (encoder_hidden_states.shape[1] if encoder_hidden_states is not None
-                 else encoder_attention_mask.shape[1])
-            encoder_mask = padding_mask(encoder_attention_mask, B, S)
-        if head_mask is not None:
-            head_mask = jnp.asarray(head_mask)
-            if head_mask.ndim == 1:  # the same mask for every layer
-                head_mask = jnp.broadcast_to(head_mask, (cfg.num_hidden_layers, cfg.num_attention_heads))
-
-        x = BertEmbeddings(**self.options(), name="embeddings")(
-            input_ids, token_type_ids, position_ids, deterministic)
-        last, layer_states, (attn, cross) = BertEncoder(**self.options(), name="encoder")(
-            x, mask, head_mask, encoder_hidden_states, encoder_mask, deterministic,
-            output_hidden_states, output_attentions)
-        pooled = BertPooler(**self.options(), name="pooler")(last) if self.add_pooling_layer else None
-        return ModelOutput(
-            last_hidden_state=last, pooler_output=pooled,
-            hidden_states=(x,) + layer_states if output_hidden_states else None,
-            attentions=attn, cross_attentions=cross)
+from jaxbert.model.roberta import RobertaClassificationHead, RobertaLMHead
 
 
 class _MLMBase(BertPreTrainedModel):
@@ -103,9 +22,9 @@ class _MLMBase(BertPreTrainedModel):
         # setattr: the encoder's attribute (and so param) name is the family's prefix.
         setattr(self, self.config.base_prefix, self._bert(add_pooling_layer=False, name=None))
         if self.config.is_roberta:
-            self.lm_head = RobertaLMHead(**self.options())
+            self.lm_head = RobertaLMHead(self.config, self.options)
         else:
-            self.cls = _OnlyMLMHead(**self.options())
+            self.cls = _OnlyMLMHead(self.config, self.options)
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, masked_positions=None, deterministic: bool = True,
@@ -124,7 +43,7 @@ class _MLMBase(BertPreTrainedModel):
 class _OnlyMLMHead(BertModule):
     @nn.compact
     def __call__(self, hidden_states, word_embeddings):
-        return BertLMPredictionHead(**self.options(), name="predictions")(hidden_states, word_embeddings)
+        return BertLMPredictionHead(self.config, self.options, name="predictions")(hidden_states, word_embeddings)
 
 
 class BertForMaskedLM(_MLMBase):
@@ -149,7 +68,7 @@ class BertForPreTraining(BertPreTrainedModel):
 
     def setup(self):
         self.bert = self._bert(add_pooling_layer=True, name=None)
-        self.cls = _PreTrainingHeads(**self.options())
+        self.cls = _PreTrainingHeads(self.config, self.options)
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, masked_positions=None, deterministic: bool = True,
@@ -167,7 +86,7 @@ class BertForPreTraining(BertPreTrainedModel):
 class _PreTrainingHeads(BertModule):
     @nn.compact
     def __call__(self, hidden_states, pooled, word_embeddings):
-        mlm = BertLMPredictionHead(**self.options(), name="predictions")(hidden_states, word_embeddings)
+        mlm = BertLMPredictionHead(self.config, self.options, name="predictions")(hidden_states, word_embeddings)
         nsp = self.dense(2, ("embed", None), "seq_relationship")(pooled)
         return mlm, nsp
 
@@ -201,7 +120,7 @@ class BertForNextSentencePrediction(_EncoderHead):
     """logits [B, 2]: 0 = B follows A, 1 = B is random."""
 
     def head(self, out, deterministic):
-        logits = _OnlyNSPHead(**self.options(), name="cls")(out.pooler_output)
+        logits = _OnlyNSPHead(self.config, self.options, name="cls")(out.pooler_output)
         return out.replace(logits=logits, seq_relationship_logits=logits)
 
 
@@ -216,7 +135,7 @@ class BertForSequenceClassification(_EncoderHead):
 
     def head(self, out, deterministic):
         if self.config.is_roberta:
-            logits = RobertaClassificationHead(**self.options(), name="classifier")(out.last_hidden_state,
+            logits = RobertaClassificationHead(self.config, self.options, name="classifier")(out.last_hidden_state,
                                                                                    deterministic)
             return out.replace(logits=logits)
         return out.replace(logits=self.classify(out.pooler_output, self.config.num_labels, deterministic))
@@ -289,3 +208,10 @@ def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:
 
 def param_count(params) -> int:
     return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))
+
+
+def build_model(model_class: str, config: BertConfig, options: ModelOptions = ModelOptions()):
+    """The module of a class name (BERT or RoBERTa family) for this config and these options."""
+    if model_class not in ALL_MODEL_CLASSES:
+        raise ValueError(f"model class {model_class!r} is unknown; expected one of {tuple(ALL_MODEL_CLASSES)}")
+    return ALL_MODEL_CLASSES[model_class](config, options)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxbert.model.layers import Array, BertModule, gelu_exact
+from jaxbert.model.activations import gelu_exact
+from jaxbert.model.base import Array, BertModule
 
 
 def roberta_positions(input_ids: Array, pad_id: int) -> Array:

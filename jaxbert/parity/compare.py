@@ -153,9 +153,9 @@ _jit_forward = jax.jit(_forward, static_argnums=0)
 
 def _outputs_jax(module, params, inputs, enc, dtype, jit):
     """jaxbert's stages; call inside numerics(dtype)."""
-    runner = module.clone(dtype=DTYPES[dtype])
+    runner = module.clone(options=module.options.replace(dtype=DTYPES[dtype]))
     if dtype == "float64":  # params too: nothing on the way stays float32
-        runner = runner.clone(param_dtype=jnp.float64)
+        runner = runner.clone(options=runner.options.replace(param_dtype=jnp.float64))
         params = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float64), params)
     states_dtype = jnp.float64 if dtype == "float64" else jnp.float32
     enc = (None, None) if enc is None else (jnp.asarray(enc[0], states_dtype), jnp.asarray(enc[1]))

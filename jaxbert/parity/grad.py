@@ -56,7 +56,7 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     spec = for_config(head(name), module.config)
     wide = dtype == "float64"
     jdtype = jnp.float64 if wide else jnp.float32
-    module = module.clone(dtype=jdtype, param_dtype=jdtype)
+    module = module.clone(options=module.options.replace(dtype=jdtype, param_dtype=jdtype))
     if wide:
         torch_model = as_float64(torch_model)
     tdtype = torch.float64 if wide else torch.float32

@@ -19,6 +19,7 @@ from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
+from jaxbert.model.options import ModelOptions
 from jaxbert.parity.compare import numerics, torch_model
 from jaxbert.parity.grad import fixed_masking
 from jaxbert.parity.report import environment
@@ -120,7 +121,7 @@ def mlm_model(module, params, seed: int = 0):
     an MLM head from ``module`` when it has one, else a fresh one (init with ``seed``)."""
 
     cfg = module.config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    mlm = BertForMaskedLM(cfg, scan_layers=module.scan_layers)
+    mlm = BertForMaskedLM(cfg, ModelOptions(scan_layers=module.options.scan_layers))
     fresh = mlm.init(jax.random.key(seed), *dummy_inputs("BertForMaskedLM", 1, 8))["params"]
     encoder = params.get("bert", params)
     encoder = {k: v for k, v in encoder.items() if k != "pooler"}
@@ -150,7 +151,7 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
     rows = []
     jdtype = jnp.float64 if dtype == "float64" else jnp.float32
     with numerics(dtype, precision):
-        runner = mlm.clone(dtype=jdtype, param_dtype=jdtype)
+        runner = mlm.clone(options=mlm.options.replace(dtype=jdtype, param_dtype=jdtype))
         tx, schedule = make_optimizer(optim, steps)
         state = TrainState.create(runner.apply, jax.tree_util.tree_map(lambda x: jnp.asarray(x, jdtype), p),
                                   tx, schedule)

@@ -27,21 +27,13 @@ import numpy as np
 from jaxbert.devices import device_hbm_bytes
 from jaxbert.errors import InputError
 from jaxbert.fs import as_path, atomic_write_text
-from jaxbert.model.heads import ALL_MODEL_CLASSES
+from jaxbert.model.heads import build_model
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.parallel import MeshRunner
 from jaxbert.train.recipe import Recipe
 
 TPU_EXTRA = "pip install 'jaxbert[tpu]'"
 
-
-
-def build_model(recipe: Recipe, cfg):
-    m = recipe.model
-    return ALL_MODEL_CLASSES[m.model_class](cfg, dtype=jnp.dtype(m.dtype), param_dtype=jnp.dtype(m.param_dtype),
-                                        scan_layers=m.scan_layers, remat_policy=m.remat_policy,
-                                        attention_impl=m.attention_impl, attention_chunks=m.attention_chunks,
-                                        ffn_chunks=m.ffn_chunks, dropout_impl=m.dropout_impl)
 
 
 def libtpu_installed() -> bool:
@@ -165,7 +157,7 @@ def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_
     recipe.train.per_device_batch_size is ignored: per_device_batch is compiled.
     hlo_dir: where to write the optimized HLO text (train_step.hlo.txt), for reading fusions.
     """
-    model = build_model(recipe, cfg)
+    model = build_model(recipe.model.model_class, cfg, recipe.model.options())
     runner = MeshRunner(recipe.parallel, devices=devices)
     tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)

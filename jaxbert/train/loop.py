@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from jaxbert import fs
 from jaxbert.train import parallel, plan, sources
-from jaxbert.train.compile_step import build_model
+from jaxbert.model.heads import build_model
 from jaxbert.train.checkpoint import Checkpoints
 from jaxbert.devices import peak_flops
 from jaxbert.model.flops import train_flops_per_token
@@ -80,7 +80,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)
         if primary:
             save_effective(recipe, workdir)  # the effective recipe records the planned values
-    model = build_model(recipe, cfg)
+    model = build_model(recipe.model.model_class, cfg, recipe.model.options())
     total, tr = recipe.train.steps, recipe.train
     tx, schedule = make_optimizer(recipe.optim, total)
     init_rng, rng = jax.random.split(jax.random.PRNGKey(tr.seed))

@@ -11,6 +11,7 @@ from jaxbert import fs
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.options import ModelOptions
 from jaxbert.convert.export import export_params
 from jaxbert.infer.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
 from jaxbert.train.plot import plot_workdir
@@ -32,7 +33,7 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
         tok = load_tokenizer(tokenizer_dir)
-        mlm = BertForMaskedLM(model.config, scan_layers=recipe.model.scan_layers)
+        mlm = BertForMaskedLM(model.config, ModelOptions(scan_layers=recipe.model.scan_layers))
         lines = [_showcase(mlm, params, tok, item) for item in o.fill_mask]
         atomic_write_text(workdir / "fill_mask.txt", "\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))

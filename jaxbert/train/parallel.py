@@ -28,7 +28,7 @@ import optax
 from flax import jax_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxbert.model.layers import batch_sharded_activations
+from jaxbert.model.options import BATCH
 from jaxbert.train.recipe import ParallelSection, RecipeError
 from jaxbert.train.step import TrainState, eval_step, train_step
 
@@ -161,14 +161,14 @@ class MeshRunner:
             params, self.state_sharding.params)
 
     def _rows_per_device(self, fn):
-        """fn traced with its activations split by rows over 'data' (see batch_sharded_activations);
-        on one device there is nothing to split, and the step is traced as it always was."""
+        """fn traced with the activations' batch dim split over 'data' (the logical rule BATCH -> data,
+        see jaxbert.model.options.constrain_batch); on one device there is nothing to split."""
         if self.num_devices == 1:
             return fn
 
         @functools.wraps(fn)
         def traced(*args, **kwargs):
-            with batch_sharded_activations(self.mesh, "data"):
+            with nn.logical_axis_rules(((BATCH, "data"),)), jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh):
                 return fn(*args, **kwargs)
         return traced
 

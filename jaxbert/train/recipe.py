@@ -22,7 +22,7 @@ import yaml
 
 from jaxbert.model.config import BertConfig, ConfigError
 from jaxbert.model.dropout import DROPOUT_IMPLS
-from jaxbert.model.layers import ATTENTION_IMPLS, REMAT_POLICIES
+from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES, ModelOptions
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
@@ -75,6 +75,13 @@ class ModelSection:
     attention_chunks: int = 1  # blocks of queries, each recomputed in the backward pass (memory at long T)
     ffn_chunks: int = 1  # blocks of tokens through each feed-forward block, the same way
     dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
+
+    def options(self) -> ModelOptions:
+        """The ModelOptions this section describes (an 'auto' remat_policy is planned before this)."""
+        return ModelOptions(dtype=self.dtype, param_dtype=self.param_dtype, scan_layers=self.scan_layers,
+                            remat_policy=self.remat_policy, attention_impl=self.attention_impl,
+                            attention_chunks=self.attention_chunks, ffn_chunks=self.ffn_chunks,
+                            dropout_impl=self.dropout_impl)
 
 
 @dataclasses.dataclass

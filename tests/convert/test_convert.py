@@ -13,6 +13,7 @@ from flax.traverse_util import flatten_dict
 from safetensors.numpy import load_file
 
 import jaxbert
+from jaxbert.model.options import ModelOptions
 from jaxbert.convert import ConversionError, ConversionWarning, Table, params_to_state_dict, state_dict_to_params
 from tests.helpers.hf_models import ALL_HEADS, jax_outputs, tiny_hf_model, tiny_inputs, torch_outputs
 
@@ -76,7 +77,7 @@ def test_scanned_layout_converts_both_ways(tmp_path):
     hf = tiny_hf_model("BertForMaskedLM", seed=5)
     hf.save_pretrained(tmp_path / "hf")
     module, params = jaxbert.from_pretrained(tmp_path / "hf", scan_layers=True)
-    assert module.scan_layers and jaxbert.is_scanned(params)
+    assert module.options.scan_layers and jaxbert.is_scanned(params)
     q = params["bert"]["encoder"]["layer"]["attention"]["self"]["query"]["kernel"]
     assert q.shape == (2, 32, 32)  # [layers, in, out]
     w1 = hf.bert.encoder.layer[1].attention.self.query.weight.detach().numpy()
@@ -129,7 +130,7 @@ def test_table_matches_the_model_param_tree_for_every_class_and_layout():
     variants += [(name, fancy, False) for name in ("BertModel", "BertForMaskedLM", "BertLMHeadModel")]
     for name, cfg, scan in variants:
         cfg = cfg.replace(is_decoder=True) if name == "BertLMHeadModel" else cfg
-        module = jaxbert.MODEL_CLASSES[name](cfg, scan_layers=scan)
+        module = jaxbert.MODEL_CLASSES[name](cfg, ModelOptions(scan_layers=scan))
         ids, types = jaxbert.dummy_inputs(name, 1, 4)
         kwargs = {"encoder_hidden_states": jnp.zeros((1, 3, 32))} if cfg.add_cross_attention else {}
         tree = jax.eval_shape(lambda: module.init(jax.random.PRNGKey(0), ids, types, **kwargs))["params"]

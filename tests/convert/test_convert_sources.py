@@ -113,7 +113,7 @@ m, p = jaxbert.from_pretrained(sys.argv[1], scan_layers=True)
 m2, p2 = jaxbert.from_pretrained(sys.argv[1])
 k = p["bert"]["encoder"]["layer"]["attention"]["self"]["query"]["kernel"]
 k2 = p2["bert"]["encoder"]["layer"]["1"]["attention"]["self"]["query"]["kernel"]
-print(type(m).__name__, m.scan_layers, m2.scan_layers, k.dtype, k.shape, bool(np.array_equal(k[1], k2)))
+print(type(m).__name__, m.options.scan_layers, m2.options.scan_layers, k.dtype, k.shape, bool(np.array_equal(k[1], k2)))
 """
 
 

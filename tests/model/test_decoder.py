@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxbert.model.options import ModelOptions
 from jaxbert import BertConfig, BertLMHeadModel
 from jaxbert.infer import generate as gen
 
@@ -14,7 +15,7 @@ CFG = BertConfig(vocab_size=83, hidden_size=32, num_hidden_layers=2, num_attenti
 
 def _setup(pos, cross, scan=False):
     cfg = CFG.replace(position_embedding_type=pos, add_cross_attention=cross)
-    model = BertLMHeadModel(cfg, scan_layers=scan)
+    model = BertLMHeadModel(cfg, ModelOptions(scan_layers=scan))
     rng = np.random.default_rng(1)
     ids = rng.integers(1, cfg.vocab_size, (2, 9)).astype(np.int32)
     enc = rng.normal(size=(2, 5, cfg.hidden_size)).astype(np.float32) if cross else None
@@ -36,7 +37,7 @@ def test_incremental_decoding_equals_full_recomputation(pos, cross):
     full = model.apply(variables, ids, encoder_hidden_states=enc, encoder_attention_mask=enc_mask).logits
 
     cache = gen.init_cache(model, B, L, enc)
-    decoder = model.clone(decode=True)
+    decoder = model.clone(options=model.options.replace(decode=True))
     # prefill 4 tokens, then one token at a time; positions come from the cache
     chunks, logits = [(0, 4)] + [(i, i + 1) for i in range(4, L)], []
     for n, (a, b) in enumerate(chunks):
@@ -52,7 +53,7 @@ def test_incremental_decoding_equals_full_recomputation(pos, cross):
 def test_cache_works_with_scanned_layers():
     model, variables, ids, enc, enc_mask = _setup("relative_key", True)
     from jaxbert import scan_params
-    scanned = BertLMHeadModel(model.config, scan_layers=True)
+    scanned = BertLMHeadModel(model.config, ModelOptions(scan_layers=True))
     sv = scan_params(variables)
     full = model.apply(variables, ids, encoder_hidden_states=enc, encoder_attention_mask=enc_mask).logits
     out = gen.generate(scanned, sv, ids[:, :4], max_new_tokens=3, encoder_hidden_states=enc,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxbert.model.options import ModelOptions
 from jaxbert import BertConfig, BertForMaskedLM
 from jaxbert.model.dropout import HashDropout, apply_hash_dropout, hash_bits, hash_keep_mask, keep_threshold
 from jaxbert.train import recipe as recipes
@@ -70,7 +71,7 @@ def test_module_scales_kept_elements_and_zeroes_the_rest():
 def _grads(dropout_impl, remat_policy, deterministic=False):
     cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=32)
-    model = BertForMaskedLM(cfg, dropout_impl=dropout_impl, remat_policy=remat_policy)
+    model = BertForMaskedLM(cfg, ModelOptions(dropout_impl=dropout_impl, remat_policy=remat_policy))
     ids = jax.random.randint(jax.random.key(1), (2, 16), 1, 64)
     params = model.init(jax.random.key(0), ids)["params"]
 
@@ -128,7 +129,7 @@ def test_recipe_names_a_bad_dropout_impl():
     with pytest.raises(recipes.RecipeError, match="model.dropout_impl"):
         recipes.load("tiny-demo", ["model.dropout_impl=philox"])
     with pytest.raises(ValueError, match="dropout_impl"):
-        BertForMaskedLM(BertConfig(), dropout_impl="philox").init(
+        BertForMaskedLM(BertConfig(), ModelOptions(dropout_impl="philox")).init(
             jax.random.key(0), jnp.ones((1, 4), jnp.int32))
 
 
@@ -136,7 +137,7 @@ def _block_model(position="absolute", dropout_impl="hash", **options):
     """A 2-layer model for the block options (attention_chunks, ffn_chunks, ...)."""
     cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=32, position_embedding_type=position)
-    return BertForMaskedLM(cfg, dropout_impl=dropout_impl, **options)
+    return BertForMaskedLM(cfg, ModelOptions(dropout_impl=dropout_impl, **options))
 
 
 @pytest.mark.parametrize("position", ["absolute", "relative_key"])

@@ -11,6 +11,7 @@ from flax.traverse_util import flatten_dict
 from jax.ad_checkpoint import print_saved_residuals
 
 import jaxbert
+from jaxbert.model.options import ModelOptions
 from jaxbert import (MODEL_CLASSES, BertConfig, BertForMaskedLM, BertForPreTraining, BertModel,
                      dummy_inputs, param_count, preset, scan_params, unscan_params)
 
@@ -47,7 +48,7 @@ def _init(cls_name, **changes):
     ("bert-large-uncased", BertForMaskedLM, 335_174_458),
 ])
 def test_param_counts_match_transformers(name, cls, expected):
-    model = cls(preset(name), scan_layers=True)  # eval_shape allocates nothing
+    model = cls(preset(name), ModelOptions(scan_layers=True))  # eval_shape allocates nothing
     shapes = jax.eval_shape(model.init, jax.random.key(0), *dummy_inputs(cls, 1, 8))
     assert param_count(shapes) == expected
 
@@ -154,7 +155,7 @@ def test_scan_remat_and_attention_impls_agree(pos):
     for scan in (False, True):
         for remat in ("none", "full", "dots"):
             for impl in ("einsum", "dot_product"):
-                m = BertForPreTraining(model.config, scan_layers=scan, remat_policy=remat, attention_impl=impl)
+                m = BertForPreTraining(model.config, ModelOptions(scan_layers=scan, remat_policy=remat, attention_impl=impl))
                 out = m.apply(scanned if scan else variables, ids, tt, attention_mask=mask,
                               output_hidden_states=True)
                 for a, b in zip(out.hidden_states, ref.hidden_states):
@@ -172,7 +173,7 @@ def test_scanned_gradients_match_per_layer():
         return jnp.mean(m.apply(params, ids, tt, attention_mask=mask).logits ** 2)
 
     g = jax.grad(loss)(variables, model)
-    scanned_model = BertForMaskedLM(model.config, scan_layers=True, remat_policy="full")
+    scanned_model = BertForMaskedLM(model.config, ModelOptions(scan_layers=True, remat_policy="full"))
     gs = unscan_params(jax.grad(loss)(scan_params(variables), scanned_model))
     diffs = jax.tree_util.tree_map(lambda a, b: float(jnp.abs(a - b).max()), g, gs)
     assert max(jax.tree_util.tree_leaves(diffs)) < 1e-7
@@ -192,15 +193,15 @@ def test_offload_remat_moves_each_layer_input_to_the_host_and_keeps_the_gradient
 
     def saved(policy):
         """(device, host) counts of the [B, T, H]-shaped values autodiff keeps for the backward pass."""
-        m = BertForMaskedLM(model.config, scan_layers=scan, remat_policy=policy)
+        m = BertForMaskedLM(model.config, ModelOptions(scan_layers=scan, remat_policy=policy))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             print_saved_residuals(lambda p: loss(p, m), params)
         lines = out.getvalue().splitlines()
         return sum(f"f32{shape} " in x for x in lines), sum(f"f32<host>{shape} " in x for x in lines)
 
-    ref = jax.grad(loss)(params, BertForMaskedLM(model.config, scan_layers=scan))
-    off = jax.grad(loss)(params, BertForMaskedLM(model.config, scan_layers=scan, remat_policy="offload"))
+    ref = jax.grad(loss)(params, BertForMaskedLM(model.config, ModelOptions(scan_layers=scan)))
+    off = jax.grad(loss)(params, BertForMaskedLM(model.config, ModelOptions(scan_layers=scan, remat_policy="offload")))
     diffs = jax.tree_util.tree_map(lambda a, b: float(jnp.abs(a - b).max()), ref, off)
     assert max(jax.tree_util.tree_leaves(diffs)) < 1e-6
     # what full remat keeps on the device per layer (its input) is kept in host memory instead, and
@@ -260,7 +261,7 @@ def test_bf16_compute_stays_close_to_fp32():
     model, variables = _init("BertForMaskedLM")
     ids, tt, mask = _inputs()
     ref = model.apply(variables, ids, tt, attention_mask=mask, output_hidden_states=True)
-    bf16 = BertForMaskedLM(model.config, dtype=jnp.bfloat16)
+    bf16 = BertForMaskedLM(model.config, ModelOptions(dtype=jnp.bfloat16))
     out = bf16.apply(variables, ids, tt, attention_mask=mask, output_hidden_states=True)
     assert out.logits.dtype == jnp.bfloat16
     real = mask.astype(bool)
@@ -273,13 +274,13 @@ def test_bf16_compute_stays_close_to_fp32():
 
 
 def test_param_dtype_is_separate_from_compute_dtype():
-    model = BertForMaskedLM(TINY, dtype=jnp.float32, param_dtype=jnp.bfloat16)
+    model = BertForMaskedLM(TINY, ModelOptions(dtype=jnp.float32, param_dtype=jnp.bfloat16))
     variables = model.init(jax.random.key(0), *dummy_inputs(BertForMaskedLM, 1, 8))
     assert {x.dtype for x in jax.tree_util.tree_leaves(variables)} == {jnp.dtype(jnp.bfloat16)}
 
 
 def test_logical_axes_for_sharding():
-    model = BertForMaskedLM(TINY, scan_layers=True)
+    model = BertForMaskedLM(TINY, ModelOptions(scan_layers=True))
     boxed = jax.eval_shape(model.init_boxed, jax.random.key(0), *dummy_inputs(BertForMaskedLM, 1, 8))
     specs = flatten_dict(jax.tree_util.tree_map(
         lambda x: x.names, boxed["params"], is_leaf=lambda x: hasattr(x, "names")))
@@ -290,9 +291,9 @@ def test_logical_axes_for_sharding():
 
 def test_invalid_options_are_named():
     with pytest.raises(ValueError, match="attention_impl"):
-        BertModel(TINY, attention_impl="flash").init(jax.random.key(0), *dummy_inputs(BertModel, 1, 4))
+        BertModel(TINY, ModelOptions(attention_impl="flash")).init(jax.random.key(0), *dummy_inputs(BertModel, 1, 4))
     with pytest.raises(ValueError, match="remat_policy"):
-        BertModel(TINY, remat_policy="some").init(jax.random.key(0), *dummy_inputs(BertModel, 1, 4))
+        BertModel(TINY, ModelOptions(remat_policy="some")).init(jax.random.key(0), *dummy_inputs(BertModel, 1, 4))
 
 
 def test_public_api_reexports():
@@ -303,7 +304,7 @@ def test_public_api_reexports():
 
 @pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-6), (jnp.bfloat16, 1e-2)])
 def test_gelu_with_saved_cdf_matches_autodiff(dtype, tol):
-    from jaxbert.model.layers import gelu_exact
+    from jaxbert.model.activations import gelu_exact
     x = jnp.linspace(-6.0, 6.0, 1001).astype(dtype)
     ref = lambda x: jax.nn.gelu(x, approximate=False)
     np.testing.assert_allclose(np.float32(gelu_exact(x)), np.float32(ref(x)), atol=tol, rtol=tol)
@@ -314,7 +315,7 @@ def test_gelu_with_saved_cdf_matches_autodiff(dtype, tol):
 
 
 def test_dense_is_a_plain_matmul_with_flax_params():
-    from jaxbert.model.layers import Dense
+    from jaxbert.model.base import Dense
     x = jax.random.normal(jax.random.key(0), (2, 3, 5, 4))
     dense = Dense(6)
     params = dense.init(jax.random.key(1), x)

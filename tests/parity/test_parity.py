@@ -14,6 +14,7 @@ transformers = pytest.importorskip("transformers")
 import jaxbert  # noqa: E402
 import jaxbert.errors  # noqa: E402
 import jaxbert.cli.main  # noqa: E402
+from jaxbert.model.options import ModelOptions
 from jaxbert import MODEL_CLASSES, scan_params  # noqa: E402
 from jaxbert.parity import compare, torch_model  # noqa: E402
 from jaxbert.parity.inputs import make_inputs  # noqa: E402
@@ -44,7 +45,7 @@ def _matrix_case(head, pos, act, dtype, tolerance, grad_tolerance=None):
                    np.array([[1] * 5, [1] * 3 + [0] * 2, [1] * 4 + [0]][:B], np.int32))
         for scan in (False, True):
             for impl in ("einsum", "dot_product"):
-                m = MODEL_CLASSES[name](cfg, scan_layers=scan, attention_impl=impl)
+                m = MODEL_CLASSES[name](cfg, ModelOptions(scan_layers=scan, attention_impl=impl))
                 grad = grad_tolerance is not None and padded and not scan and impl == "einsum"
                 # Op by op (no compile) is quickest for one tiny forward. An eager
                 # lax.scan would compile its loop on every call, so under disable_jit

@@ -14,7 +14,8 @@ STRATEGIES = textwrap.dedent("""
     import json, sys
     import jax
     from jaxbert.train import recipe as R
-    from jaxbert.train.loop import build_model, train_and_evaluate
+    from jaxbert.model.heads import build_model
+    from jaxbert.train.loop import train_and_evaluate
     from jaxbert.train.parallel import MeshRunner
     from jaxbert.train.optim import make_optimizer
     root = sys.argv[1]
@@ -27,7 +28,7 @@ STRATEGIES = textwrap.dedent("""
         out[name] = [json.loads(l)["loss"] for l in open(root + "/" + name + "/metrics.jsonl") if '"loss"' in l]
     # where FSDP puts the word embeddings and their Adam moments
     runner = MeshRunner(r.parallel)
-    model = build_model(r, r.bert_config())
+    model = build_model(r.model.model_class, r.bert_config(), r.model.options())
     tx, sched = make_optimizer(r.optim, 10)
     ids = jax.numpy.zeros((1, 16), "int32")
     runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), ids, ids)["params"], tx, sched)

@@ -70,11 +70,12 @@ def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
 
 
 def test_model_options_reach_the_model_the_loop_builds():
-    from jaxbert.train.loop import build_model
+    from jaxbert.model.heads import build_model
     r = R.load("tiny-demo", ["model.remat_policy=offload", "model.attention_chunks=2", "model.ffn_chunks=4",
                              "model.scan_layers=true", "model.dropout_impl=threefry"])
-    m = build_model(r, r.bert_config())
-    assert (m.remat_policy, m.attention_chunks, m.ffn_chunks, m.scan_layers, m.dropout_impl) == \
+    m = build_model(r.model.model_class, r.bert_config(), r.model.options())
+    o = m.options
+    assert (o.remat_policy, o.attention_chunks, o.ffn_chunks, o.scan_layers, o.dropout_impl) == \
         ("offload", 2, 4, True, "threefry")
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from jaxbert.model.options import ModelOptions
 from jaxbert import BertConfig, BertForMaskedLM, BertForPreTraining, preset
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.parallel import param_specs
@@ -22,7 +23,7 @@ OPT = OptimSection(learning_rate=1e-2, warmup_steps=0, schedule="constant")
 
 
 def _state(model_cls=BertForMaskedLM, **model_kwargs):
-    model = model_cls(CFG, **model_kwargs)
+    model = model_cls(CFG, ModelOptions(**model_kwargs))
     ids = jnp.zeros((1, 16), jnp.int32)
     params = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
     tx, schedule = make_optimizer(OPT, 10)
@@ -120,7 +121,7 @@ def test_the_step_compiles_once_and_donates_the_state():
 
 
 def test_fsdp_shards_every_bert_base_param_once_over_data():
-    model = BertForMaskedLM(preset("bert-base-uncased"), scan_layers=True)
+    model = BertForMaskedLM(preset("bert-base-uncased"), ModelOptions(scan_layers=True))
     ids = jnp.zeros((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init_boxed(jax.random.PRNGKey(0), ids, ids)["params"])
     specs = param_specs(boxed, ParallelSection(fsdp=True), 8)

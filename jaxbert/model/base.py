@@ -1,0 +1,128 @@
+"""The base of every BERT module (config + options, transformers' initialisers), the 2-D Dense,
+and ModelOutput, what every model returns."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxbert.model.config import BertConfig
+from jaxbert.model.dropout import make_dropout
+from jaxbert.model.options import ModelOptions, constrain_batch
+
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class ModelOutput:
+    """What every jaxbert model returns; fields a model does not produce stay None.
+
+    Field names follow transformers. Shapes: logits / prediction_logits [B, L, V]
+    (or [B, M, V] when masked_positions [B, M] is given); last_hidden_state
+    [B, L, H]; pooler_output [B, H]; hidden_states a tuple of num_layers + 1
+    arrays [B, L, H] (embeddings first); attentions a tuple of [B, N, L, L].
+    """
+
+    logits: Optional[Array] = None
+    last_hidden_state: Optional[Array] = None
+    pooler_output: Optional[Array] = None
+    hidden_states: Optional[tuple] = None
+    attentions: Optional[tuple] = None
+    cross_attentions: Optional[tuple] = None
+    prediction_logits: Optional[Array] = None
+    seq_relationship_logits: Optional[Array] = None
+    start_logits: Optional[Array] = None
+    end_logits: Optional[Array] = None
+
+
+class BertModule(nn.Module):
+    """Base of every jaxbert module: the whole config plus the run-time options.
+
+    Children are built as ``Child(self.config, self.options, name=...)``.
+
+    Attributes:
+      config: the model description (transformers' fields).
+      options: how it computes (dtype, scan, remat, attention and dropout implementations).
+    """
+
+    config: BertConfig
+    options: ModelOptions = ModelOptions()
+
+    def require_hash_dropout(self, option: str, what: str) -> None:
+        """A dropout applied block by block needs dropout_impl 'hash': its mask is a function of each
+        element's position, so a block's mask is the slice of the whole one; threefry's has no such form."""
+        if self.options.dropout_impl != "hash":
+            raise ValueError(f"{option}={getattr(self.options, option)} with {what} dropout needs dropout_impl "
+                             f"'hash' (got {self.options.dropout_impl!r})")
+
+    def dropout_layer(self, rate: float):
+        """The dropout layer this module's dropout_impl names (no params; same call as nn.Dropout)."""
+        return make_dropout(self.options.dropout_impl, rate)
+
+    def dense(self, features: int, axes: tuple, name: str, use_bias: bool = True) -> nn.Dense:
+        """A Dense with transformers' init: normal(initializer_range) kernel, zero bias."""
+        return Dense(
+            features, use_bias=use_bias, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
+            kernel_init=nn.with_logical_partitioning(
+                nn.initializers.normal(self.config.initializer_range), axes),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
+            name=name)
+
+    def layer_norm(self, name: str = "LayerNorm") -> nn.LayerNorm:
+        # use_fast_variance=False: two-pass variance, as PyTorch computes it.
+        return nn.LayerNorm(
+            epsilon=self.config.layer_norm_eps, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
+            use_fast_variance=False,
+            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
+            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+            name=name)
+
+    def embed(self, num: int, features: int, axes: tuple, name: str, pad_row: int | None = None):
+        init = nn.initializers.normal(self.config.initializer_range)
+        if pad_row is not None:
+            init = _zero_row(init, pad_row)
+        return nn.Embed(num, features, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
+                        embedding_init=nn.with_logical_partitioning(init, axes), name=name)
+
+    def vocab_logits(self, x, word_embeddings=None):
+        """x [B, M, H] -> logits [B, M, V]: the decoder (tied to word_embeddings [V, H] unless the
+        config unties it) plus the output bias. Call it from a compact method: it creates params."""
+        cfg = self.config
+        if cfg.tie_word_embeddings:
+            logits = jnp.einsum("BMH,VH->BMV", x, word_embeddings.astype(self.options.dtype))
+        else:
+            logits = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
+        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
+                          (cfg.vocab_size,), self.options.param_dtype)
+        return logits + bias.astype(self.options.dtype)
+
+
+class Dense(nn.Dense):
+    """nn.Dense (same params, init and dtype promotion) that multiplies as one
+    2-D matmul [prod(leading dims), in] x [in, out].
+
+    The 3-D einsum nn.Dense emits for [B, T, H] inputs makes XLA's CPU backend
+    transpose activations before each weight-gradient matmul; the 2-D form
+    does not.
+    """
+
+    @nn.compact
+    def __call__(self, inputs: Array) -> Array:
+        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features),
+                            self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        y = jnp.dot(inputs.reshape(-1, inputs.shape[-1]), kernel, precision=self.precision)
+        y = constrain_batch(y.reshape(inputs.shape[:-1] + (self.features,)))
+        return y if bias is None else y + bias
+
+
+def _zero_row(init, row: int):
+    """transformers zeroes the padding_idx row of the word embeddings at init."""
+    def wrapped(key, shape, dtype=jnp.float32):
+        return init(key, shape, dtype).at[row].set(0)
+    return wrapped

@@ -1,0 +1,91 @@
+"""BertModel, the encoder every head builds on, and BertPreTrainedModel, the base of the public models."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from jaxbert.model.attention import padding_mask
+from jaxbert.model.base import Array, BertModule, ModelOutput
+from jaxbert.model.config import ConfigError, bert_class_name
+from jaxbert.model.encoder import BertEmbeddings, BertEncoder, BertPooler
+
+
+class BertPreTrainedModel(BertModule):
+    """Base of the public models.
+
+    ``init`` returns plain arrays named as in transformers; ``init_boxed`` keeps
+    the logical-axis metadata (nn.Partitioned) that training shards by.
+    """
+
+    def init_boxed(self, rngs, *args, **kwargs):
+        return nn.Module.init(self, rngs, *args, **kwargs)
+
+    def init(self, rngs, *args, **kwargs):
+        return nn.meta.unbox(self.init_boxed(rngs, *args, **kwargs))
+
+    def _bert(self, add_pooling_layer: bool, name: Optional[str] = ""):
+        """The encoder, named after the family ('bert', 'roberta'); name=None inside setup."""
+        self._check_family()
+        name = self.config.base_prefix if name == "" else name
+        return BertModel(self.config, self.options, add_pooling_layer=add_pooling_layer, name=name)
+
+    def _check_family(self):
+        """Bert* classes take their family from the config; Roberta* ones need a RoBERTa config."""
+        name = type(self).__name__
+        self.config.class_name(name)  # refuses heads the family lacks (RobertaForPreTraining)
+        if name != bert_class_name(name) and not self.config.is_roberta:
+            raise ConfigError(f"{name} needs model_type 'roberta' or 'xlm-roberta', "
+                              f"not {self.config.model_type!r}")
+
+    def _word_embeddings(self) -> Array:
+        base = getattr(self, self.config.base_prefix)
+        return nn.meta.unbox(base.variables["params"]["embeddings"]["word_embeddings"]["embedding"])
+
+
+class BertModel(BertPreTrainedModel):
+    """The encoder. Call with input_ids [B, L] (and optionally token_type_ids,
+    attention_mask, position_ids [B, L], head_mask [N] or [num_layers, N]).
+
+    When config.is_decoder is set, self-attention is causal; with
+    add_cross_attention, encoder_hidden_states [B, S, H] (masked by
+    encoder_attention_mask [B, S]) feed each layer's crossattention block.
+    With ``decode=True`` (see jaxbert.infer.generate), keys and values are cached:
+    attention_mask then covers the whole cache [B, max_len].
+    """
+
+    add_pooling_layer: bool = True
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
+                 head_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+                 deterministic: bool = True, output_hidden_states: bool = False,
+                 output_attentions: bool = False):
+        cfg = self.config
+        B, L = input_ids.shape
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        # [B, 1, 1, S]; under decode S is the cache length, as the mask given must be.
+        mask = padding_mask(attention_mask, B, L)
+        encoder_mask = None
+        if encoder_attention_mask is not None or encoder_hidden_states is not None:
+            S = (encoder_hidden_states.shape[1] if encoder_hidden_states is not None
+                 else encoder_attention_mask.shape[1])
+            encoder_mask = padding_mask(encoder_attention_mask, B, S)
+        if head_mask is not None:
+            head_mask = jnp.asarray(head_mask)
+            if head_mask.ndim == 1:  # the same mask for every layer
+                head_mask = jnp.broadcast_to(head_mask, (cfg.num_hidden_layers, cfg.num_attention_heads))
+
+        x = BertEmbeddings(self.config, self.options, name="embeddings")(
+            input_ids, token_type_ids, position_ids, deterministic)
+        last, layer_states, (attn, cross) = BertEncoder(self.config, self.options, name="encoder")(
+            x, mask, head_mask, encoder_hidden_states, encoder_mask, deterministic,
+            output_hidden_states, output_attentions)
+        pooled = BertPooler(self.config, self.options, name="pooler")(last) if self.add_pooling_layer else None
+        return ModelOutput(
+            last_hidden_state=last, pooler_output=pooled,
+            hidden_states=(x,) + layer_states if output_hidden_states else None,
+            attentions=attn, cross_attentions=cross)

@@ -1,0 +1,106 @@
+"""ModelOptions: how a model computes, as opposed to what it is (that is BertConfig).
+
+One frozen object that every module carries beside the config; the recipe's ``model``
+section builds it, ``build_model`` hands both to the model class. Activation sharding
+goes through flax's logical axis rules: a module names the batch dim of what it returns
+(``constrain_batch``), and a runner that splits the batch over a mesh maps that name to its
+mesh axis with ``nn.logical_axis_rules``; outside such rules nothing is constrained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxbert.model.dropout import DROPOUT_IMPLS
+
+ATTENTION_IMPLS = ("einsum", "dot_product")
+LAYER_INPUT = "layer_input"  # checkpoint_name of each layer's input, the value remat_policy "offload" moves
+REMAT_POLICIES = {
+    "none": None,  # no remat
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    # full's recomputation, with each layer's input (the one thing full keeps) moved to the host's pinned
+    # memory in the forward pass and fetched back for the backward: device memory then holds no activation
+    # per layer, at the price of L x [B, T, H] crossing the host link twice per step.
+    "offload": jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
+        offload_src="device", offload_dst="pinned_host"),
+}
+BATCH = "batch"  # logical name of the activations' leading (batch) dim
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    """The run-time options of a model; ``ModelOptions()`` is plain float32, unscanned, no remat.
+
+    Attributes:
+      dtype: compute dtype (activations, matmuls).
+      param_dtype: dtype the params are created in.
+      scan_layers: nn.scan over the layer stack; one layer is compiled, and the
+        per-layer param dicts become one dict with a leading layer axis.
+      remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
+      attention_impl: "einsum" (explicit softmax) or "dot_product"
+        (jax.nn.dot_product_attention, cuDNN flash attention on GPU).
+      attention_chunks: split the einsum attention into this many blocks of queries,
+        each recomputed in the backward pass (jax.checkpoint), so that one block's
+        [B, N, T / chunks, S] scores are held at a time; 1 = whole. Used where it
+        divides T and attention probabilities are not returned.
+      ffn_chunks: the same for each layer's feed-forward block (dense(I) -> act ->
+        dense(H) -> dropout -> add & LayerNorm, all per token): blocks of T / chunks
+        tokens, each recomputed in the backward pass, so one block's [B, T / chunks, I]
+        is held at a time; 1 = whole. Used where it divides T.
+      dropout_impl: where dropout's random bits come from, one of DROPOUT_IMPLS:
+        "threefry" (flax's nn.Dropout) or "hash" (jaxbert.model.dropout.HashDropout,
+        a counter hash: far fewer operations per element on TPU).
+      decode: autoregressive decoding with a key/value cache in the 'cache'
+        collection (decoder configs); init sizes the cache from its input.
+    """
+
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+    scan_layers: bool = False
+    remat_policy: str = "none"
+    attention_impl: str = "einsum"
+    attention_chunks: int = 1
+    ffn_chunks: int = 1
+    dropout_impl: str = "threefry"
+    decode: bool = False
+
+    def __post_init__(self):
+        for name in ("dtype", "param_dtype"):
+            try:
+                object.__setattr__(self, name, jnp.dtype(getattr(self, name)))
+            except TypeError:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not a dtype") from None
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"attention_impl {self.attention_impl!r} is unknown; expected one of {ATTENTION_IMPLS}")
+        for name in ("attention_chunks", "ffn_chunks"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.dropout_impl not in DROPOUT_IMPLS:
+            raise ValueError(f"dropout_impl {self.dropout_impl!r} is unknown; expected one of {DROPOUT_IMPLS}")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy {self.remat_policy!r} is unknown; expected one of {tuple(REMAT_POLICIES)}")
+
+    def replace(self, **changes) -> "ModelOptions":
+        return dataclasses.replace(self, **changes)
+
+
+def constrain_batch(x: jax.Array) -> jax.Array:
+    """x with its leading dim split as the active logical axis rules map BATCH (unchanged outside them).
+
+    With FSDP the params are split along their hidden dims; left to itself, GSPMD propagates
+    that split into the activations instead of gathering the weights, and every device then
+    holds whole-batch intermediates. Pinning the batch dim keeps each device on its own rows,
+    as data parallelism means.
+    """
+    if x.ndim == 0:
+        return x
+    return nn.with_logical_constraint(x, (BATCH,) + (None,) * (x.ndim - 1))
