@@ -90,8 +90,8 @@ def test_remote_rows_read_only_the_rows_asked_for(gcs, monkeypatch):
 
 def test_checkpoints_save_and_resume_on_a_bucket(gcs):
     import jax.numpy as jnp
-    from jaxbert.convert.workdir import read_params as restore_params
-    from jaxbert.train.checkpoint import Checkpoints
+    from jaxbert.workdir import read_params as restore_params
+    from jaxbert.workdir import Checkpoints
     workdir = gcs.url("ckpt")
     ck = Checkpoints(workdir, every_steps=1, keep=2, log=lambda m: None)
     tree = {"step": jnp.int32(3), "params": {"w": jnp.arange(6.0).reshape(2, 3)}}

@@ -111,6 +111,30 @@ def test_no_import_cycles():
     assert cycles == []
 
 
+# The workdir format's names: only jaxbert/workdir.py spells them; every other module goes through it.
+WORKDIR_NAMES = ('"recipe.yaml"', '"meta"', '"checkpoints"', '"checkpoints.corrupt"', '"metrics.jsonl"',
+                 '"curves.png"', '"fill_mask.txt"')
+
+
+def _workdir_spellings(text: str) -> list[str]:
+    return [name for name in WORKDIR_NAMES if name in text or name.replace('"', "'") in text]
+
+
+def test_one_module_owns_the_workdir_format():
+    owner = ROOT / "workdir.py"
+    assert _workdir_spellings(owner.read_text())  # the owner spells them (else this test checks nothing)
+    others = {str(p.relative_to(ROOT.parent)): found for p in sorted(ROOT.rglob("*.py"))
+              if p != owner and (found := _workdir_spellings(p.read_text()))}
+    assert others == {}
+
+
+def test_the_owner_check_sees_a_path_spelt_by_hand():
+    assert _workdir_spellings('meta = json.loads((root / str(step) / "meta" / "metadata").read_text())') == \
+        ['"meta"']
+    assert _workdir_spellings("path = workdir / 'recipe.yaml'") == ['"recipe.yaml"']
+    assert _workdir_spellings("x = 'checkpoint'") == []
+
+
 def test_the_checker_sees_a_violation(tmp_path):
     """The walk above would catch an upward import, a hidden import and a cycle."""
     modules = {"jaxbert.model.a": tmp_path / "a.py", "jaxbert.train.b": tmp_path / "b.py"}

@@ -7,7 +7,6 @@ labels (its head covers every position) and torch.optim.AdamW.
 
 from __future__ import annotations
 
-import math
 import time
 
 import jax
@@ -16,6 +15,7 @@ import numpy as np
 import optax
 
 from jaxbert.errors import require
+from jaxbert.data.masking import masked_slots
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.model.options import ModelOptions
@@ -26,7 +26,7 @@ MASK_RATE = 0.15
 
 def masked_count(seq_len: int) -> int:
     """M: masked slots per sequence, as the data loader sizes them."""
-    return math.ceil(MASK_RATE * seq_len)
+    return masked_slots(seq_len, MASK_RATE)
 
 
 def _batch(cfg: BertConfig, batch: int, seq_len: int, seed: int = 0) -> dict:

@@ -12,11 +12,12 @@ import shutil
 from pathlib import Path
 
 from jaxbert import fs
-from jaxbert.convert import read_workdir, tokenizer_path
+from jaxbert import workdir as workdir_lib
 from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
+from jaxbert.workdir import read_run
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -46,10 +47,9 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
     DST may not be the workdir or hold it (its checkpoints would go); a folder
     inside the workdir is fine.
     """
-    checkpoints = fs.as_path(workdir) / "checkpoints"
+    checkpoints = workdir_lib.path(workdir, workdir_lib.CHECKPOINTS)
     check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))  # before the restore
-    config, name, params, _ = read_workdir(workdir, step)
-    tok_dir = tokenizer_path(workdir)
+    config, name, params, tok_dir = read_run(workdir, step)
     if tok_dir is not None and not fs.as_path(tok_dir).exists():
         raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")
     return export_params(dst, config, name, params, tok_dir, overwrite,

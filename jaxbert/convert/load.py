@@ -70,7 +70,7 @@ def _unused_reason(key: str, table: Table) -> str:
     return f"no {table.model_class} param for it"
 
 
-def plan(keys: Iterable[str], table: Table) -> tuple[dict, list, list]:
+def match_keys(keys: Iterable[str], table: Table) -> tuple[dict, list, list]:
     """Match checkpoint keys to the table before reading data.
 
     Returns (actions: ckpt key -> ("load" | "tie", table key), ignored, unused)
@@ -134,7 +134,7 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
         items = state_dict
     check_layer_count(keys, config, source)  # before the table: its size follows the config
     table = Table(config, model_class, scan_layers, add_pooling_layer)
-    actions, ignored, unused = plan(keys, table)
+    actions, ignored, unused = match_keys(keys, table)
     report = ConversionReport(source, model_class, ignored=ignored, unused=unused)
     loaded_keys = {target for action, target in actions.values() if action == "load"}
     missing = [e for e in table.entries if e.key not in loaded_keys]

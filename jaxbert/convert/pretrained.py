@@ -13,6 +13,7 @@ import numpy as np
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
+from jaxbert.workdir import WorkdirError, is_workdir, read_run
 from jaxbert.model.config import BertConfig, ConfigError, bert_class_name
 from jaxbert.model.heads import ALL_MODEL_CLASSES
 from jaxbert.model.options import ModelOptions
@@ -21,7 +22,6 @@ from jaxbert.model.registry import HEADS, for_config, head
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
-from jaxbert.convert.workdir import is_workdir, read_workdir
 from jaxbert.convert.writers import write_hf, write_jaxbert
 
 MODEL_KIND = "model"  # what save_pretrained, convert and export publish (fs.publish_dir)
@@ -82,24 +82,16 @@ def _in_family(config: BertConfig, name: str) -> bool:
 def _open(path, step: int | None):
     """(source, config read from a training workdir or None)."""
     if is_workdir(path):
-        config, name, tree, _ = read_workdir(path, step)
+        try:
+            config, name, tree, _ = read_run(path, step)
+        except WorkdirError as e:
+            raise ConversionError(str(e)) from None
         src = TreeSource(tree, f"{path} (training workdir)")
         src.meta = {"model_class": name}
         return src, config
     if step is not None:
         raise ConversionError(f"{path}: step={step} needs a training workdir (a folder with checkpoints/)")
     return open_source(path), None
-
-
-def _infer_roberta(has) -> str:
-    """The BERT class a RoBERTa checkpoint's keys fit (its heads are named differently)."""
-    if has("lm_head."):
-        return "BertForMaskedLM"
-    if has("classifier.out_proj."):
-        return "BertForSequenceClassification"
-    if has("classifier."):
-        return "BertForMultipleChoice" if has("roberta.pooler.") else "BertForTokenClassification"
-    return "BertForQuestionAnswering" if has("qa_outputs.") else "BertModel"
 
 
 def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: bool = False,

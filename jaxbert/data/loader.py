@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxbert import fs
-from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
+from jaxbert.data.masking import mask_tokens, masked_slots, row_keys
 from jaxbert.data.remote import open_rows
 from jaxbert.errors import InputError
 
@@ -110,7 +110,7 @@ class MLMLoader:
         self.mask_rate, self.fixed_masking, self.shuffle = mask_rate, fixed_masking, shuffle
         self.replace_rate, self.random_rate = replace_rate, random_rate
         self.nsp = meta["format"] == "nsp"
-        self.max_predictions = max_predictions or default_max_predictions(L, mask_rate, whole_word_mask)
+        self.max_predictions = masked_slots(L, mask_rate, max_predictions, whole_word_mask)
 
         shards = meta["splits"][split]["shards"]
         # a local shard is memory-mapped; one in a bucket is read by row ranges (only this host's rows)

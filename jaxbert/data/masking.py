@@ -43,8 +43,16 @@ def row_keys(seed: int, epoch: int, example_index: np.ndarray) -> np.ndarray:
         return _mix(np.asarray(example_index, _U64) * _GOLDEN + base)
 
 
-def default_max_predictions(seq_len: int, mask_rate: float, whole_word_mask: bool = False) -> int:
-    """ceil(rate * L) rounded up to a multiple of 8 (at least 8); 1.5x headroom for whole words."""
+def masked_slots(seq_len: int, mask_rate: float, max_predictions: int | None = None,
+                 whole_word_mask: bool = False) -> int:
+    """M, the prediction slots per sequence every batch carries: max_predictions when set, else
+    ceil(rate * L) rounded up to a multiple of 8 (at least 8), with 1.5x headroom for whole words.
+
+    The one count of M: the loader, the synthetic source, the loop's FLOPs and the ahead-of-time
+    compile all take it from here, so what is compiled is what is fed.
+    """
+    if max_predictions:
+        return max_predictions
     need = math.ceil(mask_rate * seq_len * (1.5 if whole_word_mask else 1.0))
     return max(8, -(-need // 8) * 8)
 

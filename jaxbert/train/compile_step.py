@@ -126,15 +126,9 @@ def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float) -
                     host_temporaries=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0))
 
 
-def masked_slots(recipe: Recipe) -> int:
-    """M, the masked positions gathered per sequence, as the loop's data sources size it."""
-    d = recipe.data
-    return d.max_predictions or max(1, int(round(d.seq_len * d.mask_rate)))
-
-
-def abstract_batch(recipe: Recipe, global_batch: int, sharding) -> dict:
-    """ShapeDtypeStructs of one train batch [A, B_global, ...] as the loop feeds it."""
-    A, T, M = recipe.train.accum_steps, recipe.data.seq_len, masked_slots(recipe)
+def abstract_batch(recipe: Recipe, global_batch: int, sharding, split: str = "train") -> dict:
+    """ShapeDtypeStructs of one batch [A, B_global, ...] of a split as the loop feeds it."""
+    A, T, M = recipe.train.accum_steps, recipe.data.seq_len, recipe.data.masked_slots(split)
     shapes = {"input_ids": (T, jnp.int32), "token_type_ids": (T, jnp.int32), "attention_mask": (T, jnp.int32),
               "masked_positions": (M, jnp.int32), "masked_labels": (M, jnp.int32),
               "masked_weights": (M, jnp.float32)}

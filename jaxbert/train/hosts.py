@@ -15,9 +15,12 @@ the hosts are still at uneven points of their start-up.
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 
 import jax
+import numpy as np
+from jax.experimental import multihost_utils
 from jax._src import distributed  # the coordination service's client; no public handle yet
 
 from jaxbert import fs
@@ -96,3 +99,19 @@ def compiled_then_aligned(fn, name: str):
             align(f"compiled-{name}")
         return compiled(*args)
     return call
+
+
+def allgather_json(value) -> list:
+    """Every process's JSON-able `value`, in process order."""
+    if jax.process_count() == 1:
+        return [json.loads(json.dumps(value, default=int))]
+    data = np.frombuffer(json.dumps(value, default=int).encode(), np.uint8)
+    n = int(np.max(multihost_utils.process_allgather(np.array([data.size]))))
+    rows = multihost_utils.process_allgather(np.pad(data, (0, n - data.size), constant_values=32))
+    return [json.loads(bytes(r).decode()) for r in np.asarray(rows).reshape(jax.process_count(), n)]
+
+
+def barrier(name: str) -> None:
+    """A device collective every process meets (multihost_utils.sync_global_devices)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"jaxbert-{name}")

@@ -9,6 +9,7 @@ returns normally (the CLI exits 0).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import time
@@ -21,23 +22,22 @@ from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from jaxbert import fs
-from jaxbert.train import parallel, plan, sources
-from jaxbert.model.heads import build_model
-from jaxbert.train.checkpoint import Checkpoints
+from jaxbert import workdir as workdir_lib
+from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.devices import peak_flops
+from jaxbert.errors import Diverged
 from jaxbert.model.flops import train_flops_per_token
+from jaxbert.model.heads import build_model
+from jaxbert.train import hosts, parallel, plan, sources, warmstart
+from jaxbert.train.hosts import check_shared_workdir
 from jaxbert.train.lock import workdir_lock
 from jaxbert.train.metrics import MetricsWriter, MetricWindow
 from jaxbert.train.optim import make_optimizer
-from jaxbert.train.progress import Progress
-from jaxbert.train.recipe import Recipe, RecipeError, save_effective
-from jaxbert.train.step import summarize
-from jaxbert.errors import Diverged
-from jaxbert.data.loader import check_compatible
-from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
-from jaxbert.train import hosts, warmstart
-from jaxbert.train.hosts import check_shared_workdir
 from jaxbert.train.outputs import finish
+from jaxbert.train.progress import Progress
+from jaxbert.train.recipe import Recipe, save_effective
+from jaxbert.train.step import summarize
+from jaxbert.workdir import Checkpoints
 
 
 class TrainingDiverged(Diverged):
@@ -55,105 +55,142 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         return _train_and_evaluate(recipe, workdir)
 
 
+@dataclasses.dataclass
+class _Run:
+    """What the phases of one run share: set up once, read by each phase."""
+    recipe: Recipe
+    workdir: Path
+    cfg: object
+    model: object
+    runner: object
+    data_dir: str | None
+    tok_dir: str | None
+    log: object
+    primary: bool
+    t0: float
+
+    def make_source(self, split: str = "train"):
+        """This process's batches of a split: train batches hold every micro-batch of a step."""
+        r, rows = self.recipe, parallel.host_batch_size(self.recipe, self.runner)
+        if split != "train":
+            rows //= r.train.accum_steps
+        return sources.make_source(r, self.data_dir, rows, split=split, process_index=jax.process_index(),
+                                   process_count=jax.process_count(), fixed_masking=split != "train",
+                                   vocab_size=self.cfg.vocab_size)
+
+
 def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
-    t0 = time.time()
+    run = _set_up(recipe, workdir)
+    hosts.align("orbax")  # Orbax's first sync is a device collective: meet before it
+    c = run.recipe.checkpoint
+    ckpt = Checkpoints(run.workdir, c.every_steps, c.keep, c.async_save, run.log)
+    try:
+        start, state, rng, source = _restore_or_initialise(run, ckpt)
+    except BaseException:
+        ckpt.close()
+        raise
+    if start >= run.recipe.train.steps:  # nothing left to train: say so, compile nothing
+        ckpt.close()
+        run.log(f"{run.workdir} is finished at step {start}; --workdir NEW for a fresh run "
+                f"(or --set train.steps=N with N > {start} to train on)")
+        return {"status": "already finished", "step": start, "wall_s": round(time.time() - run.t0, 1),
+                "train": {}, "eval": {}, "workdir": str(run.workdir), "tokenizer": run.tok_dir}
+    state, step, status, last, last_eval = _train(run, ckpt, state, rng, start, source)
+    return _finish(run, state, step, status, last, last_eval)
+
+
+def _set_up(recipe: Recipe, workdir) -> _Run:
+    """Data and tokenizer, model config, runner (with 'auto' values planned), model and optimizer."""
     primary, workdir = jax.process_index() == 0, fs.as_path(workdir)
     log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
+    t0 = time.time()
     check_shared_workdir(workdir)
     data_dir, tok_dir, vocab = None, None, None
     if recipe.data.source == "prepared":
         if primary:
             sources.ensure_data(recipe, workdir, log)
-        _barrier("data")
+        hosts.barrier("data")
         data_dir, tok_dir = sources.ensure_data(recipe, workdir, log)
         tok = load_tokenizer(tok_dir)
         vocab = tok.get_vocab_size()
     cfg = recipe.bert_config(vocab)
-    if data_dir is not None and cfg.is_roberta:  # its position ids count from the [PAD] id
-        if cfg.pad_token_id != special_token_ids(tok)["pad"]:
-            raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
-                              f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
-        check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
+        sources.check_fits(cfg, tok, data_dir)
     runner = parallel.make_runner(recipe.parallel)
     if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
         recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)
-        if primary:
-            save_effective(recipe, workdir)  # the effective recipe records the planned values
     model = build_model(recipe.model.model_class, cfg, recipe.model.options())
-    total, tr = recipe.train.steps, recipe.train
-    tx, schedule = make_optimizer(recipe.optim, total)
-    init_rng, rng = jax.random.split(jax.random.PRNGKey(tr.seed))
-    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
-    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
+    tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
+    init_rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[0]
     runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule,
-                   tr.norm_metrics)
+                   recipe.train.norm_metrics)
+    tr = recipe.train
     log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
-        f"{cfg.vocab_size}, T={recipe.data.seq_len}; {parallel.describe(runner)}; global batch "
+        f"{cfg.vocab_size}, T={recipe.data.seq_len}; {runner.describe()}; global batch "
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
+    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0)
 
-    hosts.align("checkpoints")  # Orbax's first sync is a device collective: meet before it
-    ckpt = Checkpoints(workdir, recipe.checkpoint.every_steps, recipe.checkpoint.keep,
-                       recipe.checkpoint.async_save, log)
+
+def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
+    """(start step, state, rng, train source): the newest readable checkpoint's, or a fresh start
+    (warm-started from model.init_from when the recipe names one). The effective recipe is written
+    once the checkpoints accepted it: a refused recipe does not replace the one the run was saved with."""
+    recipe, runner = run.recipe, run.runner
+    rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[1]
+    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
+    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
     rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
-    restored = (ckpt.restore_latest(_saved(runner.abstract, rng_abstract), recipe.to_dict())
-                if ckpt.steps() else None)
-    if primary:  # after the check above: a refused recipe does not replace the one the run was saved with
-        save_effective(recipe, workdir)
-    source = sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner),
-                                 process_index=jax.process_index(), process_count=jax.process_count(),
-                                 vocab_size=cfg.vocab_size)
-    if restored is not None and restored[0] >= total:  # nothing left to train: say so, compile nothing
-        ckpt.close()
-        log(f"{workdir} is finished at step {restored[0]}; --workdir NEW for a fresh run "
-            f"(or --set train.steps=N with N > {restored[0]} to train on)")
-        return {"status": "already finished", "step": restored[0], "wall_s": round(time.time() - t0, 1),
-                "train": {}, "eval": {}, "workdir": str(workdir), "tokenizer": tok_dir}
-    if restored is not None:
-        start, tree, meta = restored
-        state = runner.from_saved(runner.abstract.replace(
-            step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
-        rng = tree["rng"]
-        source.restore(meta["loader"][jax.process_index()])
-        log(f"resumed from {ckpt.directory / str(start)}")
-        # Checkpoints from before model.dropout_impl existed drew their dropout bits with threefry.
-        saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl", "threefry")
-        if saved_dropout != recipe.model.dropout_impl:
-            log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
-                f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
-    else:
-        start, state = 0, runner.create_state()
+    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
+                                      rng_abstract)
+    restored = ckpt.restore_latest(abstract, recipe.to_dict()) if ckpt.steps() else None
+    if run.primary:
+        save_effective(recipe, run.workdir)
+    source = run.make_source("train")
+    if restored is None:
+        state = runner.create_state()
         if recipe.model.init_from:
             fresh = jax.device_get(runner.to_saved(state).params)
             loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
             state = state.replace(params=runner.place_params(
-                warmstart.merge(fresh, loaded, recipe.model.scan_layers, log)))
+                warmstart.merge(fresh, loaded, recipe.model.scan_layers, run.log)))
+        return 0, state, rng, source
+    start, tree, meta = restored
+    if start >= recipe.train.steps:
+        return start, None, None, source
+    state = runner.from_saved(runner.abstract.replace(
+        step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
+    source.restore(meta["loader"][jax.process_index()])
+    run.log(f"resumed from {ckpt.directory / str(start)}")
+    saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl")
+    if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:
+        run.log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
+                f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
+    return start, state, tree["rng"], source
 
+
+def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):
+    """Steps start+1 .. train.steps: logs, evaluations and checkpoints as the recipe asks; SIGTERM saves
+    and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
+    recipe, runner, tr, log = run.recipe, run.runner, run.recipe.train, run.log
+    total = tr.steps
     train_fn = hosts.compiled_then_aligned(runner.compile_train(), "train")
-    eval_fn = hosts.compiled_then_aligned(runner.compile_eval(model.apply), "eval")
-    tokens_per_step = parallel.global_batch_size(recipe, runner) * recipe.data.seq_len
-    m_frac = (recipe.data.max_predictions or round(recipe.data.seq_len * recipe.data.mask_rate)) / recipe.data.seq_len
-    flops = train_flops_per_token(cfg, recipe.data.seq_len, m_frac)
+    eval_fn = hosts.compiled_then_aligned(runner.compile_eval(run.model.apply), "eval")
+    T = recipe.data.seq_len
+    tokens_per_step = parallel.global_batch_size(recipe, runner) * T
+    flops = train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T)
     peak = peak_flops(jax.devices()[0].device_kind)
-    writer = MetricsWriter(workdir, active=primary)
+    writer = MetricsWriter(run.workdir, active=run.primary)
     stop = _SigtermFlag()
     window, last_eval, status, step = MetricWindow(), {}, "finished", start
-
-    def eval_source():
-        return sources.make_source(recipe, data_dir, parallel.host_batch_size(recipe, runner) // tr.accum_steps,
-                                   split="validation", process_index=jax.process_index(),
-                                   process_count=jax.process_count(), fixed_masking=True,
-                                   vocab_size=cfg.vocab_size)
-
-    eval_batches = tr.eval_batches or getattr(eval_source(), "steps_per_epoch", 1)
-    progress = Progress(recipe.name, total, start, tr.eval_every, eval_batches, log, active=primary)
+    eval_batches = tr.eval_batches or getattr(run.make_source("validation"), "steps_per_epoch", 1)
+    progress = Progress(recipe.name, total, start, tr.eval_every, eval_batches, log, active=run.primary)
 
     def evaluate():
         sums = {}
-        for _, host in zip(range(eval_batches), eval_source()):
-            m = parallel.metrics_to_host(runner, eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
+        for _, host in zip(range(eval_batches), run.make_source("validation")):
+            m = runner.metrics_to_host(eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
             sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
         return summarize(sums, "eval_") if sums else {}
 
@@ -166,22 +203,24 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
             step += 1
             progress.step(step)
             if pending is not None:  # the previous step's metrics: ready by now
-                window.add(pending[0], parallel.metrics_to_host(runner, pending[1]))
+                window.add(pending[0], runner.metrics_to_host(pending[1]))
             pending = (step, metrics)
             eval_due = step == total or (tr.eval_every and step % tr.eval_every == 0)
             save_due = ckpt.due(step) or step == total
             preempted = stop.requested(step % tr.log_every == 0)
             if step % tr.log_every == 0 or eval_due or save_due or preempted:
-                window.add(step, parallel.metrics_to_host(runner, metrics))
+                window.add(step, runner.metrics_to_host(metrics))
                 pending = None
             if step % tr.log_every == 0 or step == total:
-                scalars = window.flush(tokens_per_step, recipe.data.seq_len, flops, peak, runner.num_devices)
-                scalars["elapsed_s"] = round(time.time() - t0, 1)
+                scalars = window.flush(tokens_per_step, T, flops, peak, runner.num_devices)
+                scalars["elapsed_s"] = round(time.time() - run.t0, 1)
                 writer.write(step, scalars)
                 progress.log_step(step, scalars)
             if save_due or preempted:
                 writer.flush()  # a URL workdir shows the metrics up to every checkpoint
-                ckpt.save(step, _saved(runner.to_saved(state), rng), _meta(recipe, step, loader_state))
+                meta = workdir_lib.checkpoint_meta(step, hosts.allgather_json(loader_state), recipe.to_dict(), run.cfg,
+                                                   recipe.model.model_class)
+                ckpt.save(step, workdir_lib.state_tree(*_saved_parts(runner.to_saved(state)), rng), meta)
             if eval_due:
                 t_eval = time.time()
                 last_eval = evaluate()
@@ -205,41 +244,26 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
         stop.restore()
     if status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
         last_eval = evaluate()
-    summary = {"status": status, "step": step, "wall_s": round(time.time() - t0, 1),
-               "train": window.last, "eval": last_eval, "workdir": str(workdir), "tokenizer": tok_dir}
-    o = recipe.outputs
+    return state, step, status, window.last, last_eval
+
+
+def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dict) -> dict:
+    """The run's summary; a finished run also writes the recipe's outputs (plot, export, fill-mask)."""
+    summary = {"status": status, "step": step, "wall_s": round(time.time() - run.t0, 1),
+               "train": last, "eval": last_eval, "workdir": str(run.workdir), "tokenizer": run.tok_dir}
+    o = run.recipe.outputs
     if status == "finished" and (o.plot or o.export or o.fill_mask):
-        params = runner.to_saved(state).params
+        params = run.runner.to_saved(state).params
         # FSDP shards live on several hosts: every process takes part in gathering them.
         params = (jax.device_get(params) if jax.process_count() == 1
                   else multihost_utils.process_allgather(params, tiled=True))
-        if primary:
-            finish(recipe, workdir, model, params, tok_dir, log)
+        if run.primary:
+            finish(run.recipe, run.workdir, run.model, params, run.tok_dir, run.log)
     return summary
 
 
-def _saved(state, rng) -> dict:
-    """What a checkpoint holds as arrays; everything else goes in _meta's JSON."""
-    return {"step": state.step, "params": state.params, "opt_state": state.opt_state, "rng": rng}
-
-
-def _meta(recipe: Recipe, step: int, loader_state) -> dict:
-    return {"step": step, "loader": _allgather_json(loader_state), "recipe": recipe.to_dict()}
-
-
-def _allgather_json(value) -> list:
-    """Every process's JSON-able `value`, in process order."""
-    if jax.process_count() == 1:
-        return [json.loads(json.dumps(value, default=int))]
-    data = np.frombuffer(json.dumps(value, default=int).encode(), np.uint8)
-    n = int(np.max(multihost_utils.process_allgather(np.array([data.size]))))
-    rows = multihost_utils.process_allgather(np.pad(data, (0, n - data.size), constant_values=32))
-    return [json.loads(bytes(r).decode()) for r in np.asarray(rows).reshape(jax.process_count(), n)]
-
-
-def _barrier(name: str) -> None:
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(f"jaxbert-{name}")
+def _saved_parts(state) -> tuple:
+    return state.step, state.params, state.opt_state
 
 
 def _device_batches(source, runner, accum: int):

@@ -17,6 +17,7 @@ from pathlib import Path
 from jaxbert import fs
 from jaxbert.errors import Diverged
 from jaxbert.train.step import summarize
+from jaxbert.workdir import METRICS, TENSORBOARD
 
 # tensorboardX imports torch whenever it is installed, only to accept torch tensors. jaxbert logs
 # Python floats, and a JAX training process has no use for torch's import time and thread pools,
@@ -43,13 +44,13 @@ class MetricsWriter:
             self._remote = (fs.as_path(workdir), None, upload_every_s)
             self._uploaded = time.time()
             self._local = Path(tempfile.mkdtemp(prefix="jaxbert-metrics-"))
-            old = fs.as_path(workdir) / "metrics.jsonl"
+            old = fs.as_path(workdir) / METRICS
             if old.exists():
-                (self._local / "metrics.jsonl").write_bytes(old.read_bytes())
+                (self._local / METRICS).write_bytes(old.read_bytes())
             workdir = self._local
         workdir = Path(workdir)
-        self._jsonl = open(workdir / "metrics.jsonl", "a", buffering=1)
-        self._events = SummaryWriter(str(workdir / "tensorboard"), flush_secs=30)
+        self._jsonl = open(workdir / METRICS, "a", buffering=1)
+        self._events = SummaryWriter(str(workdir / TENSORBOARD), flush_secs=30)
 
     def write(self, step: int, scalars: dict) -> None:
         if not self.active:
@@ -69,9 +70,9 @@ class MetricsWriter:
         self._jsonl.flush()
         self._events.flush()
         root = self._remote[0]
-        fs.atomic_write_bytes(root / "metrics.jsonl", (self._local / "metrics.jsonl").read_bytes())
-        for events in (self._local / "tensorboard").iterdir():  # tensorboardX's own event file(s)
-            fs.atomic_write_bytes(root / "tensorboard" / events.name, events.read_bytes())
+        fs.atomic_write_bytes(root / METRICS, (self._local / METRICS).read_bytes())
+        for events in (self._local / TENSORBOARD).iterdir():  # tensorboardX's own event file(s)
+            fs.atomic_write_bytes(root / TENSORBOARD / events.name, events.read_bytes())
         self._uploaded = time.time()
 
     def close(self) -> None:
@@ -84,7 +85,7 @@ class MetricsWriter:
 
 
 def read_metrics(workdir: str | Path) -> list[dict]:
-    path = fs.as_path(workdir) / "metrics.jsonl"
+    path = fs.as_path(workdir) / METRICS
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {workdir} a training workdir?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

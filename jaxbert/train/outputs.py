@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import BertForMaskedLM
@@ -22,20 +23,20 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
     """params: host params of the final state. Returns the paths written."""
     out, o, workdir = {}, recipe.outputs, fs.as_path(workdir)
     if o.plot and importlib.util.find_spec("matplotlib") is None:  # the run's results matter more
-        log(f"curves.png skipped: plotting needs matplotlib (pip install 'jaxbert[plot]', then "
+        log(f"curves.png skipped: plotting needs matplotlib (pip install matplotlib, then "
             f"jaxbert plot {workdir})")
     elif o.plot:
         out["plot"] = str(plot_workdir(workdir))
         log(f"curves: {out['plot']}")
     if o.export:
-        out["export"] = str(export_params(workdir / "hf", model.config, recipe.model.model_class,
+        out["export"] = str(export_params(workdir_lib.path(workdir, workdir_lib.EXPORT), model.config, recipe.model.model_class,
                                           params, tokenizer_dir, overwrite=True))  # its own earlier export
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
         tok = load_tokenizer(tokenizer_dir)
         mlm = BertForMaskedLM(model.config, ModelOptions(scan_layers=recipe.model.scan_layers))
         lines = [_showcase(mlm, params, tok, item) for item in o.fill_mask]
-        atomic_write_text(workdir / "fill_mask.txt", "\n".join(lines) + "\n")
+        atomic_write_text(workdir_lib.path(workdir, workdir_lib.FILL_MASK), "\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))
     return out
 
@@ -55,8 +56,8 @@ def _showcase(module, params, tok, item) -> str:
 
 
 def last_eval(workdir: str | Path) -> dict:
-    """The last held-out (eval_*) metrics in WORKDIR/metrics.jsonl; {} when there are none."""
-    path = as_path(workdir) / "metrics.jsonl"
+    """The last held-out (eval_*) metrics the run logged; {} when there are none."""
+    path = workdir_lib.path(workdir, workdir_lib.METRICS)
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     evals = [r for r in rows if "eval_mlm_accuracy" in r]
     return evals[-1] if evals else {}
@@ -71,12 +72,8 @@ def summary_block(recipe: Recipe, workdir: str | Path, ev: dict) -> str:
         lines.append(f"held-out MLM accuracy {ev['eval_mlm_accuracy']:.4f}, loss {ev['eval_mlm_loss']:.4f} "
                      f"(step {ev.get('step', '?')}, {rate:.0%} of the tokens masked)")
     lines.append(f"workdir {wd}")
-    items = (("curves.png", "loss and accuracy curves"),
-             ("hf", "Hugging Face model + tokenizer (transformers with PyTorch: pip install 'jaxbert[torch]')"),
-             ("fill_mask.txt", "fill-mask showcase, with the rank of the right word"), ("metrics.jsonl", "every logged metric, one JSON per line"),
-             ("tensorboard", f"tensorboard --logdir {wd / 'tensorboard'}"),
-             ("checkpoints", "Orbax checkpoints; the run resumes from the newest"))
-    for name, what in items:
+    for name, what in workdir_lib.OUTPUTS.items():
         if (wd / name).exists():
+            what = what.format(path=wd / name)
             lines.append(f"  {name + ('/' if (wd / name).is_dir() else ''):15s} {what}")
     return "\n".join(lines)

@@ -205,6 +205,13 @@ class MeshRunner:
     def params_of(self, state):
         return state.params
 
+    def metrics_to_host(self, metrics: dict) -> dict:
+        """Device metric sums -> Python scalars."""
+        return {k: np.asarray(v).item() for k, v in jax.device_get(metrics).items()}
+
+    def describe(self) -> str:
+        return _describe(self)
+
 
 class PmapRunner:
     """jax.pmap over this process's devices; the state has a leading device axis."""
@@ -265,13 +272,12 @@ class PmapRunner:
     def params_of(self, state):
         return state.params  # replicated [devices, ...]; eval is pmapped too
 
+    def metrics_to_host(self, metrics: dict) -> dict:
+        """Device metric sums -> Python scalars (one of pmap's replicated copies)."""
+        return {k: np.asarray(v[0]).item() for k, v in jax.device_get(metrics).items()}
 
-def metrics_to_host(runner, metrics: dict) -> dict:
-    """Device metric sums -> NumPy scalars (one value of pmap's replicated copies)."""
-    out = jax.device_get(metrics)
-    if runner.strategy == "pmap":
-        out = {k: v[0] for k, v in out.items()}
-    return {k: np.asarray(v).item() for k, v in out.items()}
+    def describe(self) -> str:
+        return _describe(self)
 
 
 def global_batch_size(recipe, runner) -> int:
@@ -283,8 +289,7 @@ def host_batch_size(recipe, runner) -> int:
     return global_batch_size(recipe, runner) // jax.process_count()
 
 
-def describe(runner) -> str:
+def _describe(runner) -> str:
     kind = jax.devices()[0].platform
     return (f"{runner.strategy}: {runner.num_devices} {kind} device(s) over "
             f"{jax.process_count()} process(es)" + (" with FSDP" if runner.p.fsdp else ""))
-

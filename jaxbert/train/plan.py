@@ -23,7 +23,7 @@ from typing import Callable
 from jaxbert.errors import InputError
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.devices import device_hbm_bytes
-from jaxbert.train.compile_step import StepCost, compile_train_step, masked_slots
+from jaxbert.train.compile_step import StepCost, compile_train_step
 from jaxbert.train.recipe import Recipe
 
 POLICIES = ("none", "dots", "full")
@@ -131,7 +131,7 @@ def variant(recipe: Recipe, scan_layers: bool, remat_policy: str, batch: int | N
 
 def model_flops_per_device(recipe: Recipe, cfg, batch: int) -> float:
     T = recipe.data.seq_len
-    return train_flops_per_token(cfg, T, masked_slots(recipe) / T) * batch * T * recipe.train.accum_steps
+    return train_flops_per_token(cfg, T, recipe.data.masked_slots() / T) * batch * T * recipe.train.accum_steps
 
 
 def largest_batch(cost_at: Callable[[int], StepCost], budget: int, start: int = 8,

@@ -5,20 +5,21 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import yaml
 
 from jaxbert import fs
 from jaxbert.errors import require
 from jaxbert.fs import atomic_write_bytes
 from jaxbert.train.metrics import read_metrics
+from jaxbert.workdir import CURVES, read_recipe
+from jaxbert.workdir import path as workdir_path
 
 
 def _mask_rates(workdir: Path) -> tuple[float | None, float | None]:
     """(train, held-out) masking rates from the run's recipe.yaml; None where unknown."""
-    path = workdir / "recipe.yaml"
-    if not path.exists():
+    recipe = read_recipe(workdir)
+    if recipe is None:
         return None, None
-    data = (yaml.safe_load(path.read_text()) or {}).get("data", {})
+    data = recipe.get("data", {})
     train = data.get("mask_rate")
     return train, data.get("eval_mask_rate") if data.get("eval_mask_rate") is not None else train
 
@@ -35,7 +36,7 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
 
     workdir = fs.as_path(workdir)  # a URL stays a URL (pathlib would collapse gs:// to gs:/)
     rows = read_metrics(workdir)
-    out = fs.as_path(out) if out else workdir / "curves.png"
+    out = fs.as_path(out) if out else workdir_path(workdir, CURVES)
     train_rate, eval_rate = _mask_rates(workdir)
 
     def series(key):

@@ -20,12 +20,13 @@ from typing import Any, Optional
 
 import yaml
 
+from jaxbert.data.masking import masked_slots
 from jaxbert.model.config import BertConfig, ConfigError
 from jaxbert.model.dropout import DROPOUT_IMPLS
 from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES, ModelOptions
 from jaxbert import fs
 from jaxbert.errors import InputError
-from jaxbert.fs import atomic_write_text
+from jaxbert.workdir import write_recipe
 
 DEFAULT_RECIPE = "tiny-demo"
 BERT_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
@@ -97,6 +98,14 @@ class DataSection:
     whole_word_mask: bool = False
     validation_fraction: float = 0.02  # held out when the data is built here
     nsp: bool = False  # sentence pairs with next-sentence labels (BertForPreTraining)
+
+    def split_mask_rate(self, split: str = "train") -> float:
+        """The masking rate of a split: eval_mask_rate for held-out batches when set."""
+        return self.mask_rate if split == "train" or self.eval_mask_rate is None else self.eval_mask_rate
+
+    def masked_slots(self, split: str = "train") -> int:
+        """M of this split's batches (jaxbert.data.masking.masked_slots)."""
+        return masked_slots(self.seq_len, self.split_mask_rate(split), self.max_predictions, self.whole_word_mask)
 
 
 @dataclasses.dataclass
@@ -321,8 +330,5 @@ def apply_override(data: dict, item: str) -> None:
 
 
 def save_effective(recipe: Recipe, workdir: str | Path) -> Path:
-    """Writes the recipe as run (overrides applied) to WORKDIR/recipe.yaml."""
-    workdir = fs.as_path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(workdir / "recipe.yaml", yaml.safe_dump(recipe.to_dict(), sort_keys=False))
-    return workdir / "recipe.yaml"
+    """Writes the recipe as run (overrides applied) to the workdir (jaxbert.workdir.RECIPE)."""
+    return write_recipe(workdir, recipe.to_dict())

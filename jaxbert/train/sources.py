@@ -18,9 +18,11 @@ import time
 import numpy as np
 
 from jaxbert import fs
-from jaxbert.convert.workdir import run_tokenizer_dir
+from jaxbert import workdir as workdir_lib
 from jaxbert.data import prepare, tokenizer
-from jaxbert.data.loader import MLMLoader
+from jaxbert.data.tokenizer import special_token_ids, tokenizer_hash
+from jaxbert.data.loader import MLMLoader, check_compatible
+from jaxbert.data.masking import masked_slots
 from jaxbert.train.recipe import Recipe, RecipeError
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
@@ -45,7 +47,7 @@ class SyntheticMLM:
         self.vocab_size, self.batch_size, self.seq_len = vocab_size, batch_size, seq_len
         self.seed, self.mask_rate, self.nsp = seed, mask_rate, nsp
         self.split_id = 0 if split == "train" else 1
-        self.max_predictions = max_predictions or max(1, int(round(seq_len * mask_rate)))
+        self.max_predictions = masked_slots(seq_len, mask_rate, max_predictions)
         self.process_index, self.process_count = process_index, process_count
         self._batch = 0
 
@@ -97,8 +99,8 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
                               f"(see the recipe's comments) or leave data.dir unset for the embedded corpus")
         return d.dir, tokenizer_dir(recipe, workdir)
     workdir = fs.as_path(workdir)
-    tok_dir = fs.as_path(d.tokenizer) if d.tokenizer else workdir / "tokenizer"
-    data_dir = workdir / "data"
+    tok_dir = fs.as_path(d.tokenizer) if d.tokenizer else workdir_lib.path(workdir, workdir_lib.TOKENIZER)
+    data_dir = workdir_lib.path(workdir, workdir_lib.DATA)
     if not (tok_dir / "tokenizer.json").exists() and d.tokenizer is None:
         log(f"tokenizer: training WordPiece (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
         t = time.time()
@@ -120,8 +122,8 @@ def _describe(data_dir: Path) -> str:
 
 
 def tokenizer_dir(recipe: Recipe, workdir: str | Path) -> str | None:
-    """Where a run's tokenizer lives (see jaxbert.convert.workdir.run_tokenizer_dir)."""
-    path = run_tokenizer_dir(dataclasses.asdict(recipe.data), workdir)
+    """Where a run's tokenizer lives (see jaxbert.workdir.run_tokenizer_dir)."""
+    path = workdir_lib.run_tokenizer_dir(dataclasses.asdict(recipe.data), workdir)
     return None if path is None else str(path)
 
 
@@ -130,13 +132,21 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                 vocab_size: int | None = None):
     """A batch iterator with state()/restore() for this process's rows."""
     d, seed = recipe.data, recipe.train.seed
-    mask_rate = d.mask_rate if split == "train" or d.eval_mask_rate is None else d.eval_mask_rate
+    mask_rate, slots = d.split_mask_rate(split), d.masked_slots(split)
     if d.source == "synthetic":
         return SyntheticMLM(vocab_size, batch_size, d.seq_len, seed=seed, split=split,
-                            mask_rate=mask_rate, max_predictions=d.max_predictions,
+                            mask_rate=mask_rate, max_predictions=slots,
                             process_index=process_index, process_count=process_count,
                             nsp=d.nsp)
     return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=mask_rate,
-                     max_predictions=d.max_predictions, whole_word_mask=d.whole_word_mask,
+                     max_predictions=slots, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,
                      fixed_masking=fixed_masking)
+
+
+def check_fits(cfg, tok, data_dir) -> None:
+    """A model, tokenizer and prepared data that do not fit each other stop here, named."""
+    if cfg.is_roberta and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # its positions count from [PAD]
+        raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
+                          f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
+    check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from jaxbert.data.masking import default_max_predictions, mask_tokens, row_keys
+from jaxbert.data.masking import mask_tokens, masked_slots, row_keys
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 V = 40
@@ -35,11 +35,12 @@ def _chosen(out, L):
     return chosen
 
 
-def test_default_max_predictions():
-    assert default_max_predictions(128, 0.15) == 24
-    assert default_max_predictions(512, 0.15) == 80
-    assert default_max_predictions(128, 0.15, whole_word_mask=True) == 32
-    assert default_max_predictions(128, 0.0) == 8
+def test_masked_slots():
+    assert masked_slots(128, 0.15) == 24
+    assert masked_slots(512, 0.15) == 80
+    assert masked_slots(128, 0.15, whole_word_mask=True) == 32
+    assert masked_slots(128, 0.0) == 8
+    assert masked_slots(128, 0.15, max_predictions=20) == 20
 
 
 def test_rates_within_binomial_bounds():

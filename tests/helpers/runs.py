@@ -110,6 +110,6 @@ def checkpoint_steps(workdir: Path) -> list[int]:
 def final_params(workdir: Path, step: int | None = None) -> dict:
     """Flat {path: ndarray} of a checkpoint's params."""
     from flax import traverse_util
-    from jaxbert.convert.workdir import read_params as restore_params
+    from jaxbert.workdir import read_params as restore_params
     params, _ = restore_params(workdir, step)
     return {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}

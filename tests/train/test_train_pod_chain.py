@@ -52,7 +52,7 @@ def test_tokenizer_prepare_train_export_load_all_on_a_bucket(gcs, tmp_path, caps
 
     assert main(["export", wd, hf]) == 0
     import jaxbert
-    from jaxbert.convert.workdir import read_params as restore_params
+    from jaxbert.workdir import read_params as restore_params
     trained, _ = restore_params(wd)
     _, exported = jaxbert.from_pretrained(hf, model_class="BertForMaskedLM")
     a = traverse_util.flatten_dict(trained, sep="/")

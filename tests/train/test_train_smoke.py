@@ -63,7 +63,7 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     assert main(["export", str(wd), str(hf)]) == 0
     import torch
     import transformers
-    from jaxbert.convert.workdir import read_params as restore_params
+    from jaxbert.workdir import read_params as restore_params
     from jaxbert.model.heads import build_model
     from jaxbert.train.recipe import from_dict
     pt = transformers.BertForMaskedLM.from_pretrained(hf).eval()
@@ -119,7 +119,7 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "train.steps=1"]) == 0
     log = capsys.readouterr().out
     assert "freshly initialised" in log and "cls/predictions" in log  # the head the base lacks
-    from jaxbert.convert.workdir import read_params as restore_params
+    from jaxbert.workdir import read_params as restore_params
     after_one, _ = restore_params(wd)
     q = after_one["bert"]["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"]
     q0 = np.asarray(base_params["encoder"]["layer"]["0"]["attention"]["self"]["query"]["kernel"])
@@ -161,7 +161,7 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     assert main(["fill-mask", str(wd), "the break [MASK] terminates", "--top-k", "3"]) == 0
     assert capsys.readouterr().out.splitlines() == lines
     import jaxbert
-    from jaxbert.convert.workdir import read_params
+    from jaxbert.workdir import read_params
     assert jaxbert.convert.tokenizer_path(wd) == prepared / "tok"
     module, params = jaxbert.from_pretrained(wd)
     saved, _ = read_params(wd)

@@ -1,0 +1,369 @@
+"""The training workdir: its layout, its checkpoints and what a run records in them.
+
+One module writes and reads the format: the training loop saves through ``Checkpoints``
+and ``write_recipe``; every reader (from_pretrained and export, fill-mask, parity,
+fine-tuning, plot) goes through ``read_run``, ``read_params``, ``run_tokenizer`` and
+``read_recipe``. Nothing is re-derived by a reader: a checkpoint records the run's
+BertConfig and model class beside its recipe.
+
+    WORKDIR/
+      recipe.yaml            the effective recipe (overrides and planned values applied)
+      checkpoints/<step>/    Orbax: state (params, opt_state, step, rng) and meta (JSON: step,
+                             every process's loader state, recipe, config, model_class)
+      checkpoints.corrupt/   steps that could not be read back, set aside
+      tokenizer/, data/      the tokenizer and prepared data, when the run built them here
+      metrics.jsonl, tensorboard/
+      hf/, curves.png, fill_mask.txt   outputs of a finished run
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import yaml
+from jax.experimental import multihost_utils
+
+from jaxbert import fs
+from jaxbert.errors import InputError
+from jaxbert.fs import atomic_write_text
+from jaxbert.model.config import BertConfig, ConfigError
+
+CHECKPOINTS = "checkpoints"
+CORRUPT = "checkpoints.corrupt"
+RECIPE = "recipe.yaml"
+TOKENIZER = "tokenizer"
+DATA = "data"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+EXPORT = "hf"
+CURVES = "curves.png"
+FILL_MASK = "fill_mask.txt"
+OUTPUTS = {CURVES: "loss and accuracy curves",
+           EXPORT: "Hugging Face model + tokenizer (transformers with PyTorch: pip install torch==2.13.0 '.[torch]')",
+           FILL_MASK: "fill-mask showcase, with the rank of the right word",
+           METRICS: "every logged metric, one JSON per line",
+           TENSORBOARD: "TensorBoard event files (pip install tensorboard; tensorboard --logdir {path})",
+           RECIPE: "the recipe as run",
+           TOKENIZER: "the tokenizer trained for this run",
+           DATA: "the prepared data built for this run",
+           CHECKPOINTS: "Orbax checkpoints; the run resumes from the newest"}
+
+
+class WorkdirError(InputError):
+    """A workdir that holds no readable checkpoint, or one whose records are incomplete."""
+
+
+def path(workdir, name: str) -> Path:
+    """WORKDIR/name for one of this module's names (CHECKPOINTS, RECIPE, METRICS, ...)."""
+    return fs.as_path(workdir) / name
+
+
+def write_recipe(workdir, recipe: dict) -> Path:
+    """Writes the recipe as run (a plain dict) to WORKDIR/recipe.yaml."""
+    workdir = fs.as_path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(workdir / RECIPE, yaml.safe_dump(recipe, sort_keys=False))
+    return workdir / RECIPE
+
+
+def read_recipe(workdir) -> dict | None:
+    """WORKDIR/recipe.yaml as a dict, or None when the workdir has none."""
+    p = fs.as_path(workdir) / RECIPE
+    return (yaml.safe_load(p.read_text()) or {}) if p.exists() else None
+
+
+def state_tree(step, params, opt_state, rng) -> dict:
+    """What a checkpoint holds as arrays; everything else goes in ``checkpoint_meta``'s JSON."""
+    return {"step": step, "params": params, "opt_state": opt_state, "rng": rng}
+
+
+def checkpoint_meta(step: int, loader_states: list, recipe: dict, config: BertConfig, model_class: str) -> dict:
+    """The JSON beside a checkpoint's arrays: loader_states holds every process's loader state, in order."""
+    return {"step": step, "loader": loader_states, "recipe": recipe, "config": config.to_dict(),
+            "model_class": model_class}
+
+
+def _read_meta(root: Path, step: int) -> dict:
+    return json.loads((root / str(step) / "meta" / "metadata").read_text())
+
+
+class CheckpointWriteError(InputError):
+    """A checkpoint could not be written (disk full, file size limit, permissions)."""
+
+
+class _OneLine(logging.Filter):
+    """Orbax logs a failed background write with its traceback, then raises it to us, and
+    we report it as one line: the log keeps the message and drops the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.exc_info:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+if not any(isinstance(f, _OneLine) for f in logging.getLogger("absl").filters):
+    logging.getLogger("absl").addFilter(_OneLine())
+
+
+class RecipeMismatch(InputError):
+    """A readable checkpoint made with a recipe whose model or optimizer does not fit this one."""
+
+
+def _signature(tree) -> list:
+    """Sorted (shape, dtype) of a tree's arrays: comparable across container types and key spellings."""
+    return sorted((tuple(x.shape), np.dtype(x.dtype).name) for x in jax.tree_util.tree_leaves(tree))
+
+
+def _diff(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted key, value in a, value in b) where two nested dicts differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            out += _diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+class Checkpoints:
+    def __init__(self, workdir: str | Path, every_steps: int, keep: int, async_save: bool = True,
+                 log: Callable[[str], None] = print):
+        self.directory = fs.as_path(workdir) / CHECKPOINTS  # Orbax writes a URL through TensorStore
+        self.every_steps = every_steps
+        self.log = log
+        self._options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
+        self._mngr = self._open()
+
+    def _open(self) -> ocp.CheckpointManager:
+        return ocp.CheckpointManager(self.directory, options=self._options, item_names=("state", "meta"))
+
+    def steps(self) -> list[int]:
+        return sorted(self._mngr.all_steps())
+
+    def latest_step(self) -> int | None:
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def due(self, step: int) -> bool:
+        return step % self.every_steps == 0
+
+    def save(self, step: int, tree: dict, meta: dict) -> None:
+        """Starts saving tree (arrays, see ``state_tree``) and meta (JSON, see ``checkpoint_meta``) as `step`;
+        returns before the write ends. Every process must call it (the arrays may be sharded across hosts).
+        """
+        if step in self._mngr.all_steps():
+            return  # already saved (e.g. a SIGTERM right after a periodic save)
+        args = ocp.args.Composite(state=ocp.args.StandardSave(tree), meta=ocp.args.JsonSave(meta))
+        with self._writing():
+            self._mngr.save(step, args=args, force=True)
+
+    def restore_latest(self, abstract_tree, recipe: dict | None = None) -> tuple[int, dict, dict] | None:
+        """(step, tree, meta) of the newest readable checkpoint, or None when there is none.
+
+        abstract_tree: ShapeDtypeStructs with shardings, the layout to restore into.
+        A checkpoint whose saved arrays do not fit that layout was made with another
+        recipe: RecipeMismatch names the fields that differ (from ``recipe``, the
+        recipe as a dict), and every checkpoint stays where it is. Only a step that
+        cannot be read is set aside as corrupt.
+        """
+        for step in reversed(self.steps()):
+            if self._fits(step, abstract_tree) is False:
+                raise RecipeMismatch(self._mismatch(step, recipe))
+            args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract_tree),
+                                      meta=ocp.args.JsonRestore())
+            try:
+                restored = self._mngr.restore(step, args=args)
+                return step, restored.state, restored.meta
+            except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                self._set_aside(step, reason)
+        return None
+
+    def _fits(self, step: int, abstract_tree) -> bool | None:
+        """Whether the saved arrays have the shapes and dtypes of abstract_tree; None if unreadable."""
+        try:
+            with _quiet_absl():
+                saved = ocp.PyTreeCheckpointer().metadata(self.directory / str(step) / "state").item_metadata.tree
+            got = _signature(saved)
+        except Exception:  # noqa: BLE001 - unreadable metadata: let the restore decide (corrupt)
+            return None
+        return got == _signature(abstract_tree)
+
+    def _mismatch(self, step: int, recipe: dict | None) -> str:
+        where = self.directory / str(step)
+        try:
+            saved = _read_meta(self.directory, step)["recipe"]
+        except Exception:  # noqa: BLE001
+            saved = None
+        diffs = _diff(saved, recipe) if saved is not None and recipe is not None else []
+        fields = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, a, b in diffs[:8])
+        what = f"fields that differ: {fields}" if fields else "its arrays do not fit this model"
+        return (f"{where} was saved with another recipe and does not fit this one ({what}); the checkpoints "
+                f"are kept. Resume with the recipe it was saved with, or train in a new --workdir")
+
+    def _set_aside(self, step: int, reason: str) -> None:
+        """Moves an unreadable step out of the manager's way, so that it is neither
+        restored again nor blocks a later save of the same step number."""
+        dst = self.directory.parent / CORRUPT / f"{step}-{int(time.time())}"
+        self.log(f"checkpoint {self.directory / str(step)} is corrupt or incomplete ({reason}); "
+                 f"moved to {dst}, trying the one before it")
+        if jax.process_index() == 0:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            (self.directory / str(step)).rename(dst)  # on a bucket: a copy, then a delete
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"jaxbert-ckpt-aside-{step}")
+        self._mngr.close()
+        self._mngr = self._open()
+
+    def wait(self) -> None:
+        with self._writing():
+            self._mngr.wait_until_finished()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._mngr.close()
+
+    @contextlib.contextmanager
+    def _writing(self):
+        """A failed (background) write, e.g. a full disk, as one line naming the folder."""
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - orbax/tensorstore raise ValueError, OSError, ...
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if len(first) > 300:  # keep the start (what) and the end (why: the OS error)
+                first = f"{first[:120]} ... {first[-160:]}"
+            raise CheckpointWriteError(
+                f"{self.directory}: cannot write a checkpoint ({first}); make room or fix the folder and run "
+                "again: the run resumes from its last complete checkpoint") from e
+
+
+def is_workdir(path) -> bool:
+    return (fs.as_path(path) / CHECKPOINTS).is_dir()
+
+
+def _steps(root) -> list[int]:
+    """Checkpoint steps under root, newest first. On a bucket (no rename) Orbax marks a finished
+    step with commit_success.txt; a step without it is still being written."""
+    steps = sorted((int(p.name) for p in root.glob("*") if p.name.isdigit()), reverse=True)
+    if fs.is_url(root):
+        steps = [s for s in steps if (root / str(s) / "commit_success.txt").exists()]
+    return steps
+
+
+def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict]:
+    """(params as NumPy arrays, meta) from a workdir's newest readable (or given) checkpoint.
+
+    Reads only the params, on the host, without knowing their layout in advance:
+    enough for export, fill-mask and continued pretraining on any machine.
+    """
+    root = fs.as_path(workdir) / CHECKPOINTS
+    steps = [step] if step is not None else _steps(root)
+    if not steps:
+        raise WorkdirError(f"{root}: no checkpoint in it")
+    last_error = None
+    for s in steps:
+        try:
+            meta = _read_meta(root, s)
+            reader = ocp.PyTreeCheckpointer()
+            with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
+                tree = reader.metadata(root / str(s) / "state").item_metadata.tree
+            as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
+            restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
+                item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
+            return restored["params"], meta
+        except Exception as e:  # noqa: BLE001 - try the one before
+            last_error = e
+            log(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
+    raise WorkdirError(f"{root}: no readable checkpoint ({type(last_error).__name__}: {last_error})")
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def run_config(meta: Mapping, vocab_size: int, where) -> tuple[BertConfig, str]:
+    """(BertConfig, model class) a checkpoint was trained with: as it recorded them; a checkpoint from
+    before they were recorded names them in its recipe's model section (preset, config, model_class)."""
+    if isinstance(meta.get("config"), dict) and meta.get("model_class"):
+        return BertConfig.from_dict(meta["config"]), meta["model_class"]
+    model = (meta.get("recipe") or {}).get("model")
+    if not isinstance(model, dict) or "preset" not in model or "model_class" not in model:
+        raise WorkdirError(f"{where}: its checkpoint records neither the model config nor the recipe's "
+                           "model.preset and model.model_class")
+    try:
+        config = BertConfig.from_pretrained(model["preset"]).with_overrides(
+            model.get("config") or {}, vocab_size, model["model_class"])
+    except ConfigError as e:
+        raise WorkdirError(f"{where}: its recipe's model section does not build a config ({e})") from None
+    return config, model["model_class"]
+
+
+def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
+    """Where a run's tokenizer lives, from its recipe's ``data`` section: data.tokenizer;
+    else the directory the data was prepared with (its metadata says) or, failing
+    that, the data dir's tokenizer.json; WORKDIR/tokenizer for data built in the
+    workdir; None for synthetic data."""
+    if data.get("source") == "synthetic":
+        return None
+    if data.get("tokenizer"):
+        return fs.as_path(data["tokenizer"])
+    if data.get("dir") is None:
+        return fs.as_path(workdir) / TOKENIZER
+    meta_path = fs.as_path(data["dir"]) / "metadata.json"
+    origin = json.loads(meta_path.read_text()).get("tokenizer") if meta_path.exists() else None
+    try:
+        found = bool(origin) and (fs.as_path(origin) / "tokenizer.json").exists()
+    except InputError:  # prepared elsewhere, with a tokenizer this host cannot reach
+        found = False
+    return fs.as_path(origin if found else data["dir"])
+
+
+def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
+    """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint."""
+    params, meta = read_params(workdir, step)
+    encoder = "roberta" if isinstance(params, dict) and "roberta" in params else "bert"  # the family's prefix
+    try:
+        vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
+    except (KeyError, TypeError):
+        raise WorkdirError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
+    config, model_class = run_config(meta, vocab, workdir)
+    return config, model_class, params, run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
+
+
+def tokenizer_path(path) -> Path | None:
+    """The tokenizer that belongs to a checkpoint: a workdir's run tokenizer, else the
+    directory holding the checkpoint when it has tokenizer.json or vocab.txt; None if neither."""
+    if is_workdir(path):
+        path = fs.as_path(path)
+        _, meta = _newest_meta(path)
+        return run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, path)
+    path = fs.local_copy(path)  # a URL: a local copy of it
+    folder = path if path.is_dir() else path.parent
+    return folder if any((folder / n).is_file() for n in ("tokenizer.json", "vocab.txt")) else None
+
+
+def _newest_meta(workdir: Path) -> tuple[int, dict]:
+    root = workdir / CHECKPOINTS
+    for step in _steps(root):
+        try:
+            return step, _read_meta(root, step)
+        except (OSError, ValueError):
+            continue
+    raise WorkdirError(f"{root}: no checkpoint in it")
