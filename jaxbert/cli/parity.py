@@ -28,7 +28,8 @@ def add_arguments(p):
                         "(both sides float64 end to end, tolerance 1e-10)")
     p.add_argument("--reference", default=None, choices=["float64"],
                    help="also run transformers in float64 as the truth: each row shows how far jaxbert and "
-                        "transformers are from it, and their ratio (at most 1.25)")
+                        "transformers are from it; jaxbert may exceed its own float32 rounding (its float32 "
+                        "result against its float64 one) by at most 1.25x")
     p.add_argument("--precision", default="highest", choices=["default", "high", "highest"],
                    help="jax_default_matmul_precision for jaxbert (default highest: on TPU 'default' "
                         "runs float32 matmuls in bf16 passes)")
