@@ -124,7 +124,7 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
         strict=strict, add_pooling_layer=add_pooling_layer, source=src.description, seed=seed,
-        adopt_buffers=True)
+        adopt_buffers=True, shapes=getattr(src, "shapes", None))
     report.ignored[:0] = src.skipped
     return config, name, params, report
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -388,3 +389,47 @@ def test_msgpack_with_integer_keys_and_malformed_jaxbert_json(mlm_dir, tmp_path,
     (jx / "jaxbert.json").write_text("{not json")
     assert main(["convert", str(jx), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, jx / "jaxbert.json", "not a readable jaxbert.json")
+
+
+# ---- nothing lost, round two: wrong dtypes and two sources for one weight ----------------
+
+def test_an_integer_weight_is_refused_naming_it_and_its_dtype(mlm_dir, tmp_path, capsys):
+    from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
+    key = "bert.embeddings.LayerNorm.weight"
+    tensors = [(k, v.view(np.int32) if k == key else v) for k, v in iter_safetensors(mlm_dir / "model.safetensors")]
+    src = _copy_hf(mlm_dir, tmp_path / "one_int")
+    write_safetensors(src / "model.safetensors", [(k, v.shape, v.dtype) for k, v in tensors], tensors)
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, src / "model.safetensors", f"{key} is int32")
+    assert not (tmp_path / "out").exists()
+    # An integer tensor that is no weight (a buffer, an unknown key) is fine.
+    tensors = [(k, v) for k, v in iter_safetensors(mlm_dir / "model.safetensors")]
+    tensors += [("bert.embeddings.position_ids", np.arange(12, dtype=np.int64)[None]),
+                ("extra.counter", np.array([3], np.int32))]
+    write_safetensors(src / "model.safetensors", [(k, v.shape, v.dtype) for k, v in tensors], tensors)
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 0
+
+
+def test_two_flax_params_for_one_weight_are_refused_naming_both(mlm_dir, tmp_path, capsys):
+    from flax import serialization
+    _, params = jaxbert.from_pretrained(mlm_dir)
+    params = jax.tree_util.tree_map(np.asarray, params)
+    ln = params["bert"]["embeddings"]["LayerNorm"]
+    ln["weight"] = ln["scale"] + 1  # 'weight' and 'scale' both name bert.embeddings.LayerNorm.weight
+    src = _copy_hf(mlm_dir, tmp_path / "flax")
+    (src / "model.safetensors").unlink()
+    (src / "flax_model.msgpack").write_bytes(serialization.msgpack_serialize(params))
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, "bert/embeddings/LayerNorm/scale and bert/embeddings/LayerNorm/weight",
+                    "bert.embeddings.LayerNorm.weight")
+
+
+def test_one_key_in_two_shards_is_refused(sharded, tmp_path, capsys):
+    from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
+    d = _with_index(sharded, tmp_path / "d", lambda wm: wm)
+    first, second = sorted(f for f in os.listdir(d) if f.startswith("model-"))[:2]
+    key, value = next(iter_safetensors(d / first))
+    tensors = list(iter_safetensors(d / second)) + [(key, value + 1)]
+    write_safetensors(d / second, [(k, v.shape, v.dtype) for k, v in tensors], tensors)
+    assert main(["convert", str(d), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, f"{key} is given twice")
