@@ -433,3 +433,16 @@ def test_one_key_in_two_shards_is_refused(sharded, tmp_path, capsys):
     write_safetensors(d / second, [(k, v.shape, v.dtype) for k, v in tensors], tensors)
     assert main(["convert", str(d), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, f"{key} is given twice")
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_a_roberta_config_without_an_integer_pad_token_id_is_refused(tmp_path, capsys, model_type):
+    from tests.helpers.hf_models import tiny_roberta_model
+    src = tmp_path / "rob"
+    tiny_roberta_model("RobertaForMaskedLM", seed=2).save_pretrained(src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(pad_token_id=None, model_type=model_type)  # null: read as 'no padding token'
+    (src / "config.json").write_text(json.dumps(cfg))
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
+    _one_line_error(capsys, src / "config.json", "pad_token_id must be an integer", model_type, "got None")
+    assert not (tmp_path / "out").exists()
