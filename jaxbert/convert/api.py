@@ -20,6 +20,7 @@ from jaxbert.model.registry import HEADS, for_config, head
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.report import ConversionError, ConversionReport, ConversionWarning
+from jaxbert.convert.tokenizer_files import copy_tokenizer, tokenizer_files
 from jaxbert.convert.workdir import is_workdir, read_workdir
 from jaxbert.convert.writers import write_hf, write_jaxbert
 
@@ -214,7 +215,8 @@ def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, str
     The params stay NumPy arrays throughout: nothing is placed on an accelerator.
     ``dst`` is written as ``save_pretrained`` writes it, except that an earlier
     jaxbert model directory there is replaced only with ``overwrite``; ``dst``
-    may not be ``src``, inside it or around it.
+    may not be ``src``, inside it or around it. The tokenizer files beside ``src`` (a
+    workdir: its run's tokenizer) are copied into ``dst`` byte for byte.
     """
     if to not in ("hf", "jaxbert"):
         raise InputError(f"to={to!r} is unknown; expected 'hf' or 'jaxbert'")
@@ -222,7 +224,9 @@ def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, str
     check_destination(dst, MODEL_KIND, overwrite, sources=(src,))  # before the (long) read
     config, name, params, report = load_checkpoint(src, model_class, config=config, dtype=dtype,
                                                    strict=strict, scan_layers=scan_layers)
+    tokenizer = tokenizer_files(src)
     with publish_dir(dst, MODEL_KIND, overwrite, sources=(src,)) as tmp:
         _write(tmp, to, config, name, params, max_shard_size)
+        copy_tokenizer(tokenizer, tmp)
     report.seconds = time.perf_counter() - t0
     return report

@@ -446,3 +446,65 @@ def test_a_roberta_config_without_an_integer_pad_token_id_is_refused(tmp_path, c
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
     _one_line_error(capsys, src / "config.json", "pad_token_id must be an integer", model_type, "got None")
     assert not (tmp_path / "out").exists()
+
+
+# ---- the tokenizer travels with a conversion ------------------------------------------
+
+_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
+
+
+def _with_tokenizer(folder):
+    """A WordPiece tokenizer saved by transformers (tokenizer.json, vocab.txt and its configs) in folder."""
+    import transformers
+    vocab = folder.parent / f"{folder.name}-vocab.txt"
+    vocab.write_text("".join(w + "\n" for w in _WORDS))
+    transformers.BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
+    (folder / "added_tokens.json").write_text("{}\n")
+    names = sorted(n for n in os.listdir(folder) if n not in ("config.json", "model.safetensors"))
+    assert {"tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"} <= set(names)
+    return {n: (folder / n).read_bytes() for n in names}
+
+
+def test_convert_carries_the_tokenizer_both_ways_and_fill_mask_works_on_the_jaxbert_folder(tmp_path, capsys):
+    import transformers
+    hf = tmp_path / "hf"
+    tiny_hf_model("BertForMaskedLM", seed=4).save_pretrained(hf)
+    files = _with_tokenizer(hf)
+    assert main(["convert", str(hf), str(tmp_path / "jx"), "--to", "jaxbert"]) == 0
+    assert main(["convert", str(tmp_path / "jx"), str(tmp_path / "back"), "--to", "hf"]) == 0
+    for d in ("jx", "back"):
+        assert {n: (tmp_path / d / n).read_bytes() for n in files} == files, d  # byte for byte
+    assert (tmp_path / "jx" / ".jaxbert-output").is_file() and (tmp_path / "back" / ".jaxbert-output").is_file()
+    capsys.readouterr()
+    assert main(["fill-mask", str(tmp_path / "jx"), "a [MASK] c", "--top-k", "2"]) == 0
+    assert capsys.readouterr().out.strip()
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    assert tok.convert_ids_to_tokens(tok("a b")["input_ids"]) == ["[CLS]", "a", "b", "[SEP]"]
+    # A lone weights file takes the tokenizer beside it; a replaced output gets the new one only.
+    assert main(["convert", str(hf / "model.safetensors"), str(tmp_path / "jx"), "--to", "jaxbert",
+                 "--overwrite"]) == 0
+    assert {n: (tmp_path / "jx" / n).read_bytes() for n in files} == files
+    bare = _copy_hf(hf, tmp_path / "bare")  # weights and config only
+    assert main(["convert", str(bare), str(tmp_path / "jx"), "--to", "jaxbert", "--overwrite"]) == 0
+    assert not any((tmp_path / "jx" / n).exists() for n in files)
+
+
+def test_convert_of_a_training_workdir_carries_its_run_tokenizer(tmp_path, capsys):
+    import orbax.checkpoint as ocp
+    from jaxbert.convert.workdir import workdir_config
+    files = _with_tokenizer(tmp_path / "tok")
+    model = {"preset": "bert-tiny", "config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                               "intermediate_size": 24, "max_position_embeddings": 16}}
+    module = jaxbert.BertForMaskedLM(workdir_config(model, len(_WORDS)))
+    ids = np.ones((1, 4), np.int32)
+    params = module.init(jax.random.key(0), ids, ids * 0)["params"]
+    step = tmp_path / "run" / "checkpoints" / "3"
+    with ocp.PyTreeCheckpointer() as ckpt:
+        ckpt.save((step / "state").absolute(), {"params": params, "step": np.int32(3)})
+    (step / "meta").mkdir()
+    (step / "meta" / "metadata").write_text(json.dumps({"recipe": {"model": model,
+                                                                  "data": {"tokenizer": str(tmp_path / "tok")}}}))
+    assert main(["convert", str(tmp_path / "run"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    assert {n: (tmp_path / "hf" / n).read_bytes() for n in files} == files
+    capsys.readouterr()
+    assert main(["fill-mask", str(tmp_path / "hf"), "a [MASK] c", "--top-k", "2"]) == 0
