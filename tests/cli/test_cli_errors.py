@@ -60,3 +60,61 @@ def test_every_verb_help_lists_the_exit_codes(verb):
     text = sub.choices[verb].format_help()
     assert "exit codes: 0 success, 1 a check failed, 2 bad input" in " ".join(text.split())
     assert "3 the run diverged" in " ".join(text.split())
+
+
+def _one_line(capsys, verb: str, *needles: str) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert "Traceback" not in captured.err + captured.out
+    assert len(lines) == 1 and lines[0].startswith(f"jaxbert {verb}: error: "), captured.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("optim.learning_rate=[", "optim.learning_rate"), ("train.seed=-1", "train.seed"),
+    ("train.seed=9223372036854775808", "train.seed"), ("train.steps=9223372036854775808", "train.steps"),
+    ("data.max_predictions=-3", "data.max_predictions"), ("train.eval_batches=-1", "train.eval_batches"),
+    ("parallel.coordinator_address=bogus", "parallel.coordinator_address"),
+    ("optim.clip_norm=-1", "optim.clip_norm"), ("optim.b2=1", "optim.b2"), ("optim.eps=0", "optim.eps"),
+    ("data.seq_len=128", "data.seq_len"),  # tiny-demo's model has 64 positions
+])
+def test_train_set_refuses_bad_values_before_any_work(tmp_path, capsys, monkeypatch, override, needle):
+    from jaxbert.train import sources
+
+    def no_data(*a, **k):
+        raise AssertionError("data prepared for a refused recipe")
+
+    monkeypatch.setattr(sources, "ensure_data", no_data)
+    assert main(["train", "--set", override, "--workdir", str(tmp_path / "run")]) == 2
+    line = _one_line(capsys, "train", needle)
+    if needle == "data.seq_len":
+        assert "model.config.max_position_embeddings" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_config_that_names_no_recipe_lists_the_shipped_ones(tmp_path, capsys):
+    from jaxbert.train.recipe import recipe_names
+    assert main(["train", "--config", "nope", "--workdir", str(tmp_path / "run")]) == 2
+    _one_line(capsys, "train", "nope", *recipe_names())
+
+
+def test_data_without_validation_rows_is_refused_before_training(tmp_path, capsys):
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import train_tokenizer
+    from tests.helpers.runs import write_recipe
+    text = tmp_path / "c.txt"
+    text.write_text("\n\n".join(f"the cat number {i} sat on the mat and looked at the dog {i % 7}." * 3
+                                for i in range(60)))
+    train_tokenizer([str(text)], 120, tmp_path / "tok")
+    prepare([str(text)], str(tmp_path / "tok"), str(tmp_path / "data"), max_length=16, validation_fraction=0,
+            progress=False)
+    from tests.helpers.runs import TINY
+    config = {k: v for k, v in TINY["model"]["config"].items() if k != "vocab_size"}  # the tokenizer's
+    recipe = write_recipe(tmp_path / "r.yaml", model={"config": config},
+                          data={"source": "prepared", "dir": str(tmp_path / "data"), "tokenizer": str(tmp_path / "tok")})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 2
+    _one_line(capsys, "train", str(tmp_path / "data"), "split 'validation'", "held-out rows")
+    assert not (wd / "metrics.jsonl").exists() and not (wd / "checkpoints").exists()
