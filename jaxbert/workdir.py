@@ -266,10 +266,16 @@ def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict
     Reads only the params, on the host, without knowing their layout in advance:
     enough for export, fill-mask and continued pretraining on any machine.
     """
+    if not fs.as_path(workdir).exists():
+        raise WorkdirError(f"{workdir}: does not exist")
     root = fs.as_path(workdir) / CHECKPOINTS
-    steps = [step] if step is not None else _steps(root)
-    if not steps:
+    kept = _steps(root) if root.exists() else []
+    if not kept:
         raise WorkdirError(f"{root}: no checkpoint in it")
+    if step is not None and step not in kept:
+        raise WorkdirError(f"{root}: no checkpoint of step {step}; the steps kept: "
+                           f"{', '.join(map(str, sorted(kept)))}")
+    steps = [step] if step is not None else kept
     last_error = None
     for s in steps:
         try:

@@ -138,7 +138,10 @@ def run_target_bench(args, worker) -> list[Record]:
     """Every row for args.target, each compiled by `worker(spec) -> result | None` in a fresh process."""
     models = ["bert-base"] if args.quick else list(MODELS)
     records = []
-    for w in works(models):
+    all_works = works(models)
+    from jaxbert.bench.harness import check_only  # harness -> worker -> target: not at the top
+    check_only(args.only, sorted({w.name for w in all_works} | {w.contender for w in all_works}))
+    for w in all_works:
         if args.only is not None and not any(w.name.startswith(o) or w.contender.startswith(o) for o in args.only):
             continue
         out = worker({"work": w.name, "contender": w.contender, "repeats": 1,

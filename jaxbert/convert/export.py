@@ -47,6 +47,8 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
     DST may not be the workdir or hold it (its checkpoints would go); a folder
     inside the workdir is fine.
     """
+    if not fs.as_path(workdir).exists():
+        raise InputError(f"{workdir}: does not exist")
     checkpoints = workdir_lib.path(workdir, workdir_lib.CHECKPOINTS)
     check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))  # before the restore
     config, name, params, tok_dir = read_run(workdir, step)
