@@ -6,6 +6,8 @@ wins, so more specific names come first ("TPU v5 lite" is a v5e, "TPU v5" a v5p)
 
 from __future__ import annotations
 
+import os
+
 # Peak dense bf16 TFLOP/s per chip. TPU: Google Cloud's TPU system architecture pages
 # (v3 123, v4 275, v5e 197, v5p 459); GPU: NVIDIA's A100 and H100/H200 SXM datasheets (dense, no sparsity).
 PEAK_TFLOPS = {"TPU v3": 123, "TPU v4": 275, "TPU v5 lite": 197, "TPU v5e": 197, "TPU v5p": 459,
@@ -57,7 +59,6 @@ def device_memory(device, devices=None) -> tuple[int | None, str]:
         return hbm, ("the runtime's memory limit of the device" if live else
                      f"the {device.device_kind} chip's HBM")
     if getattr(device, "platform", None) == "cpu":
-        import os
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         same_host = [d for d in (devices or [device]) if getattr(d, "platform", None) == "cpu"]
         return ram // max(len(same_host), 1), "host RAM: the CPU has no device memory of its own"

@@ -174,13 +174,6 @@ def work_names(quick: bool) -> list[str]:
             + ["convert/bert-base"])
 
 
-def check_only(only, names) -> None:
-    """Each --only prefix starts at least one of names, or an InputError lists them."""
-    for prefix in only or ():
-        if not any(name.startswith(prefix) for name in names):
-            raise InputError(f"--only {prefix}: no work's name starts with it; the works: {', '.join(names)}")
-
-
 def command_line(args) -> str:
     parts = ["jaxbert bench"]
     if args.quick:

@@ -18,7 +18,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from jaxbert.bench.flax_port import compile_old_port_step
-from jaxbert.bench.timing import Record, time_record
+from jaxbert.bench.timing import Record, check_only, time_record
 from jaxbert.devices import device_hbm_bytes
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.train import compile_step, plan
@@ -139,7 +139,6 @@ def run_target_bench(args, worker) -> list[Record]:
     models = ["bert-base"] if args.quick else list(MODELS)
     records = []
     all_works = works(models)
-    from jaxbert.bench.harness import check_only  # harness -> worker -> target: not at the top
     check_only(args.only, sorted({w.name for w in all_works} | {w.contender for w in all_works}))
     for w in all_works:
         if args.only is not None and not any(w.name.startswith(o) or w.contender.startswith(o) for o in args.only):
