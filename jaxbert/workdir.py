@@ -32,7 +32,7 @@ import yaml
 from jax.experimental import multihost_utils
 
 from jaxbert import fs
-from jaxbert.errors import InputError
+from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, ConfigError
 
@@ -47,7 +47,7 @@ EXPORT = "hf"
 CURVES = "curves.png"
 FILL_MASK = "fill_mask.txt"
 OUTPUTS = {CURVES: "loss and accuracy curves",
-           EXPORT: "Hugging Face model + tokenizer (transformers with PyTorch: pip install torch==2.13.0 '.[torch]')",
+           EXPORT: f"Hugging Face model + tokenizer (transformers with PyTorch: {install_hint('torch')})",
            FILL_MASK: "fill-mask showcase, with the rank of the right word",
            METRICS: "every logged metric, one JSON per line",
            TENSORBOARD: "TensorBoard event files (pip install tensorboard; tensorboard --logdir {path})",
