@@ -149,3 +149,34 @@ def test_bench_only_names_the_works(capsys, monkeypatch):
     monkeypatch.setattr(harness, "run_worker", no_worker)
     assert main(["bench", "--only", "nope"]) == 2
     _one_line(capsys.readouterr(), "bench", "--only nope", "train/bert-base/8x128", "convert/bert-base")
+
+
+def test_help_imports_no_verb_and_no_framework():
+    script = ("import sys\nfrom jaxbert.cli import main\ntry:\n    main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+              "heavy = [m for m in ('jax', 'flax', 'torch', 'transformers') if m in sys.modules]\n"
+              "verbs = [m for m in sys.modules if m.startswith('jaxbert.cli.') and m != 'jaxbert.cli.main']\n"
+              "print('LOADED', heavy, verbs)")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "LOADED [] []" in r.stdout, r.stdout
+    assert "train" in r.stdout and "plan" in r.stdout  # the verb list is there all the same
+
+
+def test_a_verb_imports_its_own_module_only():
+    script = ("import sys\nfrom jaxbert.cli import main\ntry:\n    main.main(['plot', '--help'])\nexcept SystemExit:\n"
+              "    pass\nprint('LOADED', sorted(m for m in sys.modules if m.startswith('jaxbert.cli.')))")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "LOADED ['jaxbert.cli.main', 'jaxbert.cli.plot']" in r.stdout, r.stdout + r.stderr
+
+
+def test_install_hints_say_how_from_a_clone_and_pin_torch():
+    from pathlib import Path
+    import jaxbert
+    from jaxbert.errors import InputError, require
+    with pytest.raises(InputError, match=r"pip install torch==2\.13\.0 '\.\[torch\]'"):
+        require("no_such_module_jaxbert_test", "torch", "a test")
+    with pytest.raises(InputError, match=r"pip install '\.\[plot\]'"):
+        require("no_such_module_jaxbert_test", "plot", "a test")
+    package = Path(jaxbert.__file__).parent
+    offenders = [str(p) for p in package.rglob("*.py") if "jaxbert[" in p.read_text()]
+    assert offenders == []  # jaxbert is not on PyPI: no `pip install 'jaxbert[...]'`
