@@ -117,9 +117,20 @@ class RecipeMismatch(InputError):
     """A readable checkpoint made with a recipe whose model or optimizer does not fit this one."""
 
 
-def _signature(tree) -> list:
-    """Sorted (shape, dtype) of a tree's arrays: comparable across container types and key spellings."""
-    return sorted((tuple(x.shape), np.dtype(x.dtype).name) for x in jax.tree_util.tree_leaves(tree))
+def _key(k) -> str:
+    """One step of a key path as a string: Orbax's saved metadata spells optax's namedtuples as
+    dicts and tuples as lists, so GetAttrKey('mu') there is DictKey('mu') and a SequenceKey(1)
+    of the state is DictKey/SequenceKey 1: compare the names, not the container types."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _layout(tree) -> dict:
+    """{key path (strings): (shape, dtype)} of a tree's arrays."""
+    return {tuple(_key(k) for k in path): (tuple(x.shape), np.dtype(x.dtype).name)
+            for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _diff(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
@@ -138,6 +149,7 @@ class Checkpoints:
         self.directory = fs.as_path(workdir) / CHECKPOINTS  # Orbax writes a URL through TensorStore
         self.every_steps = every_steps
         self.log = log
+        self._differs: list[str] = []  # key paths where the last step _fits looked at differs
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._mngr = self._open()
@@ -169,7 +181,8 @@ class Checkpoints:
         """(step, tree, meta) of the newest readable checkpoint, or None when there is none.
 
         abstract_tree: ShapeDtypeStructs with shardings, the layout to restore into.
-        A checkpoint whose saved arrays do not fit that layout was made with another
+        A checkpoint whose saved arrays do not fit that layout (key paths, shapes, dtypes:
+        another model, or another optimizer, whose opt_state is another tree) was made with another
         recipe: RecipeMismatch names the fields that differ (from ``recipe``, the
         recipe as a dict), and every checkpoint stays where it is. Only a step that
         cannot be read is set aside as corrupt.
@@ -188,14 +201,19 @@ class Checkpoints:
         return None
 
     def _fits(self, step: int, abstract_tree) -> bool | None:
-        """Whether the saved arrays have the shapes and dtypes of abstract_tree; None if unreadable."""
+        """Whether the saved arrays have the key paths, shapes and dtypes of abstract_tree; None if
+        the saved metadata cannot be read. Another optimizer (AdamW vs LAMB, clipping on or off)
+        changes the key paths of opt_state: that is a recipe mismatch, not corruption."""
         try:
             with _quiet_absl():
                 saved = ocp.PyTreeCheckpointer().metadata(self.directory / str(step) / "state").item_metadata.tree
-            got = _signature(saved)
+            got = _layout(saved)
         except Exception:  # noqa: BLE001 - unreadable metadata: let the restore decide (corrupt)
             return None
-        return got == _signature(abstract_tree)
+        want = _layout(abstract_tree)
+        self._differs = sorted("/".join(k) for k in set(got) ^ set(want) | {k for k in set(got) & set(want)
+                                                                            if got[k] != want[k]})
+        return got == want
 
     def _mismatch(self, step: int, recipe: dict | None) -> str:
         where = self.directory / str(step)
@@ -205,7 +223,9 @@ class Checkpoints:
             saved = None
         diffs = _diff(saved, recipe) if saved is not None and recipe is not None else []
         fields = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, a, b in diffs[:8])
-        what = f"fields that differ: {fields}" if fields else "its arrays do not fit this model"
+        arrays = self._differs
+        what = (f"fields that differ: {fields}" if fields else "its arrays do not fit this model or optimizer"
+                + (f" (e.g. {', '.join(arrays[:3])})" if arrays else ""))
         return (f"{where} was saved with another recipe and does not fit this one ({what}); the checkpoints "
                 f"are kept. Resume with the recipe it was saved with, or train in a new --workdir")
 
