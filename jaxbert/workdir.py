@@ -280,31 +280,54 @@ def _steps(root) -> list[int]:
     return steps
 
 
+READ_ATTEMPTS = 20  # re-listings when a running job's max_to_keep deletes the step being read
+
+
 def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict]:
     """(params as NumPy arrays, meta) from a workdir's newest readable (or given) checkpoint.
 
     Reads only the params, on the host, without knowing their layout in advance:
     enough for export, fill-mask and continued pretraining on any machine.
+
+    A run may be writing checkpoints meanwhile, and deleting old ones (checkpoint.keep):
+    a step that vanishes while it is read is not unreadable, it was replaced, so the
+    steps are listed again and the newest one there now is read (a bounded number of
+    times). Only a step that is still there and cannot be read is skipped as unreadable.
     """
     root = fs.as_path(workdir) / CHECKPOINTS
-    steps = [step] if step is not None else _steps(root)
-    if not steps:
-        raise WorkdirError(f"{root}: no checkpoint in it")
-    last_error = None
-    for s in steps:
+    if step is not None:
         try:
-            meta = _read_meta(root, s)
-            reader = ocp.PyTreeCheckpointer()
-            with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
-                tree = reader.metadata(root / str(s) / "state").item_metadata.tree
-            as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
-            restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
-                item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
-            return restored["params"], meta
-        except Exception as e:  # noqa: BLE001 - try the one before
+            return _read_params_at(root, step)
+        except Exception as e:  # noqa: BLE001
+            raise WorkdirError(f"{root / str(step)}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    bad: set[int] = set()
+    last_error = None
+    for _ in range(READ_ATTEMPTS):
+        steps = [s for s in _steps(root) if s not in bad]
+        if not steps:
+            break
+        s = steps[0]
+        try:
+            return _read_params_at(root, s)
+        except Exception as e:  # noqa: BLE001 - vanished (re-list) or unreadable (the one before)
             last_error = e
-            log(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
+            if s in _steps(root):
+                bad.add(s)
+                log(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
+    if last_error is None and not bad:
+        raise WorkdirError(f"{root}: no checkpoint in it")
     raise WorkdirError(f"{root}: no readable checkpoint ({type(last_error).__name__}: {last_error})")
+
+
+def _read_params_at(root, s: int) -> tuple[dict, dict]:
+    meta = _read_meta(root, s)
+    reader = ocp.PyTreeCheckpointer()
+    with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
+        tree = reader.metadata(root / str(s) / "state").item_metadata.tree
+    as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
+    restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
+        item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
+    return restored["params"], meta
 
 
 @contextlib.contextmanager

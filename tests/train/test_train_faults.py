@@ -237,3 +237,33 @@ def test_a_full_disk_during_training_is_one_line_exit_2(setup, tmp_path):
     assert len(ours) == 1 and ours[0].startswith(f"jaxbert train: error: {wd / 'checkpoints'}: cannot write a checkpoint")
     assert "File Too Large" in ours[0].title() and "/jaxbert/" not in "".join(
         line for line in r.stdout.splitlines() if line.lstrip().startswith("File "))
+
+
+def test_reading_a_checkpoint_that_a_running_job_deletes_reads_the_newer_one(setup, tmp_path, monkeypatch):
+    # A run with checkpoint.keep=1 saves 12 and deletes 8 and 4 between our listing and our read:
+    # the reader lists again and returns step 12 instead of "no readable checkpoint".
+    from jaxbert import workdir as workdir_lib
+    wd = tmp_path / "running"
+    shutil.copytree(setup["reference"], wd)
+    newer = tmp_path / "12"
+    (wd / "checkpoints" / "12").rename(newer)
+    listed = workdir_lib._steps
+    calls = []
+
+    def steps_then_the_run_moves_on(root):
+        found = listed(root)
+        if not calls:  # the run saves 12 and deletes the older steps right after our first listing
+            newer.rename(wd / "checkpoints" / "12")
+            for s in (4, 8):
+                shutil.rmtree(wd / "checkpoints" / str(s))
+        calls.append(found)
+        return found
+
+    monkeypatch.setattr(workdir_lib, "_steps", steps_then_the_run_moves_on)
+    said = []
+    params, meta = workdir_lib.read_params(wd, log=said.append)
+    assert calls[0] == [8, 4] and meta["step"] == 12 and not said
+    final = final_params(setup["reference"])
+    from flax import traverse_util
+    got = traverse_util.flatten_dict(params, sep="/")
+    assert all(np.array_equal(got[k], final[k]) for k in final)
