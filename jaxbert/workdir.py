@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable, Mapping
@@ -269,6 +270,29 @@ class Checkpoints:
 
 def is_workdir(path) -> bool:
     return (fs.as_path(path) / CHECKPOINTS).is_dir()
+
+
+def check_placement(workdir) -> None:
+    """WorkdirError when a training workdir would lie in a folder that jaxbert published (prepared
+    data, a model, a tokenizer): replacing that output (--overwrite) would take the run with it."""
+    found = fs.enclosing_output(workdir)
+    if found is not None:
+        folder, kind = found
+        where = "is" if os.fspath(folder) == os.fspath(fs.as_path(workdir)) else "is inside"
+        raise WorkdirError(f"workdir {fs.as_path(workdir)} {where} {folder}, a jaxbert {kind} output (its "
+                           f"{fs.MARKER}); a training workdir goes in a folder of its own: choose another --workdir")
+
+
+def workdirs_near(path, depth: int = 3) -> list[Path]:
+    """Training workdirs that hold `path` or that `path` holds (down to `depth` levels), nearest first."""
+    p = fs.as_path(path)
+    found = [q for q in (p, *p.parents) if is_workdir(q)]
+    if p.is_dir():
+        level = [p]
+        for _ in range(depth):
+            level = [c for q in level for c in q.iterdir() if c.is_dir() and c.name != CHECKPOINTS]
+            found += [c for c in level if is_workdir(c)]
+    return found
 
 
 def _steps(root) -> list[int]:

@@ -49,6 +49,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
 
     The workdir is locked for the run: a second run on it is refused (WorkdirBusy).
     """
+    workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
     with workdir_lock(workdir, active=jax.process_index() == 0, log=lambda m: tqdm.write(str(m))):

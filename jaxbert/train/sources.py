@@ -110,7 +110,8 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
         log(f"data: tokenizing and packing the embedded corpus into rows of {d.seq_len} -> {data_dir}")
         t = time.time()
         prepare.prepare(inputs=None, tokenizer=str(tok_dir), output=str(data_dir), max_length=d.seq_len,
-                        format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction)
+                        format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction,
+                        for_workdir=str(workdir))
         log(f"data: done in {time.time() - t:.1f} s ({_describe(data_dir)})")
     return str(data_dir), str(tok_dir)
 
