@@ -87,7 +87,8 @@ def state_tree(step, params, opt_state, rng) -> dict:
 
 
 def checkpoint_meta(step: int, loader_states: list, recipe: dict, config: BertConfig, model_class: str) -> dict:
-    """The JSON beside a checkpoint's arrays: loader_states holds every process's loader state, in order."""
+    """The JSON beside a checkpoint's arrays: loader_states holds every process's loader state, in order
+    (each records the global stream position, the same in every process: a resume reads the first)."""
     return {"step": step, "loader": loader_states, "recipe": recipe, "config": config.to_dict(),
             "model_class": model_class}
 
