@@ -120,3 +120,20 @@ def test_resume_on_another_process_count_sees_the_sequences_of_an_uninterrupted_
     assert "resumed from" in out, out
     assert loader_position(tmp_path / "wd", cut) == 32 and loader_position(tmp_path / "wd", 12) == TOTAL
     assert _seen_across(tmp_path / "seen-1", tmp_path / "seen-2", tmp_path / "wd", cut, 12) == setup["reference"]
+
+
+def test_the_synthetic_source_resumes_at_the_same_example_under_another_split():
+    from jaxbert.train.sources import SyntheticMLM
+    first = SyntheticMLM(64, 8, 16, seed=2)
+    got = [next(first) for _ in range(3)]
+    hosts = [SyntheticMLM(64, 2, 16, seed=2, process_index=p, process_count=2) for p in range(2)]
+    for h in hosts:
+        h.restore(first.state())
+    for _ in range(4):  # 2 hosts x 2 rows a step
+        parts = [next(h) for h in hosts]
+        got.append({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+    straight = SyntheticMLM(64, 40, 16, seed=2)
+    want = next(straight)
+    for k in want:
+        np.testing.assert_array_equal(np.concatenate([g[k] for g in got]), want[k])
+    assert hosts[0].state() == hosts[1].state() == {"position": 40, "seed": 2}
