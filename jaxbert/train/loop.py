@@ -50,6 +50,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
 
     The workdir is locked for the run: a second run on it is refused (WorkdirBusy).
     """
+    workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
     with workdir_lock(workdir, active=jax.process_index() == 0, log=lambda m: tqdm.write(str(m))):
@@ -159,9 +160,14 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
                                       rng_abstract)
     restored = ckpt.restore_latest(abstract, recipe.to_dict()) if ckpt.steps() else None
+    source = run.make_source("train")
+    if restored is not None and restored[0] < recipe.train.steps:
+        # The data position is global (sequences consumed by all processes together), the same in
+        # every process's record: any process count, device count or batch size continues from it.
+        # Refused here (another seed, other data) the recipe on disk stays the one the run was saved with.
+        source.restore(restored[2]["loader"][0])
     if run.primary:
         save_effective(recipe, run.workdir)
-    source = run.make_source("train")
     if restored is None:
         state = runner.create_state()
         if recipe.model.init_from:
@@ -175,7 +181,6 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         return start, None, None, source
     state = runner.from_saved(runner.abstract.replace(
         step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
-    source.restore(meta["loader"][jax.process_index()])
     run.log(f"resumed from {ckpt.directory / str(start)}")
     saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl")
     if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:

@@ -161,6 +161,24 @@ def test_convert_replaces_only_its_own_output_and_keeps_user_files(mlm_dir, tmp_
     assert (tmp_path / "notes.txt").read_text() == "a sibling of the destination"
 
 
+def test_convert_overwrite_keeps_what_a_user_added_to_its_output(mlm_dir, tmp_path, capsys):
+    dst = tmp_path / "dst"
+    args = ["convert", str(mlm_dir), str(dst), "--to", "hf"]
+    assert main(args) == 0
+    (dst / "NOTES.md").write_text("what I tried")
+    (dst / "runs" / "a").mkdir(parents=True)
+    (dst / "runs" / "a" / "log.txt").write_text("mine")
+    before = _snapshot(dst)
+    assert main(args + ["--overwrite"]) == 2
+    _one_line_error(capsys, dst, "NOTES.md", "runs", "did not write")
+    assert _snapshot(dst) == before
+    (dst / "NOTES.md").unlink()
+    (dst / "runs" / "a" / "log.txt").unlink()
+    (dst / "runs" / "a").rmdir()
+    (dst / "runs").rmdir()
+    assert main(args + ["--overwrite"]) == 0
+
+
 @pytest.mark.parametrize("inside", [False, True])
 def test_convert_refuses_a_folder_of_user_files(mlm_dir, tmp_path, capsys, inside):
     docs = tmp_path / "docs"
