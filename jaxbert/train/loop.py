@@ -70,6 +70,7 @@ class _Run:
     log: object
     primary: bool
     t0: float
+    schedule: object  # step -> learning rate
 
     def make_source(self, split: str = "train"):
         """This process's batches of a split: train batches hold every micro-batch of a step."""
@@ -134,7 +135,7 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
         f"{cfg.vocab_size}, T={recipe.data.seq_len}; {runner.describe()}; global batch "
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
-    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0)
+    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0, schedule)
 
 
 def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
@@ -186,6 +187,11 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:
         run.log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
                 f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
+    saved_steps = (meta.get("recipe") or {}).get("train", {}).get("steps")
+    if saved_steps is not None and saved_steps != recipe.train.steps:
+        run.log(f"note: the run was saved planning {saved_steps} steps and now trains to {recipe.train.steps}: the "
+                f"learning-rate schedule follows the new step count (at step {start} it is "
+                f"{float(run.schedule(start)):.3g})")
     return start, state, tree["rng"], source
 
 
@@ -214,6 +220,7 @@ def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):
         return summarize(sums, "eval_") if sums else {}
 
     try:
+        log("compiling the train step (the first step waits for it) ...")
         batches = _device_batches(source, runner, tr.accum_steps)
         pending = None
         while step < total:

@@ -30,13 +30,24 @@ def _rate(rate: float | None) -> str:
 
 def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
     """Writes train and held-out (eval_*) loss and accuracy against step; returns the PNG path."""
+    workdir = fs.as_path(workdir)  # a URL stays a URL (pathlib would collapse gs:// to gs:/)
+    out = fs.as_path(out) if out else workdir_path(workdir, CURVES)
+    fig = figure(workdir)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight")  # every label inside the picture
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return atomic_write_bytes(out, png.getvalue())
+
+
+def figure(workdir):
+    """The curves of a workdir's metrics as a matplotlib figure (two panels: loss, accuracy)."""
     matplotlib = require("matplotlib", "plot", "plotting curves")
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    workdir = fs.as_path(workdir)  # a URL stays a URL (pathlib would collapse gs:// to gs:/)
+    workdir = fs.as_path(workdir)
     rows = read_metrics(workdir)
-    out = fs.as_path(out) if out else workdir_path(workdir, CURVES)
     train_rate, eval_rate = _mask_rates(workdir)
 
     def series(key):
@@ -44,9 +55,9 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
         return [p[0] for p in pts], [p[1] for p in pts]
 
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.4))
-    panels = ((ax_loss, "mlm_loss", "MLM loss (cross-entropy at masked tokens, nats)"),
-              (ax_acc, "mlm_accuracy", "MLM accuracy (masked tokens predicted exactly)"))
-    for ax, key, ylabel in panels:
+    panels = ((ax_loss, "mlm_loss", "MLM loss (nats)", "cross-entropy at the masked tokens"),
+              (ax_acc, "mlm_accuracy", "MLM accuracy", "masked tokens predicted exactly"))
+    for ax, key, ylabel, what in panels:
         xs, ys = series(key)
         if xs:
             ax.plot(xs, ys, "-", color="tab:blue", label=f"train (mean of each log window{_rate(train_rate)})")
@@ -58,15 +69,13 @@ def plot_workdir(workdir: str | Path, out: str | Path | None = None) -> Path:
                         ha="right", color="tab:orange")
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
+        ax.set_title(what, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     title = workdir.name
     if train_rate is not None and eval_rate is not None and train_rate != eval_rate:
         title += (f": evaluation masks {eval_rate:.0%} of the tokens and training {train_rate:.0%}; "
                   f"fewer masks leave more context, so held-out accuracy can exceed train accuracy")
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=9, wrap=True)
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=110)
-    plt.close(fig)
-    return atomic_write_bytes(out, png.getvalue())
+    return fig

@@ -33,8 +33,8 @@ class Progress:
         self.eval_batches, self.last = eval_batches, start
         self.bar = tqdm(total=total, initial=start, disable=not (active and is_terminal(sys.stderr)),
                         dynamic_ncols=True, mininterval=0.5, desc=name, unit="step",
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}<{remaining}, "
-                                   "{rate_fmt}{postfix}]")
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}, "
+                                   "{rate_fmt}{postfix}]")  # the time left is the log lines' (evaluations included)
         self.t_first = None  # the end of the first step (compilation included), where timing starts
         self.n_first = start
         self.train_s = 0.0  # training time since t_first, evaluations left out
@@ -74,7 +74,11 @@ class Progress:
         sps = self.steps_per_s()
         extra = f" nsp_acc {scalars['nsp_accuracy']:.3f}" if "nsp_accuracy" in scalars else ""
         speed = f" | {sps:.1f} steps/s, {duration(self.eta(step))} left" if sps else ""
-        self.bar.set_postfix_str(f"loss {scalars['loss']:.3f} acc {scalars['mlm_accuracy']:.3f}", refresh=False)
+        if "tokens_per_s" in scalars:
+            speed += f", {scalars['tokens_per_s']:,.0f} tokens/s"
+        if "mfu" in scalars:
+            speed += f", MFU {scalars['mfu']:.1%}"
+        self.bar.set_postfix_str(f"loss {scalars['loss']:.3f} acc {scalars['mlm_accuracy']:.3f}", refresh=True)
         self.log(f"step {step}/{self.total}: loss {scalars['loss']:.3f} acc {scalars['mlm_accuracy']:.3f}{extra} "
                  f"lr {scalars['learning_rate']:.2e}{speed}")
 

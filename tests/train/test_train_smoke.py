@@ -28,8 +28,9 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     # piped output: one compact line per log step (no mlm_loss beside loss), the summary block at the end
     step_lines = [line for line in out.splitlines() if line.startswith("step 6/12: ")]
     assert len(step_lines) == 2 and "mlm_loss" not in step_lines[0] and " lr " in step_lines[0]
-    assert "steps/s" in step_lines[0] and "left" in step_lines[0]
+    assert "steps/s" in step_lines[0] and "left" in step_lines[0] and "tokens/s" in step_lines[0]
     assert "held-out MLM loss" in step_lines[1]
+    assert out.index("compiling the train step") < out.index("step 3/12: ")  # the wait before step 1 is named
     assert "(step 12, 25% of the tokens masked)" in out and f"tensorboard --logdir {wd / 'tensorboard'}" in out
     assert "curves.png" in out and "checkpoints/" in out
     # a second run of a finished workdir trains nothing and says so
@@ -75,6 +76,30 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     with torch.no_grad():
         theirs = pt(torch.tensor(ids, dtype=torch.long)).logits.numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+    # trained on past the planned end: one line says the schedule follows the new step count
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd), "--set", "optim.warmup_steps=3",
+                 "--set", "train.steps=14"]) == 0
+    note = [line for line in capsys.readouterr().out.splitlines() if "schedule follows the new step count" in line]
+    assert len(note) == 1 and "saved planning 12 steps and now trains to 14" in note[0]
+
+
+def test_the_curves_keep_every_label_inside_the_picture(tmp_path):
+    """The y-labels are short (their explanations are the panels' titles), and the picture is cut around
+    everything drawn: no label sticks out of it."""
+    pytest.importorskip("matplotlib")
+    from jaxbert.train import plot
+    wd = tmp_path / "run"
+    wd.mkdir()
+    (wd / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in (
+        {"step": 10, "mlm_loss": 7.0, "mlm_accuracy": 0.05}, {"step": 20, "mlm_loss": 6.0, "mlm_accuracy": 0.1},
+        {"step": 20, "eval_mlm_loss": 6.1, "eval_mlm_accuracy": 0.09})) + "\n")
+    fig = plot.figure(wd)
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        label = ax.yaxis.label.get_window_extent(renderer)
+        box = ax.get_window_extent(renderer)
+        assert label.height <= box.height, ax.get_ylabel()  # a label longer than its axis was cut off
 
 
 CORPUS = ("The return statement leaves the current function call with the expression list. "
