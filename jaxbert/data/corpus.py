@@ -128,6 +128,8 @@ def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
             sources += [(_kind(f), f) for f in found]
         elif p.is_file():
             sources.append((_kind(p), p))
+        elif p.exists():
+            raise CorpusError(f"{p}: neither a file nor a folder (a FIFO, socket or device); give a file or a folder")
         else:
             raise CorpusError(f"input not found: {p}")
     return sources
@@ -191,7 +193,17 @@ def _jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
 
 
 def _arrow_documents(path: Path, kind: str, text_field: str) -> Iterator[tuple[str, int]]:
+    """A parquet or Arrow file's documents; a file pyarrow cannot read (empty, truncated, not that
+    format) is a CorpusError naming it."""
     pa = require("pyarrow", "data", f"reading {path}")
+    try:
+        yield from _arrow_rows(pa, path, kind, text_field)
+    except (pa.ArrowException, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise CorpusError(f"{path}: not a readable {kind} file ({first})") from None
+
+
+def _arrow_rows(pa, path: Path, kind: str, text_field: str) -> Iterator[tuple[str, int]]:
     pq = require("pyarrow.parquet", "data", f"reading {path}")
 
     size = path.stat().st_size

@@ -74,6 +74,27 @@ def test_prepare_bad_input_is_one_line_exit_2(tmp_path, tok, capsys, case):
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
 
 
+@pytest.mark.parametrize("case", ["empty-parquet", "truncated-parquet", "fifo"])
+def test_unreadable_parquet_and_a_fifo_are_one_line_exit_2(tmp_path, tok, capsys, case):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"text": ["a b c d"] * 50}), good)
+    if case == "empty-parquet":
+        path, needle = tmp_path / "empty.parquet", "not a readable parquet file"
+        path.write_bytes(b"")
+    elif case == "truncated-parquet":
+        path, needle = tmp_path / "cut.parquet", "not a readable parquet file"
+        path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    else:
+        path, needle = tmp_path / "pipe", "neither a file nor a folder"
+        os.mkfifo(path)
+    assert main(["data", "prepare", "--input", str(path), "--tokenizer", tok, "--output", str(tmp_path / "out"),
+                 "--quiet"]) == 2
+    _one_line_error(capsys, path, needle)
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
 @pytest.mark.parametrize("name,content,needle", [("empty.txt", "", "empty corpus: no documents in"),
                                                   ("body.jsonl", '{"body": "a"}\n', "no field 'text'")])
 def test_tokenizer_train_bad_input_is_one_line_exit_2(tmp_path, capsys, name, content, needle):
