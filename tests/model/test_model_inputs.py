@@ -72,7 +72,7 @@ def test_parity_truncates_with_a_warning_and_refuses_max_length_zero(tmp_path, c
     m = _model_dir(tmp_path, BertForMaskedLM)
     assert main(["parity", str(m), "--text", "a b c d e f g h i j k l m n o p q r", "--max-length", "100000"]) == 0
     captured = capsys.readouterr()
-    assert "--max-length 100000 exceeds the model's max_position_embeddings 12" in captured.err
+    assert "--max-length 100000 exceeds the 12 positions of the model's table; texts are truncated to 12" in captured.err
     assert main(["parity", str(m), "--max-length", "0"]) == 2
     assert "--max-length 0: must be a positive number of tokens" in capsys.readouterr().err
 
