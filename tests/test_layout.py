@@ -11,7 +11,8 @@ from jaxbert.model.registry import HEADS
 
 ROOT = Path(jaxbert.__file__).parent
 # Layers, bottom first: a module imports only from layers below its own (and its own subpackage).
-RANK = {"errors": 0, "fs": 1, "model": 2, "convert": 3, "data": 4, "train": 5, "parity": 6, "bench": 6, "cli": 7}
+RANK = {"errors": 0, "fs": 1, "model": 2, "convert": 3, "data": 4, "train": 5, "parity": 6, "bench": 6,
+        "finetune": 6, "cli": 7}
 # Optional dependencies (extras), and `resource`, which only POSIX systems have.
 OPTIONAL = {"torch", "transformers", "matplotlib", "pyarrow", "tensorflow", "resource", "fsspec", "gcsfs"}
 MAX_LINES = 300
