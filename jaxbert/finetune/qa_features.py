@@ -53,11 +53,12 @@ def _answer_tokens(example: QAExample, offsets, a: int, b: int) -> tuple[int, in
         return None
     text, s = example.answers[0]
     e = s + len(text)
-    if offsets[a][0] > s or offsets[b - 1][1] < e:
+    if not text or offsets[a][0] > s or offsets[b - 1][1] < e:
         return None
-    first = next(i for i in range(a, b) if offsets[i][1] > s)
-    last = next(i for i in range(b - 1, a - 1, -1) if offsets[i][0] < e)
-    return first, last
+    first = next((i for i in range(a, b) if offsets[i][1] > s), None)
+    last = next((i for i in range(b - 1, a - 1, -1) if offsets[i][0] < e), None)
+    # an answer made only of characters no token covers (spaces) has no tokens
+    return None if first is None or last is None or first > last else (first, last)
 
 
 def qa_features(examples: Sequence[QAExample], tok: Tokenizer, max_length: int = 384, stride: int = 128,
