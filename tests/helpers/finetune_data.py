@@ -1,0 +1,130 @@
+"""Made data for the fine-tuning tests: a tiny WordPiece tokenizer and BERT saved as SRC, and
+one data file per task kind with a pattern a small model learns in seconds."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import jax
+
+from jaxbert import BertConfig
+from jaxbert.convert import save_pretrained
+from jaxbert.convert.export import TOKENIZER_FILES
+from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
+from jaxbert.model.heads import BertForMaskedLM
+
+WORDS = ("the a cat dog sat ran on mat big small red blue house tree bird fish apple river stone cloud "
+         "green yellow quick slow happy sad marker answer alpha beta gamma delta").split()
+
+
+def make_source(root: Path, hidden: int = 32, layers: int = 2, dropout: float = 0.1) -> Path:
+    """A BertForMaskedLM (random weights) with its tokenizer, saved as a Hugging Face directory."""
+    rng = random.Random(0)
+    text = root / "corpus.txt"
+    text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)) + "\n")
+    tok_dir = train_tokenizer([str(text)], 200, root / "tok", overwrite=True)
+    vocab = load_tokenizer(tok_dir).get_vocab_size()
+    cfg = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=2,
+                     intermediate_size=2 * hidden, max_position_embeddings=128, hidden_dropout_prob=dropout,
+                     attention_probs_dropout_prob=dropout)
+    model = BertForMaskedLM(cfg)
+    ids = jax.numpy.zeros((1, 8), jax.numpy.int32)
+    params = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
+    src = root / "src"
+    save_pretrained(src, model, params, overwrite=True)
+    for name in TOKENIZER_FILES:
+        if (tok_dir / name).exists():
+            shutil.copy2(tok_dir / name, src / name)
+    return src
+
+
+def _sentence(rng, n=6, avoid=()):
+    pool = [w for w in WORDS[:24] if w not in avoid]
+    return [rng.choice(pool) for _ in range(n)]
+
+
+def classification_rows(n, seed):
+    """label = which of 'apple' / 'river' the sentence holds."""
+    rng, rows = random.Random(seed), []
+    for i in range(n):
+        label = rng.choice(["fruit", "water"])
+        words = _sentence(rng, avoid=("apple", "river"))
+        words.insert(rng.randrange(len(words)), "apple" if label == "fruit" else "river")
+        rows.append({"sentence": " ".join(words), "label": label})
+    return rows
+
+
+def regression_rows(n, seed):
+    """target = how many times 'bird' appears."""
+    rng, rows = random.Random(seed), []
+    for i in range(n):
+        k = rng.randrange(4)
+        words = _sentence(rng, avoid=("bird",))
+        for _ in range(k):
+            words.insert(rng.randrange(len(words) + 1), "bird")
+        rows.append({"sentence": " ".join(words), "label": float(k)})
+    return rows
+
+
+def token_rows(n, seed):
+    """B-X on the word 'marker', O elsewhere."""
+    rng, rows = random.Random(seed), []
+    for i in range(n):
+        words = _sentence(rng, 7, avoid=("marker",))
+        at = rng.randrange(len(words) - 1)
+        words[at] = "marker"
+        tags = ["B-X" if j == at else "O" for j in range(len(words))]
+        rows.append({"tokens": words, "tags": tags})
+    return rows
+
+
+def qa_doc(n, seed):
+    """The answer is the word after 'marker'."""
+    rng, paragraphs = random.Random(seed), []
+    for i in range(n):
+        words = _sentence(rng, 10, avoid=("marker",))
+        at = rng.randrange(len(words) - 1)
+        words[at] = "marker"
+        context = " ".join(words)
+        start = len(" ".join(words[:at + 1])) + 1
+        answer = words[at + 1]
+        paragraphs.append({"context": context, "qas": [{"id": f"q{seed}-{i}", "question": "what follows the marker",
+                                                        "answers": [{"text": answer, "answer_start": start}]}]})
+    return {"version": "1.1", "data": [{"title": "made", "paragraphs": paragraphs}]}
+
+
+def choice_rows(n, seed):
+    """The right ending repeats the context's last word."""
+    rng, rows = random.Random(seed), []
+    for i in range(n):
+        context = _sentence(rng, 4)
+        label = rng.randrange(3)
+        endings = []
+        for j in range(3):
+            words = _sentence(rng, 3, avoid=(context[-1],))
+            if j == label:
+                words[rng.randrange(3)] = context[-1]
+            endings.append(" ".join(words))
+        rows.append({"context": " ".join(context), "endings": endings, "label": label})
+    return rows
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def write_kind(root: Path, kind: str, n_train: int = 256, n_eval: int = 64) -> tuple[Path, Path]:
+    """(train file, eval file) of made data for a task kind."""
+    root.mkdir(parents=True, exist_ok=True)
+    if kind == "qa":
+        paths = root / "train.json", root / "dev.json"
+        paths[0].write_text(json.dumps(qa_doc(n_train, 1)))
+        paths[1].write_text(json.dumps(qa_doc(n_eval, 2)))
+        return paths
+    make = {"classification": classification_rows, "regression": regression_rows, "tokens": token_rows,
+            "choice": choice_rows}[kind]
+    return write_jsonl(root / "train.jsonl", make(n_train, 1)), write_jsonl(root / "dev.jsonl", make(n_eval, 2))
