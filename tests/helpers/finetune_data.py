@@ -20,6 +20,9 @@ WORDS = ("the a cat dog sat ran on mat big small red blue house tree bird fish a
          "green yellow quick slow happy sad marker answer alpha beta gamma delta").split()
 
 
+SPECIAL = ("alpha", "beta", "gamma", "delta")  # not among the filler words of _sentence
+
+
 def make_source(root: Path, hidden: int = 32, layers: int = 2, dropout: float = 0.1) -> Path:
     """A BertForMaskedLM (random weights) with its tokenizer, saved as a Hugging Face directory."""
     rng = random.Random(0)
@@ -82,12 +85,13 @@ def token_rows(n, seed):
 
 
 def qa_doc(n, seed):
-    """The answer is the word after 'marker'."""
+    """The answer is the word after 'marker', one of alpha / beta / gamma / delta (found nowhere else)."""
     rng, paragraphs = random.Random(seed), []
     for i in range(n):
         words = _sentence(rng, 10, avoid=("marker",))
         at = rng.randrange(len(words) - 1)
         words[at] = "marker"
+        words[at + 1] = rng.choice(SPECIAL)
         context = " ".join(words)
         start = len(" ".join(words[:at + 1])) + 1
         answer = words[at + 1]
@@ -97,16 +101,18 @@ def qa_doc(n, seed):
 
 
 def choice_rows(n, seed):
-    """The right ending repeats the context's last word."""
+    """The right ending repeats the context's word from alpha / beta / gamma / delta (the others hold none)."""
     rng, rows = random.Random(seed), []
     for i in range(n):
         context = _sentence(rng, 4)
+        context.insert(rng.randrange(5), rng.choice(SPECIAL))
+        key = next(w for w in context if w in SPECIAL)
         label = rng.randrange(3)
         endings = []
         for j in range(3):
-            words = _sentence(rng, 3, avoid=(context[-1],))
+            words = _sentence(rng, 3)
             if j == label:
-                words[rng.randrange(3)] = context[-1]
+                words[rng.randrange(3)] = key
             endings.append(" ".join(words))
         rows.append({"context": " ".join(context), "endings": endings, "label": label})
     return rows
