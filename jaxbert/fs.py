@@ -6,8 +6,10 @@ either into an ``etils.epath.Path``. Writes never lose data:
 - ``atomic_write_text`` / ``atomic_write_bytes``: a temporary sibling, then a rename.
 - ``publish_dir``: a verb that writes a directory builds it in a temporary sibling and
   swaps it in only when complete. An existing destination is replaced only when it is
-  recognisably jaxbert's own output of the same kind (its ``.jaxbert-output`` marker)
-  and ``overwrite`` is set; a destination holding anything else is refused by name.
+  recognisably jaxbert's own output of the same kind (its ``.jaxbert-output`` marker,
+  which lists the entries jaxbert wrote there) and ``overwrite`` is set, and only when it
+  holds nothing else: a file or folder added beside jaxbert's (notes, a training workdir)
+  is refused by name, never deleted.
 """
 
 from __future__ import annotations
@@ -83,13 +85,43 @@ def atomic_write_text(path: PathLike, text: str) -> epath.Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def _marker(path: PathLike) -> dict | None:
+    try:
+        found = json.loads((as_path(path) / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def output_kind(path: PathLike) -> str | None:
     """The kind jaxbert recorded when it published this directory, or None."""
-    marker = as_path(path) / MARKER
-    try:
-        return json.loads(marker.read_text()).get("kind")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return (_marker(path) or {}).get("kind")
+
+
+def written_entries(path: PathLike) -> set[str] | None:
+    """The top-level names jaxbert wrote into a published directory (its marker lists them), or
+    None for a marker from before the list was kept."""
+    files = (_marker(path) or {}).get("files")
+    return set(files) if isinstance(files, list) else None
+
+
+def enclosing_output(path: PathLike) -> tuple[epath.Path, str] | None:
+    """(folder, kind) of the nearest jaxbert output that is `path` or holds it, or None."""
+    p = as_path(path)
+    for folder in (p, *p.parents):
+        kind = output_kind(folder)
+        if kind is not None:
+            return folder, kind
+        if os.fspath(folder.parent) == os.fspath(folder):
+            break
+    return None
+
+
+def _marker_text(kind: str, files, complete: bool = True) -> str:
+    record = {"kind": kind, "files": sorted(files)}
+    if not complete:
+        record["complete"] = False
+    return json.dumps(record) + "\n"
 
 
 def _real(p: epath.Path) -> str:
@@ -100,6 +132,16 @@ def _real(p: epath.Path) -> str:
 def _same_or_inside(a: epath.Path, b: epath.Path) -> bool:
     a, b = _real(a), _real(b)
     return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def _entries(folder: epath.Path) -> list[str]:
+    """The names in a folder; on a bucket listed afresh (another client may have added files, and
+    epath's listing cache would hide them)."""
+    if not is_url(folder):
+        return sorted(e.name for e in folder.iterdir())
+    filesystem_, remote = filesystem(folder)
+    filesystem_.invalidate_cache()
+    return sorted({p.rstrip("/").rsplit("/", 1)[-1] for p in filesystem_.ls(remote, detail=False)})
 
 
 def check_destination(dst: PathLike, kind: str, overwrite: bool = False, sources: tuple = ()) -> epath.Path:
@@ -115,13 +157,23 @@ def check_destination(dst: PathLike, kind: str, overwrite: bool = False, sources
         return dst
     if not dst.is_dir():
         raise InputError(f"{dst}: exists and is not a directory; refusing to replace it")
-    entries = sorted(e.name for e in dst.iterdir())
+    entries = _entries(dst)
     if not entries:
         return dst
     found = output_kind(dst)
     if found != kind:
         what = f"a jaxbert {found} output" if found else f"files jaxbert did not write ({', '.join(entries[:3])})"
         raise InputError(f"{dst}: holds {what}; refusing to replace it with a {kind} output")
+    ours = written_entries(dst)
+    if ours is None:  # a marker from before the list: jaxbert's outputs never held a folder
+        extra = [e for e in entries if e != MARKER and (dst / e).is_dir()]
+    else:
+        extra = [e for e in entries if e != MARKER and e not in ours]
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise InputError(f"{dst}: holds a jaxbert {kind} output and {len(extra)} entr"
+                         f"{'y' if len(extra) == 1 else 'ies'} jaxbert did not write there ({shown}); refusing "
+                         f"to replace it: move them out, or choose a new destination")
     if not overwrite and is_complete(dst):  # an interrupted publish may be redone
         raise InputError(f"{dst}: holds an earlier jaxbert {kind} output; pass --overwrite to replace it "
                          "(or choose a new destination)")
@@ -144,7 +196,7 @@ def publish_dir(dst: PathLike, kind: str, overwrite: bool = False, sources: tupl
     tmp.mkdir()
     try:
         yield tmp
-        (tmp / MARKER).write_text(json.dumps({"kind": kind}) + "\n")
+        (tmp / MARKER).write_text(_marker_text(kind, (e.name for e in tmp.iterdir() if e.name != MARKER)))
         old = None
         if dst.exists():
             old = _tmp_sibling(dst, "old")
@@ -241,18 +293,21 @@ def _publish_remote(dst: epath.Path, kind: str) -> Iterator[epath.Path]:
     local = Path(tempfile.mkdtemp(prefix="jaxbert-publish-"))
     try:
         yield epath.Path(local)
+        new = [e.name for e in local.iterdir() if e.name != MARKER]
+        old_entries = written_entries(dst) or set()
         fs, remote = filesystem(dst)
         staging = os.fspath(_tmp_sibling(dst, "tmp"))
         _, staging_remote = filesystem(staging)
         fs.put(str(local) + "/", staging_remote + "/", recursive=True)  # the slow part: dst untouched
         try:
-            (dst / MARKER).write_text(json.dumps({"kind": kind, "complete": False}) + "\n")
+            # while incomplete, the marker lists the old entries and the new: a redo may replace both
+            (dst / MARKER).write_text(_marker_text(kind, old_entries | set(new), complete=False))
             fs.invalidate_cache()
             for old in fs.find(remote):
                 if not old.endswith("/" + MARKER):
                     fs.rm(old)
             fs.copy(staging_remote + "/", remote + "/", recursive=True)
-            (dst / MARKER).write_text(json.dumps({"kind": kind}) + "\n")
+            (dst / MARKER).write_text(_marker_text(kind, new))
         finally:
             fs.rm(staging_remote, recursive=True)
     finally:
@@ -267,7 +322,7 @@ def _check_bucket(scheme: str, bucket: str) -> None:
         import fsspec
         fs = fsspec.filesystem(scheme)
     except (ImportError, ValueError) as e:
-        hint = "pip install 'jaxbert[gcs]'" if scheme == "gs" else f"install fsspec's {scheme} backend"
+        hint = "pip install gcsfs" if scheme == "gs" else f"install fsspec's {scheme} backend"
         raise InputError(f"{scheme}:// paths need fsspec's {scheme} backend: {hint} ({e})") from None
     try:
         with _quiet("gcsfs"):  # it logs each retry with a traceback; the InputError below says it once

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable, Mapping
@@ -33,7 +34,7 @@ import yaml
 from jax.experimental import multihost_utils
 
 from jaxbert import fs
-from jaxbert.errors import InputError
+from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, ConfigError
 
@@ -50,7 +51,7 @@ FILL_MASK = "fill_mask.txt"
 BEST = "best"  # fine-tuning: the best evaluation's model, a Hugging Face directory
 EVAL = "eval.json"  # fine-tuning: every evaluation and the best score
 OUTPUTS = {CURVES: "loss and accuracy curves",
-           EXPORT: "Hugging Face model + tokenizer (transformers with PyTorch: pip install torch==2.13.0 '.[torch]')",
+           EXPORT: f"Hugging Face model + tokenizer (transformers with PyTorch: {install_hint('torch')})",
            FILL_MASK: "fill-mask showcase, with the rank of the right word",
            METRICS: "every logged metric, one JSON per line",
            TENSORBOARD: "TensorBoard event files (pip install tensorboard; tensorboard --logdir {path})",
@@ -91,7 +92,8 @@ def state_tree(step, params, opt_state, rng) -> dict:
 
 
 def checkpoint_meta(step: int, loader_states: list, recipe: dict, config: BertConfig, model_class: str) -> dict:
-    """The JSON beside a checkpoint's arrays: loader_states holds every process's loader state, in order."""
+    """The JSON beside a checkpoint's arrays: loader_states holds every process's loader state, in order
+    (each records the global stream position, the same in every process: a resume reads the first)."""
     return {"step": step, "loader": loader_states, "recipe": recipe, "config": config.to_dict(),
             "model_class": model_class}
 
@@ -122,9 +124,20 @@ class RecipeMismatch(InputError):
     """A readable checkpoint made with a recipe whose model or optimizer does not fit this one."""
 
 
-def _signature(tree) -> list:
-    """Sorted (shape, dtype) of a tree's arrays: comparable across container types and key spellings."""
-    return sorted((tuple(x.shape), np.dtype(x.dtype).name) for x in jax.tree_util.tree_leaves(tree))
+def _key(k) -> str:
+    """One step of a key path as a string: Orbax's saved metadata spells optax's namedtuples as
+    dicts and tuples as lists, so GetAttrKey('mu') there is DictKey('mu') and a SequenceKey(1)
+    of the state is DictKey/SequenceKey 1: compare the names, not the container types."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _layout(tree) -> dict:
+    """{key path (strings): (shape, dtype)} of a tree's arrays."""
+    return {tuple(_key(k) for k in path): (tuple(x.shape), np.dtype(x.dtype).name)
+            for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
 def _diff(a, b, prefix: str = "") -> list[tuple[str, object, object]]:
@@ -143,6 +156,7 @@ class Checkpoints:
         self.directory = fs.as_path(workdir) / CHECKPOINTS  # Orbax writes a URL through TensorStore
         self.every_steps = every_steps
         self.log = log
+        self._differs: list[str] = []  # key paths where the last step _fits looked at differs
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._mngr = self._open()
@@ -174,7 +188,8 @@ class Checkpoints:
         """(step, tree, meta) of the newest readable checkpoint, or None when there is none.
 
         abstract_tree: ShapeDtypeStructs with shardings, the layout to restore into.
-        A checkpoint whose saved arrays do not fit that layout was made with another
+        A checkpoint whose saved arrays do not fit that layout (key paths, shapes, dtypes:
+        another model, or another optimizer, whose opt_state is another tree) was made with another
         recipe: RecipeMismatch names the fields that differ (from ``recipe``, the
         recipe as a dict), and every checkpoint stays where it is. Only a step that
         cannot be read is set aside as corrupt.
@@ -193,14 +208,19 @@ class Checkpoints:
         return None
 
     def _fits(self, step: int, abstract_tree) -> bool | None:
-        """Whether the saved arrays have the shapes and dtypes of abstract_tree; None if unreadable."""
+        """Whether the saved arrays have the key paths, shapes and dtypes of abstract_tree; None if
+        the saved metadata cannot be read. Another optimizer (AdamW vs LAMB, clipping on or off)
+        changes the key paths of opt_state: that is a recipe mismatch, not corruption."""
         try:
             with _quiet_absl():
                 saved = ocp.PyTreeCheckpointer().metadata(self.directory / str(step) / "state").item_metadata.tree
-            got = _signature(saved)
+            got = _layout(saved)
         except Exception:  # noqa: BLE001 - unreadable metadata: let the restore decide (corrupt)
             return None
-        return got == _signature(abstract_tree)
+        want = _layout(abstract_tree)
+        self._differs = sorted("/".join(k) for k in set(got) ^ set(want) | {k for k in set(got) & set(want)
+                                                                            if got[k] != want[k]})
+        return got == want
 
     def _mismatch(self, step: int, recipe: dict | None) -> str:
         where = self.directory / str(step)
@@ -210,7 +230,9 @@ class Checkpoints:
             saved = None
         diffs = _diff(saved, recipe) if saved is not None and recipe is not None else []
         fields = "; ".join(f"{k}: {a!r} in the checkpoint, {b!r} now" for k, a, b in diffs[:8])
-        what = f"fields that differ: {fields}" if fields else "its arrays do not fit this model"
+        arrays = self._differs
+        what = (f"fields that differ: {fields}" if fields else "its arrays do not fit this model or optimizer"
+                + (f" (e.g. {', '.join(arrays[:3])})" if arrays else ""))
         return (f"{where} was saved with another recipe and does not fit this one ({what}); the checkpoints "
                 f"are kept. Resume with the recipe it was saved with, or train in a new --workdir")
 
@@ -256,6 +278,29 @@ def is_workdir(path) -> bool:
     return (fs.as_path(path) / CHECKPOINTS).is_dir()
 
 
+def check_placement(workdir) -> None:
+    """WorkdirError when a training workdir would lie in a folder that jaxbert published (prepared
+    data, a model, a tokenizer): replacing that output (--overwrite) would take the run with it."""
+    found = fs.enclosing_output(workdir)
+    if found is not None:
+        folder, kind = found
+        where = "is" if os.fspath(folder) == os.fspath(fs.as_path(workdir)) else "is inside"
+        raise WorkdirError(f"workdir {fs.as_path(workdir)} {where} {folder}, a jaxbert {kind} output (its "
+                           f"{fs.MARKER}); a training workdir goes in a folder of its own: choose another --workdir")
+
+
+def workdirs_near(path, depth: int = 3) -> list[Path]:
+    """Training workdirs that hold `path` or that `path` holds (down to `depth` levels), nearest first."""
+    p = fs.as_path(path)
+    found = [q for q in (p, *p.parents) if is_workdir(q)]
+    if p.is_dir():
+        level = [p]
+        for _ in range(depth):
+            level = [c for q in level for c in q.iterdir() if c.is_dir() and c.name != CHECKPOINTS]
+            found += [c for c in level if is_workdir(c)]
+    return found
+
+
 def _steps(root) -> list[int]:
     """Checkpoint steps under root, newest first. On a bucket (no rename) Orbax marks a finished
     step with commit_success.txt; a step without it is still being written."""
@@ -265,31 +310,62 @@ def _steps(root) -> list[int]:
     return steps
 
 
+READ_ATTEMPTS = 20  # re-listings when a running job's max_to_keep deletes the step being read
+
+
 def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict]:
     """(params as NumPy arrays, meta) from a workdir's newest readable (or given) checkpoint.
 
     Reads only the params, on the host, without knowing their layout in advance:
     enough for export, fill-mask and continued pretraining on any machine.
+
+    A run may be writing checkpoints meanwhile, and deleting old ones (checkpoint.keep):
+    a step that vanishes while it is read is not unreadable, it was replaced, so the
+    steps are listed again and the newest one there now is read (a bounded number of
+    times). Only a step that is still there and cannot be read is skipped as unreadable.
     """
+    if not fs.as_path(workdir).exists():
+        raise WorkdirError(f"{workdir}: does not exist")
     root = fs.as_path(workdir) / CHECKPOINTS
-    steps = [step] if step is not None else _steps(root)
-    if not steps:
+    kept = _steps(root) if root.exists() else []
+    if not kept:
         raise WorkdirError(f"{root}: no checkpoint in it")
-    last_error = None
-    for s in steps:
+    if step is not None and step not in kept:
+        raise WorkdirError(f"{root}: no checkpoint of step {step}; the steps kept: "
+                           f"{', '.join(map(str, sorted(kept)))}")
+    if step is not None:
         try:
-            meta = _read_meta(root, s)
-            reader = ocp.PyTreeCheckpointer()
-            with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
-                tree = reader.metadata(root / str(s) / "state").item_metadata.tree
-            as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
-            restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
-                item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
-            return restored["params"], meta
-        except Exception as e:  # noqa: BLE001 - try the one before
+            return _read_params_at(root, step)
+        except Exception as e:  # noqa: BLE001
+            raise WorkdirError(f"{root / str(step)}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+    bad: set[int] = set()
+    last_error = None
+    for _ in range(READ_ATTEMPTS):
+        steps = [s for s in _steps(root) if s not in bad]
+        if not steps:
+            break
+        s = steps[0]
+        try:
+            return _read_params_at(root, s)
+        except Exception as e:  # noqa: BLE001 - vanished (re-list) or unreadable (the one before)
             last_error = e
-            log(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
+            if s in _steps(root):
+                bad.add(s)
+                log(f"checkpoint {root / str(s)} is unreadable ({type(e).__name__}); trying the one before")
+    if last_error is None and not bad:
+        raise WorkdirError(f"{root}: no checkpoint in it")
     raise WorkdirError(f"{root}: no readable checkpoint ({type(last_error).__name__}: {last_error})")
+
+
+def _read_params_at(root, s: int) -> tuple[dict, dict]:
+    meta = _read_meta(root, s)
+    reader = ocp.PyTreeCheckpointer()
+    with _quiet_absl():  # the item has no step-level metadata file; absl says so at WARNING
+        tree = reader.metadata(root / str(s) / "state").item_metadata.tree
+    as_numpy = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree["params"])
+    restored = reader.restore(root / str(s) / "state", args=ocp.args.PyTreeRestore(
+        item={"params": tree["params"]}, restore_args={"params": as_numpy}, partial_restore=True))
+    return restored["params"], meta
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ def test_publish_dir_on_a_bucket_replaces_only_when_complete(gcs):
         (tmp / "sub" / "b.bin").write_bytes(b"\x00\x01")
     gfs = gcs.fs()
     assert _tree(gfs, dst) == {"a.txt": b"one", "sub/b.bin": b"\x00\x01",
-                               fs.MARKER: json.dumps({"kind": "export"}).encode() + b"\n"}
+                               fs.MARKER: json.dumps({"kind": "export", "files": ["a.txt", "sub"]}).encode() + b"\n"}
     with pytest.raises(InputError, match="--overwrite"):
         with fs.publish_dir(dst, "export"):
             pass
@@ -39,6 +39,12 @@ def test_publish_dir_on_a_bucket_replaces_only_when_complete(gcs):
             (tmp / "a.txt").write_text("half")
             raise RuntimeError("disk full")
     assert _tree(gcs.fs(), dst)["a.txt"] == b"one"
+    gfs.pipe(dst[5:] + "/NOTES.md", b"mine")  # added beside jaxbert's files: kept, and named
+    with pytest.raises(InputError, match="NOTES.md"):
+        with fs.publish_dir(dst, "export", overwrite=True):
+            pass
+    assert _tree(gcs.fs(), dst)["NOTES.md"] == b"mine"
+    gfs.rm(dst[5:] + "/NOTES.md")
     with fs.publish_dir(dst, "export", overwrite=True) as tmp:
         (tmp / "c.txt").write_text("two")
     after = _tree(gcs.fs(), dst)

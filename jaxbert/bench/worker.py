@@ -5,10 +5,9 @@ builds the work, runs it once or twice to warm up, times ``repeats`` calls
 (idling ``pause`` seconds before each), and prints one JSON line
 {"seconds": [...], "extra": {...}} as the last line of its stdout.
 
-Why a process each: with jaxbert and PyTorch in one process, the bert-base
-train step that runs at ~340 tokens/s alone ran at ~200 when it alternated
-with torch steps (their thread pools and allocators get in each other's way),
-so in-process interleaving measured the interference, not the frameworks.
+Why a process each: with jaxbert and PyTorch in one process, their thread pools
+and allocators get in each other's way when steps alternate, so in-process
+interleaving would measure the interference, not the frameworks.
 """
 
 from __future__ import annotations

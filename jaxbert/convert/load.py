@@ -105,7 +105,8 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
                          scan_layers: bool = False, dtype=None, strict: bool = False,
                          add_pooling_layer: bool | None = None, keys: list[str] | None = None,
                          source: str = "state dict", seed: int = 0,
-                         adopt_buffers: bool = False) -> tuple[dict, ConversionReport]:
+                         adopt_buffers: bool = False, shapes: Mapping | None = None,
+                         ) -> tuple[dict, ConversionReport]:
     """transformers' state dict -> jaxbert params for ``model_class``.
 
     Args:
@@ -118,13 +119,16 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
       add_pooling_layer: BertModel without a pooler when False.
       adopt_buffers: let params take over the given arrays where their layout
         allows instead of copying (for freshly read tensors nobody else holds).
+      shapes: key -> shape (PyTorch layout) that the source declares before reading
+        (a file's header or index); checked against the model before any tensor is read.
     Returns:
       (params, report): params is the nested dict of NumPy arrays that goes in
       ``module.apply({'params': params}, ...)``; missing params are initialised
       as ``module.init`` would (seeded) and listed in ``report.missing``.
     Raises:
       ConversionError: shape mismatches (all of them, with expected and found
-        shapes), tied tensors that differ, or under ``strict`` any missing/unused key.
+        shapes), a weight that is not floating point, a key given twice, tied
+        tensors that differ, or under ``strict`` any missing/unused key.
     """
     t0 = time.perf_counter()
     if keys is None:
@@ -151,16 +155,27 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
 
     dtype = None if dtype is None else np.dtype(dtype)
     report.cast = None if dtype is None else dtype.name
-    flat, mismatches, pending, done = {}, [], {}, set()
+    flat, mismatches, pending, done, seen, not_float = {}, [], {}, set(), set(), []
+    declared = {k: tuple(shapes[k]) for k in actions if shapes and k in shapes}
+    for key, shape in declared.items():  # before reading: a declared shape may be huge
+        _check_shape(key, shape, table.by_key[actions[key][1]], model_class, mismatches)
+    if mismatches:
+        raise ConversionError(f"shape mismatch between {source} and {model_class} "
+                              f"({config.hidden_size=}, {config.vocab_size=}):\n" + "\n".join(mismatches))
     for key, value in items:
+        if key in seen:  # e.g. one key in two shards: the later would replace the earlier
+            raise ConversionError(f"{source}: {key} is given twice (in two files or shards?); "
+                                  "refusing to pick one")
+        seen.add(key)
         if key not in actions:
             continue
         action, target = actions[key]
         entry = table.by_key[target]
         array = tensor_to_numpy(value)
-        if array.shape != entry.torch_shape:
-            mismatches.append(f"  {key}: checkpoint {list(array.shape)}, {model_class} expects "
-                              f"{list(entry.torch_shape)} ({'/'.join(entry.path)})")
+        if not _check_shape(key, array.shape, entry, model_class, mismatches):
+            continue
+        if not array.dtype.name.startswith(("float", "bfloat")):
+            not_float.append((key, array.dtype.name))
             continue
         if action == "tie":
             if target in done:
@@ -177,9 +192,13 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
             _check_tied(tie_key, target, tie_array, flat[entry.path], entry, source)
             report.tied.append((tie_key, target))
         del array, value
-    if report.dtypes and not any(d.startswith(("float", "bfloat")) for d in report.dtypes):
-        raise ConversionError(f"{source}: every tensor is {', '.join(sorted(report.dtypes))}; model weights are "
-                              "floating point, so this is not a checkpoint to convert")
+    if not_float and not report.dtypes:
+        raise ConversionError(f"{source}: every tensor is {', '.join(sorted({d for _, d in not_float}))}; model "
+                              "weights are floating point, so this is not a checkpoint to convert")
+    if not_float:
+        key, dt = not_float[0]
+        more = f" (and {len(not_float) - 1} more)" if len(not_float) > 1 else ""
+        raise ConversionError(f"{source}: {key} is {dt}{more}; it is a model weight, which is floating point")
     if mismatches:
         raise ConversionError(f"shape mismatch between {source} and {model_class} "
                               f"({config.hidden_size=}, {config.vocab_size=}):\n" + "\n".join(mismatches))
@@ -196,6 +215,14 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
         report.missing = [(p, table.leaf_shapes[p]) for p in dict.fromkeys(e.path for e in missing)]
     report.seconds = time.perf_counter() - t0
     return unflatten(flat), report
+
+
+def _check_shape(key: str, shape: tuple, entry, model_class: str, mismatches: list) -> bool:
+    if tuple(shape) == entry.torch_shape:
+        return True
+    mismatches.append(f"  {key}: checkpoint {list(shape)}, {model_class} expects "
+                      f"{list(entry.torch_shape)} ({'/'.join(entry.path)})")
+    return False
 
 
 def _place(flat: dict, table: Table, entry, array: np.ndarray, dtype, adopt: bool) -> None:

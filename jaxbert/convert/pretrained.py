@@ -22,6 +22,7 @@ from jaxbert.model.registry import HEADS, for_config, head
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
+from jaxbert.convert.tokenizer_files import copy_tokenizer, tokenizer_files
 from jaxbert.convert.writers import write_hf, write_jaxbert
 
 MODEL_KIND = "model"  # what save_pretrained, convert and export publish (fs.publish_dir)
@@ -117,7 +118,7 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
         strict=strict, add_pooling_layer=add_pooling_layer, source=src.description, seed=seed,
-        adopt_buffers=True)
+        adopt_buffers=True, shapes=getattr(src, "shapes", None))
     report.ignored[:0] = src.skipped
     return config, name, params, report
 
@@ -212,7 +213,8 @@ def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, str
     The params stay NumPy arrays throughout: nothing is placed on an accelerator.
     ``dst`` is written as ``save_pretrained`` writes it, except that an earlier
     jaxbert model directory there is replaced only with ``overwrite``; ``dst``
-    may not be ``src``, inside it or around it.
+    may not be ``src``, inside it or around it. The tokenizer files beside ``src`` (a
+    workdir: its run's tokenizer) are copied into ``dst`` byte for byte.
     """
     if to not in ("hf", "jaxbert"):
         raise InputError(f"to={to!r} is unknown; expected 'hf' or 'jaxbert'")
@@ -220,7 +222,9 @@ def convert(src, dst, to: str, model_class=None, *, config=None, dtype=None, str
     check_destination(dst, MODEL_KIND, overwrite, sources=(src,))  # before the (long) read
     config, name, params, report = load_checkpoint(src, model_class, config=config, dtype=dtype,
                                                    strict=strict, scan_layers=scan_layers)
+    tokenizer = tokenizer_files(src)
     with publish_dir(dst, MODEL_KIND, overwrite, sources=(src,)) as tmp:
         _write(tmp, to, config, name, params, max_shard_size)
+        copy_tokenizer(tokenizer, tmp)
     report.seconds = time.perf_counter() - t0
     return report

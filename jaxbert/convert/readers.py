@@ -138,8 +138,11 @@ class TreeSource(Source):
     """A nested dict of Flax params (HF msgpack, jaxbert Orbax); scanned layers are split."""
 
     def __init__(self, tree: dict, description: str):
-        self.description = description
-        self._flat = dict(_flatten_per_layer(tree))
+        self.description, self._flat, origin = description, {}, {}
+        for key, value, name in _flatten_per_layer(tree):  # two params for one key: refused, naming both
+            if key in origin:
+                raise ConversionError(f"{description}: {origin[key]} and {name} both map to {key}; one is dropped")
+            self._flat[key], origin[key] = value, name
 
     def keys(self):
         return list(self._flat)
@@ -149,8 +152,8 @@ class TreeSource(Source):
             yield k, self._flat.pop(k)
 
 
-def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray]]:
-    """(state-dict key, array) of a Flax tree; a scanned layer stack is split leaf by
+def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
+    """(state-dict key, array, param path) of a Flax tree; a scanned layer stack is split leaf by
     leaf, all layers of one leaf together, so each stacked array is released
     as soon as its last layer is consumed."""
     for name, value in tree.items():
@@ -165,9 +168,9 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray]]:
             yield from _flatten_per_layer(value, path + (name,))
 
 
-def _as_state_dict_item(path: tuple, value: np.ndarray) -> tuple[str, np.ndarray]:
+def _as_state_dict_item(path: tuple, value: np.ndarray) -> tuple[str, np.ndarray, str]:
     key, transpose = flax_name_to_key(path)
-    return key, (value.T if transpose and value.ndim == 2 else value)
+    return key, (value.T if transpose and value.ndim == 2 else value), "/".join(path)
 
 
 def read_msgpack(path: Path) -> dict:

@@ -13,19 +13,23 @@ of the converter treats it as any PyTorch state dict.
 
 from __future__ import annotations
 
+import math
 import re
 import struct
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Iterator
 
 import ml_dtypes
 import numpy as np
 
+from jaxbert.convert.crc32c import crc32c, mask
 from jaxbert.convert.result import ConversionError
 
 INDEX_SUFFIX = ".index"
 _MAGIC = 0xdb4775248b80fb57  # the table format's footer magic
 _FOOTER = 48
+_MAX_SHARDS = 100_000  # the data files' names count shards in five digits
 # tensorflow/core/framework/types.proto DataType -> NumPy
 _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
            10: np.bool_, 14: ml_dtypes.bfloat16, 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64}
@@ -71,8 +75,8 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int | bytes]]:
 
 
 def parse_entry(buf: bytes) -> dict:
-    """BundleEntryProto -> {dtype, shape, shard_id, offset, size, slices}."""
-    entry = {"dtype": 0, "shape": (), "shard_id": 0, "offset": 0, "size": 0, "slices": 0}
+    """BundleEntryProto -> {dtype, shape, shard_id, offset, size, crc32c (masked, or None), slices}."""
+    entry = {"dtype": 0, "shape": (), "shard_id": 0, "offset": 0, "size": 0, "crc32c": None, "slices": 0}
     for number, value in _fields(buf):
         if number == 1:
             entry["dtype"] = value
@@ -81,6 +85,8 @@ def parse_entry(buf: bytes) -> dict:
             entry["shape"] = tuple(dims)
         elif number in (3, 4, 5):
             entry[{3: "shard_id", 4: "offset", 5: "size"}[number]] = value
+        elif number == 6:
+            entry["crc32c"] = value
         elif number == 7:
             entry["slices"] += 1
     return entry
@@ -93,7 +99,11 @@ def _block(data: bytes, handle: bytes, where: str) -> bytes:
     size, _ = _varint(handle, pos)
     if offset + size + 5 > len(data):
         raise ValueError(f"{where}: block [{offset}, +{size}] runs past the end of the file")
-    if data[offset + size] != 0:  # trailer: compression type, then a checksum
+    # trailer: compression type, then the masked crc32c of the block and that type byte
+    (stored,) = struct.unpack_from("<I", data, offset + size + 1)
+    if mask(crc32c(data[offset:offset + size + 1])) != stored:
+        raise ValueError(f"the table block at byte {offset} ({size} bytes) fails its crc32c checksum: corrupt")
+    if data[offset + size] != 0:
         raise ValueError(f"{where}: compressed blocks are not supported (type {data[offset + size]})")
     return data[offset:offset + size]
 
@@ -176,7 +186,12 @@ def checkpoint_prefix(path: Path) -> Path | None:
 
 
 class TFCheckpointSource:
-    """A TF bundle as (state-dict key, array in PyTorch layout) pairs; see convert.readers.Source."""
+    """A TF bundle as (state-dict key, array in PyTorch layout) pairs; see convert.readers.Source.
+
+    Every entry that will be read is checked against its data file when opened (before
+    anything is allocated for it), and each tensor's bytes against the crc32c that
+    TensorFlow stored for them when read.
+    """
 
     def __init__(self, prefix: Path):
         self.prefix = prefix
@@ -184,6 +199,8 @@ class TFCheckpointSource:
         self.meta: dict = {}
         header, entries = read_index(prefix.with_name(prefix.name + INDEX_SUFFIX))
         self.big_endian = header["big_endian"]
+        self.files = self._data_files(header["num_shards"])
+        sizes = {i: f.stat().st_size for i, f in self.files.items()}
         self.skipped, self._plan = [], {}
         for name in sorted(entries):
             entry = entries[name]
@@ -195,16 +212,47 @@ class TFCheckpointSource:
                                       "not supported")
             elif entry["dtype"] not in _DTYPES:
                 self.skipped.append((name, f"TensorFlow dtype {entry['dtype']} is not a numeric tensor"))
+            elif key in self._plan:
+                raise ConversionError(f"{prefix}: {self._plan[key][0]} and {name} both map to {key}; "
+                                      "one of them would be dropped")
             else:
+                self._check_entry(name, entry, sizes)
                 self._plan[key] = (name, entry, transpose)
-        self.files = {i: prefix.with_name(f"{prefix.name}.data-{i:05d}-of-{header['num_shards']:05d}")
-                      for i in range(header["num_shards"])}
-        for f in self.files.values():
-            if not f.is_file():
-                raise ConversionError(f"{prefix}: its data file {f.name} is missing")
+        # declared shapes in PyTorch layout: checked against the model before anything is read
+        self.shapes = {k: e["shape"][::-1] if t else e["shape"] for k, (_, e, t) in self._plan.items()}
         dir_ = prefix.parent
         cfg = next((dir_ / n for n in ("config.json", "bert_config.json") if (dir_ / n).is_file()), None)
         self.config_path = cfg
+
+    def _data_files(self, num_shards: int) -> dict[int, Path]:
+        prefix = self.prefix
+        present = sorted(p.name for p in prefix.parent.glob(f"{glob_escape(prefix.name)}.data-*-of-*"))
+        if not 1 <= num_shards <= min(_MAX_SHARDS, max(len(present), 1)):
+            raise ConversionError(f"{prefix}{INDEX_SUFFIX}: its header declares {num_shards} data shards, "
+                                  f"but {len(present)} data files are present ({', '.join(present[:3]) or 'none'})")
+        files = {i: prefix.with_name(f"{prefix.name}.data-{i:05d}-of-{num_shards:05d}") for i in range(num_shards)}
+        for f in files.values():
+            if not f.is_file():
+                raise ConversionError(f"{prefix}: its data file {f.name} is missing")
+        return files
+
+    def _check_entry(self, name: str, entry: dict, sizes: dict[int, int]) -> None:
+        """Shard, shape, byte count and extent of one entry, from the index alone."""
+        dtype = np.dtype(_DTYPES[entry["dtype"]])
+        shape, where = entry["shape"], f"{self.prefix}{INDEX_SUFFIX}: {name}"
+        if entry["shard_id"] not in self.files:
+            raise ConversionError(f"{where} is in data shard {entry['shard_id']}, but the checkpoint's shards are "
+                                  f"0..{len(self.files) - 1} ({', '.join(f.name for f in self.files.values())})")
+        if any(d >= 2**63 for d in shape):  # a negative int64 as the varint stores it
+            raise ConversionError(f"{where} has a negative dimension in its shape")
+        nbytes = math.prod(shape) * dtype.itemsize  # exact: Python integers do not overflow
+        if nbytes >= 2**63 or nbytes != entry["size"]:
+            raise ConversionError(f"{where}: {dtype.name} {list(shape)} needs {nbytes} bytes, "
+                                  f"its entry holds {entry['size']}")
+        path = self.files[entry["shard_id"]]
+        if entry["offset"] + entry["size"] > sizes[entry["shard_id"]]:
+            raise ConversionError(f"{path}: {name} runs past the end of the file ({entry['size']} bytes at "
+                                  f"{entry['offset']}, the file has {sizes[entry['shard_id']]})")
 
     def keys(self) -> list[str]:
         return list(self._plan)
@@ -215,13 +263,13 @@ class TFCheckpointSource:
 
     def _read(self, name: str, entry: dict, transpose: bool) -> np.ndarray:
         dtype = np.dtype(_DTYPES[entry["dtype"]])
-        count = int(np.prod(entry["shape"], dtype=np.int64))
-        path = self.files.get(entry["shard_id"])
-        if path is None or count * dtype.itemsize != entry["size"]:
-            raise ConversionError(f"{self.prefix}: {name}: entry does not fit its dtype and shape "
-                                  f"({entry['size']} bytes for {dtype.name} {list(entry['shape'])})")
-        if entry["offset"] + entry["size"] > path.stat().st_size:
+        path = self.files[entry["shard_id"]]
+        raw = np.fromfile(path, np.uint8, entry["size"], offset=entry["offset"])
+        if raw.size != entry["size"]:
             raise ConversionError(f"{path}: {name} runs past the end of the file")
-        array = np.fromfile(path, dtype.newbyteorder(">") if self.big_endian else dtype, count,
-                            offset=entry["offset"]).astype(dtype, copy=False).reshape(entry["shape"])
+        if entry["crc32c"] is not None and mask(crc32c(raw)) != entry["crc32c"]:
+            raise ConversionError(f"{path}: {name} fails its crc32c checksum (its bytes are not what "
+                                  "TensorFlow wrote): corrupt checkpoint")
+        array = raw.view(dtype.newbyteorder(">") if self.big_endian else dtype)
+        array = array.astype(dtype, copy=False).reshape(entry["shape"])
         return array.T if transpose else array

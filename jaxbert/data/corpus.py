@@ -82,6 +82,26 @@ def _dataset_arrow_files(p: Path) -> list[Path]:
     return [p / d["filename"] for d in state.get("_data_files", [])]
 
 
+def _folder_files(root: Path) -> list[Path]:
+    """The input files under a folder, sorted, hidden names skipped. Links to folders are followed
+    (rglob does not, and their documents would be lost without a word), each real folder once:
+    a folder reached twice (a link to a sibling also given, a link back up, a loop) is read once."""
+    seen: set[str] = set()
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            f = Path(dirpath) / name
+            if not name.startswith(".") and f.suffix.lower() in KNOWN_SUFFIXES and f.is_file():
+                found.append(f)
+    return sorted(found)
+
+
 def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
     """Expand globs and folders into a sorted list of (kind, path); an error for any that match nothing."""
     if isinstance(inputs, (str, os.PathLike)):
@@ -102,8 +122,7 @@ def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
         if p.is_dir() and _is_saved_dataset(p):
             sources += [("arrow", f) for f in _dataset_arrow_files(p)]
         elif p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in KNOWN_SUFFIXES
-                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            found = _folder_files(p)
             if not found:
                 raise CorpusError(f"folder {p} holds no .txt, .jsonl, .json, .parquet or .arrow files")
             sources += [(_kind(f), f) for f in found]

@@ -1,12 +1,16 @@
-"""Masked batches from a prepared folder: deterministic from (seed, step), sharded by host.
+"""Masked batches from a prepared folder: a seeded stream of sequences, sharded by host.
 
-Step s of epoch e = s // steps_per_epoch reads the global batch perm_e[j*G:(j+1)*G], where perm_e
-is a seeded permutation of the split, j = s % steps_per_epoch and G = batch_size * process_count;
-process p takes the p-th slice of B rows. The remainder of an epoch that fills no global batch
-is dropped, the same on every host. Masking depends only on (seed, epoch, example index) (see
-masking.py), so a batch is a pure function of (seed, step, process_index, process_count), the
-global batch does not depend on how it is split across hosts, and a resumed loader repeats
-exactly what an uninterrupted one would have produced.
+The stream is the concatenation of one seeded permutation of the split per epoch: sequence k of
+the stream is perm_e[k - e*N] with e = k // N (N examples in the split), so every sequence comes
+once per epoch. A loader's position is the number of sequences consumed from the stream, recorded
+as (epoch, offset into that epoch's permutation). A step reads the next G = batch_size *
+process_count sequences (a step may end one epoch and begin the next); process p takes the p-th
+slice of B rows. Masking depends only on (seed, epoch, example index) (see masking.py).
+
+So what a run sees does not depend on how it is split: a run resumed with another batch size,
+accumulation, device count or host count continues at the same sequence, and sees the sequences
+(masked the same way) that an uninterrupted run would have seen. A changed seed or a changed
+split would not continue the stream; ``restore`` refuses them by name.
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ class MLMLoader:
 
     input_ids, token_type_ids, attention_mask: int32 [B, L]; masked_positions, masked_labels:
     int32 [B, M]; masked_weights: float32 [B, M]; nsp data also next_sentence_labels int32 [B]
-    (0: B follows A, 1: random). Iteration never ends; `steps_per_epoch` says where epochs turn.
+    (0: B follows A, 1: random). Iteration never ends; an epoch takes about `steps_per_epoch` steps
+    (N // G; a step may straddle two epochs).
     """
 
     def __init__(self, data_dir, batch_size: int, seq_len: int | None = None, *, seed: int = 0,
@@ -133,45 +138,86 @@ class MLMLoader:
         self._never[[ids["cls"], ids["sep"], ids["pad"]]] = True
         self._random_ids = np.setdiff1d(np.arange(V), list(ids.values())).astype(np.int32)
         self._continuation = continuation_table(data_dir, V) if whole_word_mask else None
-        self._perm_epoch, self._perm = None, None
-        self.step = 0
+        self._perms: dict[int, np.ndarray] = {}  # epoch -> permutation; the last two epochs kept
+        self.position = 0  # sequences consumed from the stream, by every process together
         if state is not None:
             self.restore(state)
 
     # ---- state ----
+    @property
+    def step(self) -> int:
+        """Batches of this loader's global batch size consumed (exact while it has not changed)."""
+        return self.position // self.global_batch_size
+
     def state(self, step: int | None = None) -> dict:
-        """A few ints for a checkpoint. With prefetching, pass the number of batches consumed."""
-        step = self.step if step is None else int(step)
-        return {"step": step, "epoch": step // self.steps_per_epoch, "seed": self.seed,
-                "global_batch_size": self.global_batch_size}
+        """A few ints for a checkpoint: the position in the stream as (epoch, offset), and what the
+        stream depends on. `step`: the position after that many batches of this loader's size."""
+        position = self.position if step is None else int(step) * self.global_batch_size
+        epoch, offset = divmod(position, self.num_examples)
+        return {"epoch": epoch, "offset": offset, "seed": self.seed, "examples": self.num_examples}
 
     def restore(self, state: dict) -> None:
-        for key in ("seed", "global_batch_size"):
-            if key in state and int(state[key]) != getattr(self, key):
-                raise ValueError(f"loader state has {key}={state[key]}, this loader {getattr(self, key)}: "
-                                 f"the batches would differ from the run being resumed")
-        self.step = int(state["step"])
+        """Continue at the position a state records, whatever batch size or host count took it there.
+        Also reads states of the loaders before positions ({"step", "global_batch_size"}: each epoch
+        held `N // global_batch_size` steps)."""
+        if "seed" in state and int(state["seed"]) != self.seed:
+            raise DataCompatibilityError(
+                f"train.seed: {state['seed']} in the checkpoint, {self.seed} now: the shuffled order of "
+                f"{self.data_dir} would differ from the run being resumed (--set train.seed={state['seed']} "
+                "resumes it, a new --workdir starts a new run)")
+        if "examples" in state and int(state["examples"]) != self.num_examples:
+            raise DataCompatibilityError(
+                f"{self.data_dir}: split {self.split!r} holds {self.num_examples} examples, the run being resumed "
+                f"read one of {state['examples']}: the prepared data changed; resume on the data it was "
+                "trained on, or train in a new --workdir")
+        if "offset" in state:
+            epoch, offset = int(state["epoch"]), int(state["offset"])
+        else:  # a loader state from before positions: steps of one global batch size, remainders dropped
+            gbs = int(state.get("global_batch_size", self.global_batch_size))
+            spe = self.num_examples // gbs
+            if spe == 0:
+                raise DataCompatibilityError(f"{self.data_dir}: the checkpoint's loader state (global batch {gbs}) "
+                                             f"does not fit a split of {self.num_examples} examples")
+            epoch, j = divmod(int(state["step"]), spe)
+            offset = j * gbs
+        self.position = epoch * self.num_examples + offset
 
     # ---- batches ----
     def __iter__(self):
         return self
 
     def __next__(self) -> dict:
-        batch = self.batch_at(self.step)
-        self.step += 1
+        batch = self.batch_at_position(self.position)
+        self.position += self.global_batch_size
         return batch
 
-    def example_indices(self, step: int) -> np.ndarray:
-        """int [B]: indices into the split of the rows this process reads at `step`."""
-        epoch, j = divmod(int(step), self.steps_per_epoch)
-        if self._perm_epoch != epoch:
-            # int32 where it fits: 4 bytes per example, held for the whole epoch
-            self._perm = np.arange(self.num_examples, dtype=np.int32 if self.num_examples < 2**31 else np.int64)
+    def _perm(self, epoch: int) -> np.ndarray:
+        if epoch not in self._perms:
+            # int32 where it fits: 4 bytes per example, held for the epoch (and the one after it)
+            perm = np.arange(self.num_examples, dtype=np.int32 if self.num_examples < 2**31 else np.int64)
             if self.shuffle:
-                np.random.default_rng([self.seed, epoch, 0x5EED]).shuffle(self._perm)
-            self._perm_epoch = epoch
-        start = j * self.global_batch_size + self.process_index * self.batch_size
-        return self._perm[start:start + self.batch_size]
+                np.random.default_rng([self.seed, epoch, 0x5EED]).shuffle(perm)
+            self._perms = {e: p for e, p in self._perms.items() if e == epoch - 1}
+            self._perms[epoch] = perm
+        return self._perms[epoch]
+
+    def stream(self, position: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(example index, epoch) of sequences position .. position + count - 1 of the stream."""
+        k = np.arange(int(position), int(position) + count, dtype=np.int64)
+        epochs = k // self.num_examples
+        index = np.empty(count, np.int64)
+        for e in np.unique(epochs):
+            sel = epochs == e
+            index[sel] = self._perm(int(e))[k[sel] - int(e) * self.num_examples]
+        return index, epochs
+
+    def _mine(self, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """(example index, epoch) of the rows this process reads at a global position."""
+        return self.stream(int(position) + self.process_index * self.batch_size, self.batch_size)
+
+    def example_indices(self, step: int) -> np.ndarray:
+        """int [B]: indices into the split of the rows this process reads at `step` (batches of this size)."""
+        return self._mine(int(step) * self.global_batch_size)[0]
 
     def _gather(self, index: np.ndarray, tables: list[np.ndarray]) -> np.ndarray:
         """Rows of the split at `index`, read shard by shard in ascending order (memmap friendly)."""
@@ -185,11 +231,18 @@ class MLMLoader:
         return out
 
     def batch_at(self, step: int) -> dict:
-        """The batch this process gets at `step`; a pure function of the constructor arguments."""
-        index = self.example_indices(step)
-        epoch = int(step) // self.steps_per_epoch
+        """The batch this process gets at `step` of a run that kept this loader's batch size."""
+        return self.batch_at_position(int(step) * self.global_batch_size)
+
+    def batch_at_position(self, position: int) -> dict:
+        """The batch this process gets when `position` sequences of the stream are consumed;
+        a pure function of the constructor arguments and the position."""
+        index, epochs = self._mine(position)
         ids = self._gather(index, self._rows).astype(np.int32)
-        keys = row_keys(self.seed, 0 if self.fixed_masking else epoch, index)
+        keys = np.empty(len(index), np.uint64)
+        for e in np.unique(epochs):  # a batch may end one epoch and begin the next
+            sel = epochs == e
+            keys[sel] = row_keys(self.seed, 0 if self.fixed_masking else int(e), index[sel])
         batch = mask_tokens(ids, keys, mask_rate=self.mask_rate, mask_id=self.meta["special_ids"]["mask"],
                             never_mask=self._never, random_ids=self._random_ids,
                             max_predictions=self.max_predictions, continuation=self._continuation,

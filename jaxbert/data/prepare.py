@@ -33,6 +33,8 @@ from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
 from jaxbert.terminal import progress_bar
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
+from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.fs import publish_dir
 
 FORMAT_VERSION = 1
@@ -176,16 +178,33 @@ def _show_counts(bar, writers: dict) -> None:
                     rows=sum(w.examples + w.buffered for w in writers.values()), refresh=False)
 
 
+def _check_not_near_a_workdir(output: str, for_workdir: str | None) -> None:
+    """PrepareError naming both when the output would lie in a training workdir or hold one."""
+    own = fs.as_path(for_workdir) if for_workdir is not None else None
+    if own is not None and os.fspath(fs.as_path(output)) == os.fspath(workdir_lib.path(own, workdir_lib.DATA)):
+        return
+    for wd in workdir_lib.workdirs_near(output, depth=2):
+        out = fs.as_path(output)
+        where = ("is the training workdir" if wd == out else
+                 "is inside the training workdir" if wd in out.parents else "holds the training workdir")
+        raise PrepareError(f"--output {out} {where} {wd}; prepared data goes in a folder of its own "
+                           "(replacing it with --overwrite would take the run's files with it)")
+
+
 def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: int = 128,
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
-            rows_per_shard: int | None = None, progress: bool = True, overwrite: bool = False) -> dict:
+            rows_per_shard: int | None = None, progress: bool = True, overwrite: bool = False,
+            for_workdir: str | None = None) -> dict:
     """Tokenize `inputs` (None: the embedded Python-docs corpus) into shards in `output`.
 
     Returns the metadata dict also written to `output/metadata.json`. The output folder is
     built beside `output` and swapped in only when complete; an existing `output` is
-    replaced only when it is an earlier prepared dataset and `overwrite` is set.
+    replaced only when it is an earlier prepared dataset and `overwrite` is set. `output` may
+    not lie inside a training workdir nor hold one, except WORKDIR/data of `for_workdir` (the
+    data a run builds for itself).
     """
+    _check_not_near_a_workdir(output, for_workdir)
     if format not in FORMATS:
         raise PrepareError(f"format must be one of {FORMATS}, got {format!r}")
     if not 0.0 <= validation_fraction < 1.0:

@@ -146,7 +146,10 @@ class BertConfig:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
-        if self.is_roberta and self.max_position_embeddings <= (self.pad_token_id or 0) + 1:
+        if self.is_roberta and (isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int)):
+            raise ConfigError(f"pad_token_id must be an integer for model_type {self.model_type!r} (its positions "
+                              f"start at pad_token_id + 1), got {self.pad_token_id!r}")
+        if self.is_roberta and self.max_position_embeddings <= self.pad_token_id + 1:
             raise ConfigError(f"max_position_embeddings ({self.max_position_embeddings}) leaves no room for "
                               f"{self.model_type} positions, which start at pad_token_id + 1")
         if self.num_labels <= 0:

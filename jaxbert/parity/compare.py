@@ -204,6 +204,14 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         truth = _outputs_torch(as_float64(ref_model), name, inputs, encoder_states)
     with numerics(dtype, precision):
         ours = _outputs_jax(module, params, inputs, encoder_states, dtype, jit)
+    own32 = own64 = None
+    if truth is not None:  # this backend's float32 rounding on these inputs: jaxbert fp32 against jaxbert fp64
+        with numerics("float32", precision):
+            own32 = ours if dtype == "float32" else _outputs_jax(module, params, inputs, encoder_states,
+                                                                  "float32", jit)
+        with numerics("float64", precision):
+            own64 = ours if dtype == "float64" else _outputs_jax(module, params, inputs, encoder_states,
+                                                                  "float64", jit)
     mask = np.asarray(inputs["attention_mask"]).astype(bool)
     token_mask = mask.reshape(-1, mask.shape[-1])  # [B*C, L] for multiple choice
     rows = []
@@ -217,6 +225,7 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         if truth is not None:
             row.jax_vs_truth, row.jax_vs_truth_rms = _distance(ours[stage], truth[stage], real)
             row.torch_vs_truth, row.torch_vs_truth_rms = _distance(r, truth[stage], real)
+            row.rounding_rms = _distance(own32[stage], own64[stage], real)[1]
         rows.append(row)
     argmax = None
     if "mlm logits" in ref:

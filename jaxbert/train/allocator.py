@@ -4,14 +4,12 @@ XLA's CPU runtime allocates a step's temporaries afresh on every call, some
 blocks larger than 32 MiB, which glibc serves with mmap whatever its threshold
 says (32 MiB is the most mallopt accepts) and returns to the kernel on free;
 smaller freed blocks at the top of a heap are trimmed away too. The next step
-page-faults all of it back in: on the tiny-demo model about 50 MB of faults
-and a quarter of the CPU time in the kernel per step; on bert-base at 8 x 128,
-1.26 GB of faults and 0.8 to 1.0 s of kernel time in a 4.3 to 4.6 s step
-(2-core AMD EPYC). `mallopt` turns mmap off (every block comes from the
-heap), never trims the top of the heap (a trim threshold of 1 GiB, as this
-once set, still let a bert-base step's temporaries, which free more than that
-at once, go back to the kernel), and puts every thread on one arena, whose
-heap is the one kept. The process keeps its peak heap until it exits, which a
+page-faults all of it back in, and the kernel's time in those faults is time
+the step does not compute (docs/benchmarks.md has the figures and the command).
+`mallopt` turns mmap off (every block comes from the heap), never trims the
+top of the heap (any finite trim threshold lets a step whose temporaries free
+more than that at once hand them back), and puts every thread on one arena,
+whose heap is the one kept. The process keeps its peak heap until it exits, which a
 training run reaches in its first steps anyway. tcmalloc (LD_PRELOAD) caches freed memory
 by itself and is left alone.
 """

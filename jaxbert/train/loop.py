@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
+from jaxbert.data.loader import DataCompatibilityError
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.devices import peak_flops
 from jaxbert.errors import Diverged
@@ -49,6 +50,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
 
     The workdir is locked for the run: a second run on it is refused (WorkdirBusy).
     """
+    workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
     with workdir_lock(workdir, active=jax.process_index() == 0, log=lambda m: tqdm.write(str(m))):
@@ -119,6 +121,8 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
     runner = parallel.make_runner(recipe.parallel)
     if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
         recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)
+    if data_dir is not None:  # every run evaluates at its end: refuse data without held-out rows before a step
+        _check_held_out(recipe, runner, data_dir)
     model = build_model(recipe.model.model_class, cfg, recipe.model.options())
     tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
@@ -133,6 +137,17 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
     return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0)
 
 
+def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
+    """The validation split holds at least one evaluation batch (the loader refuses fewer), named."""
+    rows = parallel.host_batch_size(recipe, runner) // recipe.train.accum_steps
+    try:
+        sources.make_source(recipe, data_dir, rows, split="validation", process_index=jax.process_index(),
+                            process_count=jax.process_count(), fixed_masking=True)
+    except DataCompatibilityError as e:
+        raise DataCompatibilityError(f"evaluation needs held-out rows: {e}; prepare {data_dir} with a larger "
+                                     f"--validation-fraction (or data.validation_fraction)") from None
+
+
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     """(start step, state, rng, train source): the newest readable checkpoint's, or a fresh start
     (warm-started from model.init_from when the recipe names one). The effective recipe is written
@@ -145,9 +160,14 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
                                       rng_abstract)
     restored = ckpt.restore_latest(abstract, recipe.to_dict()) if ckpt.steps() else None
+    source = run.make_source("train")
+    if restored is not None and restored[0] < recipe.train.steps:
+        # The data position is global (sequences consumed by all processes together), the same in
+        # every process's record: any process count, device count or batch size continues from it.
+        # Refused here (another seed, other data) the recipe on disk stays the one the run was saved with.
+        source.restore(restored[2]["loader"][0])
     if run.primary:
         save_effective(recipe, run.workdir)
-    source = run.make_source("train")
     if restored is None:
         state = runner.create_state()
         if recipe.model.init_from:
@@ -161,7 +181,6 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         return start, None, None, source
     state = runner.from_saved(runner.abstract.replace(
         step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
-    source.restore(meta["loader"][jax.process_index()])
     run.log(f"resumed from {ckpt.directory / str(start)}")
     saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl")
     if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:

@@ -35,7 +35,8 @@ class SyntheticMLM:
     steps), then that a masked token is one of the two the sequence shows
     (towards log 2). Example i of the
     stream depends only on (seed, split, i), so P processes reading shards of
-    the global batch see exactly the rows one process would see.
+    the global batch see exactly the rows one process would see, and the
+    position (examples consumed) resumes under any batch size or host count.
 
     Yields int32 input_ids/token_type_ids/attention_mask [B, L], masked_positions/
     masked_labels [B, M], float32 masked_weights [B, M] (+ next_sentence_labels [B]).
@@ -49,21 +50,31 @@ class SyntheticMLM:
         self.split_id = 0 if split == "train" else 1
         self.max_predictions = masked_slots(seq_len, mask_rate, max_predictions)
         self.process_index, self.process_count = process_index, process_count
-        self._batch = 0
+        self.global_batch_size = batch_size * process_count
+        self.position = 0  # examples of the stream consumed, by every process together
 
-    def state(self) -> list[int]:
-        return [self._batch]
+    def state(self) -> dict:
+        return {"position": self.position, "seed": self.seed}
 
     def restore(self, state) -> None:
-        self._batch = int(state[0])
+        """Continue at the example a state records, whatever batch size or host count took it there.
+        A state from before positions ([batches]) is read as batches of this source's global size."""
+        if isinstance(state, (list, tuple)):
+            self.position = int(state[0]) * self.global_batch_size
+            return
+        if int(state.get("seed", self.seed)) != self.seed:
+            raise RecipeError(f"train.seed: {state['seed']} in the checkpoint, {self.seed} now: the synthetic "
+                              f"stream would differ from the run being resumed (--set train.seed={state['seed']} "
+                              "resumes it, a new --workdir starts a new run)")
+        self.position = int(state["position"])
 
     def __iter__(self):
         return self
 
     def __next__(self) -> dict:
-        first = (self._batch * self.process_count + self.process_index) * self.batch_size
+        first = self.position + self.process_index * self.batch_size
         rows = [self._example(first + r) for r in range(self.batch_size)]
-        self._batch += 1
+        self.position += self.global_batch_size
         return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
     def _example(self, index: int) -> dict:
@@ -110,7 +121,8 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
         log(f"data: tokenizing and packing the embedded corpus into rows of {d.seq_len} -> {data_dir}")
         t = time.time()
         prepare.prepare(inputs=None, tokenizer=str(tok_dir), output=str(data_dir), max_length=d.seq_len,
-                        format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction)
+                        format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction,
+                        for_workdir=str(workdir))
         log(f"data: done in {time.time() - t:.1f} s ({_describe(data_dir)})")
     return str(data_dir), str(tok_dir)
 

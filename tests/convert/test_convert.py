@@ -68,7 +68,7 @@ def test_half_precision_checkpoints_keep_their_dtype_and_bits(dtype, tmp_path):
     for scan in (False, True):
         module, params = jaxbert.from_pretrained(tmp_path / "hf", scan_layers=scan)
         assert {x.dtype for x in jax.tree_util.tree_leaves(params)} == {expect}
-        assert module.param_dtype == expect
+        assert module.options.param_dtype == expect
         jaxbert.save_pretrained(tmp_path / f"out{scan}", module, params)
         _assert_same_files(tmp_path / "hf", tmp_path / f"out{scan}")
 
@@ -194,7 +194,7 @@ def test_dtype_argument_casts(tmp_path):
     hf.save_pretrained(tmp_path / "hf")
     module, params = jaxbert.from_pretrained(tmp_path / "hf", dtype="bf16")
     emb = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
-    assert emb.dtype == jnp.bfloat16 and module.param_dtype == jnp.bfloat16
+    assert emb.dtype == jnp.bfloat16 and module.options.param_dtype == jnp.bfloat16
     ref = hf.bert.embeddings.word_embeddings.weight.detach().to(torch.bfloat16).view(torch.int16).numpy()
     assert np.array_equal(np.asarray(emb).view(np.int16), ref)  # same rounding as torch
 

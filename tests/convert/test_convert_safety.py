@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -158,6 +159,24 @@ def test_convert_replaces_only_its_own_output_and_keeps_user_files(mlm_dir, tmp_
     assert main(["convert", str(other), str(dst), "--to", "jaxbert", "--overwrite"]) == 0
     assert "model.safetensors" not in os.listdir(dst) and "jaxbert.json" in os.listdir(dst)
     assert (tmp_path / "notes.txt").read_text() == "a sibling of the destination"
+
+
+def test_convert_overwrite_keeps_what_a_user_added_to_its_output(mlm_dir, tmp_path, capsys):
+    dst = tmp_path / "dst"
+    args = ["convert", str(mlm_dir), str(dst), "--to", "hf"]
+    assert main(args) == 0
+    (dst / "NOTES.md").write_text("what I tried")
+    (dst / "runs" / "a").mkdir(parents=True)
+    (dst / "runs" / "a" / "log.txt").write_text("mine")
+    before = _snapshot(dst)
+    assert main(args + ["--overwrite"]) == 2
+    _one_line_error(capsys, dst, "NOTES.md", "runs", "did not write")
+    assert _snapshot(dst) == before
+    (dst / "NOTES.md").unlink()
+    (dst / "runs" / "a" / "log.txt").unlink()
+    (dst / "runs" / "a").rmdir()
+    (dst / "runs").rmdir()
+    assert main(args + ["--overwrite"]) == 0
 
 
 @pytest.mark.parametrize("inside", [False, True])
@@ -388,3 +407,123 @@ def test_msgpack_with_integer_keys_and_malformed_jaxbert_json(mlm_dir, tmp_path,
     (jx / "jaxbert.json").write_text("{not json")
     assert main(["convert", str(jx), str(tmp_path / "out"), "--to", "hf"]) == 2
     _one_line_error(capsys, jx / "jaxbert.json", "not a readable jaxbert.json")
+
+
+# ---- nothing lost, round two: wrong dtypes and two sources for one weight ----------------
+
+def test_an_integer_weight_is_refused_naming_it_and_its_dtype(mlm_dir, tmp_path, capsys):
+    from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
+    key = "bert.embeddings.LayerNorm.weight"
+    tensors = [(k, v.view(np.int32) if k == key else v) for k, v in iter_safetensors(mlm_dir / "model.safetensors")]
+    src = _copy_hf(mlm_dir, tmp_path / "one_int")
+    write_safetensors(src / "model.safetensors", [(k, v.shape, v.dtype) for k, v in tensors], tensors)
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, src / "model.safetensors", f"{key} is int32")
+    assert not (tmp_path / "out").exists()
+    # An integer tensor that is no weight (a buffer, an unknown key) is fine.
+    tensors = [(k, v) for k, v in iter_safetensors(mlm_dir / "model.safetensors")]
+    tensors += [("bert.embeddings.position_ids", np.arange(12, dtype=np.int64)[None]),
+                ("extra.counter", np.array([3], np.int32))]
+    write_safetensors(src / "model.safetensors", [(k, v.shape, v.dtype) for k, v in tensors], tensors)
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 0
+
+
+def test_two_flax_params_for_one_weight_are_refused_naming_both(mlm_dir, tmp_path, capsys):
+    from flax import serialization
+    _, params = jaxbert.from_pretrained(mlm_dir)
+    params = jax.tree_util.tree_map(np.asarray, params)
+    ln = params["bert"]["embeddings"]["LayerNorm"]
+    ln["weight"] = ln["scale"] + 1  # 'weight' and 'scale' both name bert.embeddings.LayerNorm.weight
+    src = _copy_hf(mlm_dir, tmp_path / "flax")
+    (src / "model.safetensors").unlink()
+    (src / "flax_model.msgpack").write_bytes(serialization.msgpack_serialize(params))
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, "bert/embeddings/LayerNorm/scale and bert/embeddings/LayerNorm/weight",
+                    "bert.embeddings.LayerNorm.weight")
+
+
+def test_one_key_in_two_shards_is_refused(sharded, tmp_path, capsys):
+    from jaxbert.convert.safetensors_io import iter_safetensors, write_safetensors
+    d = _with_index(sharded, tmp_path / "d", lambda wm: wm)
+    first, second = sorted(f for f in os.listdir(d) if f.startswith("model-"))[:2]
+    key, value = next(iter_safetensors(d / first))
+    tensors = list(iter_safetensors(d / second)) + [(key, value + 1)]
+    write_safetensors(d / second, [(k, v.shape, v.dtype) for k, v in tensors], tensors)
+    assert main(["convert", str(d), str(tmp_path / "out"), "--to", "hf"]) == 2
+    _one_line_error(capsys, f"{key} is given twice")
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_a_roberta_config_without_an_integer_pad_token_id_is_refused(tmp_path, capsys, model_type):
+    from tests.helpers.hf_models import tiny_roberta_model
+    src = tmp_path / "rob"
+    tiny_roberta_model("RobertaForMaskedLM", seed=2).save_pretrained(src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(pad_token_id=None, model_type=model_type)  # null: read as 'no padding token'
+    (src / "config.json").write_text(json.dumps(cfg))
+    assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
+    _one_line_error(capsys, src / "config.json", "pad_token_id must be an integer", model_type, "got None")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- the tokenizer travels with a conversion ------------------------------------------
+
+_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz")
+
+
+def _with_tokenizer(folder):
+    """A WordPiece tokenizer saved by transformers (tokenizer.json, vocab.txt and its configs) in folder."""
+    import transformers
+    vocab = folder.parent / f"{folder.name}-vocab.txt"
+    vocab.write_text("".join(w + "\n" for w in _WORDS))
+    transformers.BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
+    (folder / "added_tokens.json").write_text("{}\n")
+    names = sorted(n for n in os.listdir(folder) if n not in ("config.json", "model.safetensors"))
+    assert {"tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"} <= set(names)
+    return {n: (folder / n).read_bytes() for n in names}
+
+
+def test_convert_carries_the_tokenizer_both_ways_and_fill_mask_works_on_the_jaxbert_folder(tmp_path, capsys):
+    import transformers
+    hf = tmp_path / "hf"
+    tiny_hf_model("BertForMaskedLM", seed=4).save_pretrained(hf)
+    files = _with_tokenizer(hf)
+    assert main(["convert", str(hf), str(tmp_path / "jx"), "--to", "jaxbert"]) == 0
+    assert main(["convert", str(tmp_path / "jx"), str(tmp_path / "back"), "--to", "hf"]) == 0
+    for d in ("jx", "back"):
+        assert {n: (tmp_path / d / n).read_bytes() for n in files} == files, d  # byte for byte
+    assert (tmp_path / "jx" / ".jaxbert-output").is_file() and (tmp_path / "back" / ".jaxbert-output").is_file()
+    capsys.readouterr()
+    assert main(["fill-mask", str(tmp_path / "jx"), "a [MASK] c", "--top-k", "2"]) == 0
+    assert capsys.readouterr().out.strip()
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "back")
+    assert tok.convert_ids_to_tokens(tok("a b")["input_ids"]) == ["[CLS]", "a", "b", "[SEP]"]
+    # A lone weights file takes the tokenizer beside it; a replaced output gets the new one only.
+    assert main(["convert", str(hf / "model.safetensors"), str(tmp_path / "jx"), "--to", "jaxbert",
+                 "--overwrite"]) == 0
+    assert {n: (tmp_path / "jx" / n).read_bytes() for n in files} == files
+    bare = _copy_hf(hf, tmp_path / "bare")  # weights and config only
+    assert main(["convert", str(bare), str(tmp_path / "jx"), "--to", "jaxbert", "--overwrite"]) == 0
+    assert not any((tmp_path / "jx" / n).exists() for n in files)
+
+
+def test_convert_of_a_training_workdir_carries_its_run_tokenizer(tmp_path, capsys):
+    import orbax.checkpoint as ocp
+    from jaxbert.workdir import run_config
+    files = _with_tokenizer(tmp_path / "tok")
+    model = {"preset": "bert-tiny", "model_class": "BertForMaskedLM",
+             "config": {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+                        "intermediate_size": 24, "max_position_embeddings": 16}}
+    module = jaxbert.BertForMaskedLM(run_config({"recipe": {"model": model}}, len(_WORDS), "run")[0])
+    ids = np.ones((1, 4), np.int32)
+    params = module.init(jax.random.key(0), ids, ids * 0)["params"]
+    step = tmp_path / "run" / "checkpoints" / "3"
+    with ocp.PyTreeCheckpointer() as ckpt:
+        ckpt.save((step / "state").absolute(), {"params": params, "step": np.int32(3)})
+    (step / "meta").mkdir()
+    (step / "meta" / "metadata").write_text(json.dumps({"recipe": {"model": model,
+                                                                  "data": {"tokenizer": str(tmp_path / "tok")}}}))
+    assert main(["convert", str(tmp_path / "run"), str(tmp_path / "hf"), "--to", "hf"]) == 0
+    assert {n: (tmp_path / "hf" / n).read_bytes() for n in files} == files
+    capsys.readouterr()
+    assert main(["fill-mask", str(tmp_path / "hf"), "a [MASK] c", "--top-k", "2"]) == 0

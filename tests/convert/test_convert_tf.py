@@ -6,7 +6,9 @@ tests run everywhere; the last one re-makes both with TensorFlow where it is
 installed.
 """
 
+import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -18,7 +20,8 @@ import transformers
 import jaxbert
 from jaxbert.cli.main import main as cli_main
 from jaxbert.convert import ConversionError, convert
-from jaxbert.convert.tf_checkpoint import TFCheckpointSource
+from jaxbert.convert.tf_checkpoint import TFCheckpointSource, read_index
+from tests.helpers.tfevents import masked_crc
 from tests.helpers.tf_checkpoints import FIXTURE, WITH_SLOTS, reference_inputs, reference_outputs, tf_variables, \
     write_tf_checkpoint
 
@@ -170,3 +173,156 @@ def test_tensorflow_written_checkpoint_matches_load_tf_weights_in_bert(tmp_path)
     stored = np.load(FIXTURE / "reference.npz")
     # The stored reference is what this TensorFlow and transformers give (up to float32 summation order).
     assert np.allclose(stored["prediction_logits"], ref["prediction_logits"], rtol=0, atol=1e-6)
+
+
+# ---- damaged and hostile checkpoints: one named line, exit 2, nothing allocated for them ----------------
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _field(number: int, value) -> bytes:
+    """One protobuf field: an int as a varint, bytes length-delimited."""
+    if isinstance(value, bytes):
+        return _varint(number << 3 | 2) + _varint(len(value)) + value
+    return _varint(number << 3) + _varint(value)
+
+
+def _entry(e: dict) -> bytes:
+    """A BundleEntryProto (the crc32c as TensorFlow stores it: masked, fixed32)."""
+    shape = b"".join(_field(2, _field(1, d)) for d in e["shape"])
+    out = _field(1, e["dtype"]) + _field(2, shape) + _field(3, e["shard_id"]) + _field(4, e["offset"])
+    out += _field(5, e["size"])
+    if e.get("crc32c") is not None:
+        out += _varint(6 << 3 | 5) + struct.pack("<I", e["crc32c"])
+    return out
+
+
+def _block(rows) -> bytes:
+    body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in rows)
+    return body + struct.pack("<II", 0, 1)  # one restart point, at 0
+
+
+def _write_index(path, header: dict, entries: dict) -> None:
+    """An SSTable as TensorFlow writes a bundle's index: one data block, its index block, the footer."""
+    rows = [(b"", _field(1, header.get("num_shards", 1)))]
+    rows += [(name.encode(), _entry(e)) for name, e in sorted(entries.items())]
+    out = b""
+
+    def add(block):
+        nonlocal out
+        handle = _varint(len(out)) + _varint(len(block))
+        out += block + b"\0" + struct.pack("<I", masked_crc(block + b"\0"))
+        return handle
+
+    data_handle = add(_block(rows))
+    meta_handle = add(_block([]))
+    index_handle = add(_block([(rows[-1][0] + b"\xff", data_handle)]))
+    footer = meta_handle + index_handle
+    path.write_bytes(out + footer + b"\0" * (40 - len(footer)) + struct.pack("<Q", 0xdb4775248b80fb57))
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    """(folder, entries, rewrite) over a copy of the fixture; rewrite(header, entries) writes its index anew."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(FIXTURE, folder)
+    index = folder / "bert_model.ckpt.index"
+    header, entries = read_index(index)
+
+    def rewrite(new_header=None, new_entries=None):
+        _write_index(index, new_header or header, new_entries or entries)
+    return folder, entries, rewrite
+
+
+def _refused(capsys, folder, tmp_path, *needles):
+    assert cli_main(["convert", str(folder), str(tmp_path / "out"), "--to", "hf"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+    assert not (tmp_path / "out").exists()
+    return err
+
+
+def test_the_index_writer_here_writes_what_the_reader_reads(ckpt, tmp_path):
+    folder, entries, rewrite = ckpt
+    rewrite()  # the fixture's entries, written by this test's writer: still converts
+    assert cli_main(["convert", str(folder), str(tmp_path / "out"), "--to", "hf"]) == 0
+
+
+def test_tensor_bytes_that_fail_their_crc32c_are_refused_by_name(ckpt, tmp_path, capsys):
+    folder, entries, _ = ckpt
+    data = folder / "bert_model.ckpt.data-00000-of-00001"
+    e = entries["bert/pooler/dense/kernel"]
+    raw = bytearray(data.read_bytes())
+    raw[e["offset"]:e["offset"] + e["size"]] = bytes(e["size"])  # zeroed: same length, any shape check passes
+    data.write_bytes(bytes(raw))
+    _refused(capsys, folder, tmp_path, "bert/pooler/dense/kernel", "crc32c", data.name)
+
+
+def test_a_flipped_byte_in_the_index_fails_its_block_checksum(ckpt, tmp_path, capsys):
+    folder, _, _ = ckpt
+    index = folder / "bert_model.ckpt.index"
+    raw = bytearray(index.read_bytes())
+    at = raw.index(b"pooler/dense/bias") + 1  # keys are prefix-compressed: "bert/" is shared
+    raw[at] ^= 0x01  # bert/pooler/... now reads bert/pnoler/...: a valid table, a wrong one
+    index.write_bytes(bytes(raw))
+    _refused(capsys, folder, tmp_path, "bert_model.ckpt.index", "crc32c")
+
+
+def test_an_integer_tf_tensor_is_refused_naming_it_and_its_dtype(ckpt, tmp_path, capsys):
+    folder, entries, rewrite = ckpt
+    entries["bert/pooler/dense/kernel"]["dtype"] = 3  # int32 over the same float bytes (crc32c still right)
+    rewrite()
+    _refused(capsys, folder, tmp_path, "bert.pooler.dense.weight is int32")
+
+
+def test_two_tf_names_for_one_weight_are_refused_naming_both(ckpt, tmp_path, capsys):
+    folder, entries, rewrite = ckpt
+    entries["bert/pooler/dense/weight"] = dict(entries["bert/pooler/dense/kernel"])
+    rewrite()
+    _refused(capsys, folder, tmp_path, "bert/pooler/dense/kernel and bert/pooler/dense/weight",
+             "bert.pooler.dense.weight")
+
+
+@pytest.mark.parametrize("case", ["overflow", "negative", "shards", "size", "past_end", "shard_id"])
+def test_hostile_index_entries_are_refused_before_reading(ckpt, tmp_path, capsys, case):
+    folder, entries, rewrite = ckpt
+    e, header = entries["bert/pooler/dense/kernel"], {"num_shards": 1}
+    if case == "overflow":  # the element count wraps to 0 in int64: it "fits" 0 bytes
+        e["shape"], e["size"] = (2**62, 4), 0
+        needles = ("bert/pooler/dense/kernel", f"needs {2**66} bytes, its entry holds 0")
+    elif case == "negative":
+        e["shape"] = (2**64 - 1, 8)
+        needles = ("bert/pooler/dense/kernel", "negative dimension")
+    elif case == "shards":
+        header = {"num_shards": 10**12}
+        needles = ("declares 1000000000000 data shards", "1 data files are present")
+    elif case == "size":  # a shape that does not fit the entry's byte count
+        e["shape"] = (100000, 100000)
+        needles = ("bert/pooler/dense/kernel", "needs 40000000000 bytes, its entry holds 256")
+    elif case == "past_end":  # shape and size agree, the data file is far shorter
+        e["shape"], e["size"] = (100000, 100000), 40000000000
+        needles = ("bert/pooler/dense/kernel runs past the end", "data-00000-of-00001")
+    else:
+        e["shard_id"] = 7
+        needles = ("bert/pooler/dense/kernel is in data shard 7", "shards are 0..0 (bert_model.ckpt.data-00000-of-00001)")
+    rewrite(header, entries)
+    _refused(capsys, folder, tmp_path, *needles)
+
+
+def test_a_huge_declared_shape_in_a_sparse_file_is_compared_with_the_config_before_reading(ckpt, tmp_path, capsys):
+    folder, entries, rewrite = ckpt
+    data = folder / "bert_model.ckpt.data-00000-of-00001"
+    e = entries["bert/pooler/dense/kernel"]
+    e["shape"], e["offset"], e["size"] = (100000, 100000), data.stat().st_size, 40000000000
+    os.truncate(data, e["offset"] + e["size"])  # sparse: 37 GiB long, a few KB on disk
+    rewrite()
+    _refused(capsys, folder, tmp_path, "bert.pooler.dense.weight: checkpoint [100000, 100000]",
+             "BertForPreTraining expects [8, 8]")

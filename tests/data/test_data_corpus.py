@@ -88,6 +88,20 @@ def test_globs_and_folders(tmp_path):
         resolve_inputs([str(tmp_path / "e")])
 
 
+def test_folders_behind_links_are_read_once_and_loops_end(tmp_path):
+    main, sibling = tmp_path / "main", tmp_path / "sibling"
+    (main / "own").mkdir(parents=True)
+    sibling.mkdir()
+    (main / "own" / "a.txt").write_text("one\n\ntwo\n")
+    (sibling / "b.txt").write_text("three\n\nfour\n")
+    (main / "sib").symlink_to(sibling, target_is_directory=True)  # a link to a sibling folder: followed
+    (main / "own" / "up").symlink_to(main, target_is_directory=True)  # a loop: main/own/up/own/up/...
+    (main / "own2").symlink_to(main / "own", target_is_directory=True)  # a folder reached twice: read once
+    found = [p for _, p in resolve_inputs([str(main)])]
+    assert [p.relative_to(main).as_posix() for p in found] == ["own/a.txt", "sib/b.txt"]
+    assert [d for d, _ in Corpus([str(main)])] == ["one", "two", "three", "four"]
+
+
 def test_embedded_default_corpus():
     from pydoc_data.topics import topics
 

@@ -62,7 +62,7 @@ def test_batch_fields(data):
     np.testing.assert_array_equal(_unmasked(batch), rows)
     np.testing.assert_array_equal(batch["attention_mask"], rows != PAD)
     assert not batch["token_type_ids"].any()
-    assert loader.state() == {"step": 1, "epoch": 0, "seed": 0, "global_batch_size": 8}
+    assert loader.state() == {"epoch": 0, "offset": 8, "seed": 0, "examples": loader.num_examples}
 
 
 def test_exact_resume(data):
@@ -72,16 +72,35 @@ def test_exact_resume(data):
     cut = spe - 2
     resumed = MLMLoader(data / "mlm", 8, seed=3, state=ref.state(step=cut))
     restored = MLMLoader(data / "mlm", 8, seed=3)
-    restored.restore({"step": cut})
+    restored.restore({"step": cut, "epoch": 0, "seed": 3, "global_batch_size": 8})  # a state from before positions
     for want in batches[cut:]:
         for got in (next(resumed), next(restored)):
             for k in want:
                 np.testing.assert_array_equal(got[k], want[k])
     np.testing.assert_array_equal(ref.batch_at(4)["input_ids"], batches[4]["input_ids"])
-    with pytest.raises(ValueError, match="seed"):
+    with pytest.raises(DataCompatibilityError, match="train.seed: 3 in the checkpoint, 4 now"):
         MLMLoader(data / "mlm", 8, seed=4, state=ref.state())
-    with pytest.raises(ValueError, match="global_batch_size"):
-        MLMLoader(data / "mlm", 4, seed=3, state=ref.state())
+    with pytest.raises(DataCompatibilityError, match="the prepared data changed"):
+        MLMLoader(data / "mlm", 8, seed=3, state={**ref.state(), "examples": ref.num_examples + 1})
+
+
+@pytest.mark.parametrize("before,after", [(8, 4), (4, 12), (6, 8)])
+def test_resume_with_another_global_batch_continues_the_same_stream(data, before, after):
+    # the sequences (and their masks) of a run that changes its global batch midway, across an
+    # epoch boundary, are those of an uninterrupted run: the position is sequences consumed
+    first = MLMLoader(data / "mlm", before, seed=5)
+    N = first.num_examples
+    rows_before = [next(first) for _ in range(N // before - 3)]
+    second = MLMLoader(data / "mlm", after, seed=5, state=first.state())
+    rows_after = [next(second) for _ in range(6 + N // after)]  # into the second epoch and the third
+    got = {k: np.concatenate([b[k] for b in rows_before + rows_after]) for k in rows_before[0]}
+    straight = MLMLoader(data / "mlm", 1, seed=5)
+    want = [next(straight) for _ in range(len(got["input_ids"]))]
+    for k in got:
+        np.testing.assert_array_equal(got[k], np.concatenate([b[k] for b in want]))
+    index, epochs = straight.stream(0, 2 * N)  # each example once per epoch
+    for e in (0, 1):
+        assert sorted(index[epochs == e]) == list(range(N))
 
 
 @pytest.mark.parametrize("hosts", [2, 3])
@@ -92,21 +111,20 @@ def test_host_sharding_covers_each_epoch_exactly_once(data, hosts):
     N, spe = single.num_examples, single.steps_per_epoch
     assert all(l.steps_per_epoch == spe == N // 12 for l in loaders)
     rows = _rows(data / "mlm")
+    seen = []
+    for step in range(-(-2 * N // 12)):  # two epochs and a bit
+        parts = [l.batch_at(step) for l in loaders]
+        index = [l.example_indices(step) for l in loaders]
+        seen += [i for ix in index for i in ix]
+        whole = single.batch_at(step)  # the hosts' shares make up the single-host batch exactly
+        for k in whole:
+            np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
+        for p, ix in zip(parts, index):
+            np.testing.assert_array_equal(_unmasked(p), rows[ix])
     for epoch in range(2):
-        seen = []
-        for step in range(epoch * spe, (epoch + 1) * spe):
-            parts = [l.batch_at(step) for l in loaders]
-            index = [l.example_indices(step) for l in loaders]
-            seen += [i for ix in index for i in ix]
-            whole = single.batch_at(step)  # the hosts' shares make up the single-host batch exactly
-            for k in whole:
-                np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), whole[k])
-            for p, ix in zip(parts, index):
-                np.testing.assert_array_equal(_unmasked(p), rows[ix])
-        assert len(seen) == len(set(seen)) == N - N % 12
-        assert set(seen) <= set(range(N))
+        assert sorted(seen[epoch * N:(epoch + 1) * N]) == list(range(N))
     # epochs are shuffled differently
-    assert not np.array_equal(single.example_indices(0), single.example_indices(spe))
+    assert not np.array_equal(seen[:N], seen[N:2 * N])
 
 
 def test_dynamic_and_fixed_masking(data):

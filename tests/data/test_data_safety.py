@@ -109,6 +109,37 @@ def test_prepare_never_deletes_a_folder_that_merely_holds_metadata_json(tmp_path
     _one_line_error(capsys, "overlaps the source")
 
 
+def test_prepare_overwrite_replaces_only_what_it_wrote_and_keeps_workdirs_apart(tmp_path, tok, capsys):
+    (tmp_path / "ok.txt").write_text("a b c d\n\ne f g\n" * 20)
+    base = ["data", "prepare", "--input", str(tmp_path / "ok.txt"), "--tokenizer", tok, "--quiet", "--max-length", "8"]
+    ds = tmp_path / "ds"
+    assert main(base + ["--output", str(ds)]) == 0
+    marker = json.loads((ds / ".jaxbert-output").read_text())
+    assert marker["kind"] == "dataset" and "metadata.json" in marker["files"] and "tokenizer.json" in marker["files"]
+    # a training workdir inside the prepared data is refused before anything is written
+    assert main(["train", "--workdir", str(ds / "run"), "--set", "train.steps=1"]) == 2
+    _one_line_error(capsys, ds / "run", ds, "dataset")
+    assert not (ds / "run").exists()
+    # one made there anyway (and a user's notes): --overwrite names them and deletes nothing
+    (ds / "run" / "checkpoints" / "4").mkdir(parents=True)
+    (ds / "run" / "recipe.yaml").write_text("mine")
+    (ds / "NOTES.md").write_text("my notes")
+    assert main(base + ["--output", str(ds), "--overwrite"]) == 2
+    _one_line_error(capsys, ds, "holds the training workdir", ds / "run")
+    (ds / "run").rename(tmp_path / "run")
+    assert main(base + ["--output", str(ds), "--overwrite"]) == 2
+    _one_line_error(capsys, ds, "NOTES.md", "did not write")
+    assert (ds / "NOTES.md").read_text() == "my notes"
+    (ds / "NOTES.md").unlink()
+    assert main(base + ["--output", str(ds), "--overwrite", "--max-length", "6"]) == 0
+    # a data output inside a workdir, or holding one, is refused naming both
+    for out in (tmp_path / "run" / "more-data", tmp_path):
+        assert main(base + ["--output", str(out)]) == 2
+        _one_line_error(capsys, out, tmp_path / "run")
+    assert not (tmp_path / "run" / "more-data").exists()
+    assert (tmp_path / "run" / "recipe.yaml").read_text() == "mine"
+
+
 @pytest.mark.parametrize("recipe,needle", [
     ("- a\n- b\n", "a recipe is a mapping of sections, got a YAML list"),
     ("optim:\n  learning_rate: .nan\n", "optim.learning_rate: expected a finite number"),

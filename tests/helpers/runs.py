@@ -75,6 +75,67 @@ SLOW_TRAIN = textwrap.dedent("""
 """)
 
 
+# Runs `jaxbert train ARGV` and records, in DIR/<pid>.jsonl, the training stream positions each batch read:
+# one JSON list per batch of [global position, example index, epoch] for this process's rows.
+SEEN_TRAIN = textwrap.dedent("""
+    import json, os, sys
+    from jaxbert.train import sources
+    out = sys.argv[1]
+    make = sources.make_source
+    class Seen:
+        def __init__(self, inner):
+            self.inner = inner
+            self.f = open(os.path.join(out, f"{os.getpid()}.jsonl"), "a")
+        def __iter__(self): return self
+        def __next__(self):
+            s = self.inner
+            first = s.position + s.process_index * s.batch_size
+            if hasattr(s, "stream"):  # MLMLoader: the shuffled epochs
+                index, epochs = s.stream(first, s.batch_size)
+            else:  # SyntheticMLM: example i is position i
+                index, epochs = range(first, first + s.batch_size), [0] * s.batch_size
+            self.f.write(json.dumps([[first + r, int(i), int(e)] for r, (i, e) in enumerate(zip(index, epochs))]) + "\\n")
+            self.f.flush()
+            return next(s)
+        def state(self): return self.inner.state()
+        def restore(self, st): self.inner.restore(st)
+    def wrapped(*a, **k):
+        src = make(*a, **k)
+        return Seen(src) if k.get("split", "train") == "train" else src
+    sources.make_source = wrapped
+    from jaxbert.cli.main import main
+    sys.exit(main(["train"] + sys.argv[2:]))
+""")
+
+
+def seen_child(record_dir: Path, argv: list[str], env: dict) -> subprocess.Popen:
+    """`jaxbert train ARGV` in a child that records the stream positions it reads (SEEN_TRAIN)."""
+    Path(record_dir).mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, "-c", SEEN_TRAIN, str(record_dir), *argv], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def seen_positions(record_dir: Path, below: int, above: int = 0) -> dict[int, tuple[int, int]]:
+    """{global position: (example index, epoch)} a SEEN_TRAIN run read in [above, below): the rows of the
+    steps it trained when `below` is its last checkpoint's position (later rows were only prefetched)."""
+    out: dict[int, tuple[int, int]] = {}
+    for f in sorted(Path(record_dir).glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            for pos, index, epoch in json.loads(line):
+                if above <= pos < below:
+                    assert out.setdefault(pos, (index, epoch)) == (index, epoch), pos
+    return out
+
+
+def loader_position(workdir: Path, step: int) -> int:
+    """The global stream position (sequences consumed) a checkpoint records."""
+    meta = json.loads((Path(workdir) / "checkpoints" / str(step) / "meta" / "metadata").read_text())
+    states = meta["loader"]
+    assert all(s == states[0] for s in states), states  # every process records the same position
+    st = states[0]
+    return st["epoch"] * st["examples"] + st["offset"] if "offset" in st else st["position"]
+
+
 def child_result(script: str, *args: str, devices: int = 8, timeout: float = 300) -> dict:
     """Runs `python -c script args` on `devices` CPU devices; the JSON it printed after "RESULT "."""
     r = subprocess.run([sys.executable, "-c", script, *args], env=child_env(devices=devices),

@@ -135,14 +135,18 @@ def _tree_bytes(folder):
 
 @pytest.mark.parametrize("override,field", [("model.config.hidden_size=64", "model.config.hidden_size: 32"),
                                             ("model.config.num_hidden_layers=2", "model.config.num_hidden_layers: 1"),
-                                            ("optim.mu_dtype=bfloat16", "optim.mu_dtype: None")])
+                                            ("optim.mu_dtype=bfloat16", "optim.mu_dtype: None"),
+                                            # another optimizer: the arrays' shapes fit, their key paths do not
+                                            ("optim.clip_norm=null", "optim.clip_norm: 1.0"),
+                                            ("optim.name=lamb", "optim.name: 'adamw'")])
 def test_resume_with_a_changed_recipe_is_refused_and_keeps_every_checkpoint(setup, tmp_path, override, field):
     wd = tmp_path / "changed"
     shutil.copytree(setup["reference"], wd)
     before, recipe = _tree_bytes(wd / "checkpoints"), (wd / "recipe.yaml").read_text()
     r = run_train(_args(setup, wd) + ["--set", override, "--set", "train.steps=16"], setup["env"])
     assert r.returncode == 2, r.stdout
-    assert "Traceback" not in r.stdout and f"{field} in the checkpoint" in r.stdout
+    assert "Traceback" not in r.stdout and f"{field} in the checkpoint" in r.stdout, r.stdout
+    assert "corrupt" not in r.stdout
     assert "train.steps: 12 in the checkpoint, 16 now" in r.stdout  # every differing field is named
     assert _tree_bytes(wd / "checkpoints") == before and not (wd / "checkpoints.corrupt").exists()
     assert (wd / "recipe.yaml").read_text() == recipe
@@ -233,3 +237,33 @@ def test_a_full_disk_during_training_is_one_line_exit_2(setup, tmp_path):
     assert len(ours) == 1 and ours[0].startswith(f"jaxbert train: error: {wd / 'checkpoints'}: cannot write a checkpoint")
     assert "File Too Large" in ours[0].title() and "/jaxbert/" not in "".join(
         line for line in r.stdout.splitlines() if line.lstrip().startswith("File "))
+
+
+def test_reading_a_checkpoint_that_a_running_job_deletes_reads_the_newer_one(setup, tmp_path, monkeypatch):
+    # A run with checkpoint.keep=1 saves 12 and deletes 8 and 4 between our listing and our read:
+    # the reader lists again and returns step 12 instead of "no readable checkpoint".
+    from jaxbert import workdir as workdir_lib
+    wd = tmp_path / "running"
+    shutil.copytree(setup["reference"], wd)
+    newer = tmp_path / "12"
+    (wd / "checkpoints" / "12").rename(newer)
+    listed = workdir_lib._steps
+    calls = []
+
+    def steps_then_the_run_moves_on(root):
+        found = listed(root)
+        if not calls:  # the run saves 12 and deletes the older steps right after our first listing
+            newer.rename(wd / "checkpoints" / "12")
+            for s in (4, 8):
+                shutil.rmtree(wd / "checkpoints" / str(s))
+        calls.append(found)
+        return found
+
+    monkeypatch.setattr(workdir_lib, "_steps", steps_then_the_run_moves_on)
+    said = []
+    params, meta = workdir_lib.read_params(wd, log=said.append)
+    assert calls[0] == [8, 4] and meta["step"] == 12 and not said
+    final = final_params(setup["reference"])
+    from flax import traverse_util
+    got = traverse_util.flatten_dict(params, sep="/")
+    assert all(np.array_equal(got[k], final[k]) for k in final)
