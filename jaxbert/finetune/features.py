@@ -63,12 +63,22 @@ def bucket_for(length: int, buckets: Sequence[int]) -> int:
     return buckets[-1]
 
 
+# Spellings of each role, BERT's first: RoBERTa / XLM-R tokenizers have <s>, </s>, <pad> instead.
+SPECIAL_SPELLINGS = {"pad": ("[PAD]", "<pad>"), "cls": ("[CLS]", "<s>"), "sep": ("[SEP]", "</s>")}
+
+
 def special_id(tok: Tokenizer, role: str) -> int:
-    """The id of a special token by role (pad, cls, sep), in BERT's spelling."""
-    i = tok.token_to_id(DEFAULT_SPECIAL_TOKENS[role])
-    if i is None:
-        raise TokenizerError(f"tokenizer lacks the {role} token {DEFAULT_SPECIAL_TOKENS[role]!r}")
-    return int(i)
+    """The id of a special token by role (pad, cls, sep): the padding token the tokenizer itself
+    pads with when it has one (pad), else the first of BERT's or RoBERTa's spellings it knows."""
+    padding = tok.padding if role == "pad" else None
+    if padding and padding.get("pad_token") and tok.token_to_id(padding["pad_token"]) is not None:
+        return int(tok.token_to_id(padding["pad_token"]))
+    spellings = SPECIAL_SPELLINGS.get(role, (DEFAULT_SPECIAL_TOKENS[role],))
+    for token in spellings:
+        i = tok.token_to_id(token)
+        if i is not None:
+            return int(i)
+    raise TokenizerError(f"tokenizer lacks the {role} token (none of {', '.join(map(repr, spellings))})")
 
 
 def encode(tok: Tokenizer, inputs: list, max_length: int, pretokenized: bool = False):

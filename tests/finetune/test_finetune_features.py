@@ -167,3 +167,18 @@ def test_qa_window_errors(real_tok):
     assert f.n_truncated == 1
     with pytest.raises(TaskDataError, match="do not match"):
         postprocess_qa(np.zeros((1, 64)), np.zeros((1, 64)), windows)
+
+
+def test_a_roberta_tokenizer_featurizes_with_its_own_special_tokens():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "<mask>", "the", "cat", "sat", "dog"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    examples = [TextExample("0", "the cat sat", None, 1), TextExample("1", "the dog", "sat", 0)]
+    features = make_features("classification", examples, tok, 16)[0]
+    ids = features.arrays["input_ids"]
+    assert ids[0, :5].tolist() == [0, 5, 6, 7, 2] and (ids[0, 5:] == 1).all()  # <pad> is id 1
+    assert features.pad_values["input_ids"] == 1
+    qa = qa_features([QAExample("q1", "the cat", "the cat sat", (("cat", 4),))], tok, 16, 4, 4)[0]
+    assert qa.arrays["input_ids"][0, 0] == 0 and 2 in qa.arrays["input_ids"][0].tolist()
