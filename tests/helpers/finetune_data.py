@@ -134,3 +134,82 @@ def write_kind(root: Path, kind: str, n_train: int = 256, n_eval: int = 64) -> t
     make = {"classification": classification_rows, "regression": regression_rows, "tokens": token_rows,
             "choice": choice_rows}[kind]
     return write_jsonl(root / "train.jsonl", make(n_train, 1)), write_jsonl(root / "dev.jsonl", make(n_eval, 2))
+
+
+# --- a GLUE_DIR of made data ----------------------------------------------------------------
+
+_MNLI_TRAIN = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
+               "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "label1", "gold_label"]
+_MNLI_DEV = _MNLI_TRAIN[:11] + ["label2", "label3", "label4", "label5", "gold_label"]
+_STS = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"]
+
+
+def _tsv(path: Path, header, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ([("\t".join(header))] if header else []) + ["\t".join(map(str, r)) for r in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _pair(rng, label_index: int, n_labels: int):
+    """Two made sentences; the second carries SPECIAL[label] so the label is learnable."""
+    a, b = _sentence(rng, 5), _sentence(rng, 4)
+    b.insert(rng.randrange(len(b) + 1), SPECIAL[label_index % len(SPECIAL)])
+    return " ".join(a), " ".join(b)
+
+
+def write_glue_dir(root: Path, n_train: int = 32, n_dev: int = 16, skip: tuple[str, ...] = ()) -> Path:
+    """GLUE_DIR/<Folder>/train.tsv, dev.tsv (MNLI: dev_matched / dev_mismatched) for the eight tasks,
+    with GLUE's file names, headers and columns (CoLA headerless); labels follow a planted word."""
+    rng = random.Random(0)
+
+    def rows(split_n, make):
+        return [make(i) for i in range(split_n)]
+
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        if "CoLA" not in skip:
+            def cola(i):
+                y = i % 2
+                return ["gj04", y, "" if y else "*", _pair(rng, y, 2)[1]]
+            _tsv(root / "CoLA" / f"{split}.tsv", None, rows(n, cola))
+        if "SST-2" not in skip:
+            def sst(i):
+                return [_pair(rng, i % 2, 2)[1], i % 2]
+            _tsv(root / "SST-2" / f"{split}.tsv", ["sentence", "label"], rows(n, sst))
+        if "MRPC" not in skip:
+            def mrpc(i):
+                a, b = _pair(rng, i % 2, 2)
+                return [i % 2, 1000 + i, 2000 + i, a, b]
+            _tsv(root / "MRPC" / f"{split}.tsv", ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                 rows(n, mrpc))
+        if "QQP" not in skip:
+            def qqp(i):
+                a, b = _pair(rng, i % 2, 2)
+                return [i, 2 * i, 2 * i + 1, a, b, i % 2]
+            _tsv(root / "QQP" / f"{split}.tsv", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                 rows(n, qqp))
+        if "STS-B" not in skip:
+            def sts(i):
+                a, b = _pair(rng, i % 4, 4)
+                return [i, "main-captions", "MSRvid", "2012test", i, "none", "none", a, b, f"{(i % 4) * 1.5:.3f}"]
+            _tsv(root / "STS-B" / f"{split}.tsv", _STS, rows(n, sts))
+        if "MNLI" not in skip:
+            names = ("contradiction", "entailment", "neutral")
+
+            def mnli(i, dev):
+                a, b = _pair(rng, i % 3, 3)
+                y = names[i % 3]
+                head = [i, i, f"{i}n", "fiction", "( x )", "( y )", "(ROOT x)", "(ROOT y)", a, b, y]
+                return head + ([y] * 4 if dev else []) + [y]
+            if split == "train":
+                _tsv(root / "MNLI" / "train.tsv", _MNLI_TRAIN, rows(n, lambda i: mnli(i, False)))
+            else:
+                for name in ("dev_matched", "dev_mismatched"):
+                    _tsv(root / "MNLI" / f"{name}.tsv", _MNLI_DEV, rows(n, lambda i: mnli(i, True)))
+        for folder, first, second in (("QNLI", "question", "sentence"), ("RTE", "sentence1", "sentence2")):
+            if folder in skip:
+                continue
+            def nli(i):
+                a, b = _pair(rng, i % 2, 2)
+                return [i, a, b, ("entailment", "not_entailment")[i % 2]]
+            _tsv(root / folder / f"{split}.tsv", ["index", first, second, "label"], rows(n, nli))
+    return root
