@@ -148,12 +148,7 @@ def _run(prep: Prepared, workdir: Path, stop_at, log, primary) -> dict:
     per_epoch = n_batches(len(prep.train), batch)
     total = r.train.steps or max(1, math.ceil(r.train.epochs * per_epoch))
     loaded = prep.loaded
-    model = build_model(loaded.class_name, loaded.config, r.model.options())
-    tx, schedule = make_optimizer(r.optim_for(total), total)
-    init_rng = jax.random.split(jax.random.PRNGKey(r.train.seed))[0]
-    ids, types = dummy_inputs(loaded.class_name, 1, 8)
-    runner.prepare(model, lambda: model.init_boxed(init_rng, ids, types)["params"], tx, schedule,
-                   r.train.norm_metrics)
+    model = prepare_runner(r, runner, loaded.class_name, loaded.config, total)
     log(f"{r.name}: {loaded.class_name} {loaded.config.num_hidden_layers}x{loaded.config.hidden_size}; "
         f"{runner.describe()}; batch {batch}, {per_epoch} steps per epoch, {total} steps, warmup "
         f"{r.optim_for(total).warmup_steps}; workdir {workdir}")
@@ -171,6 +166,19 @@ def _run(prep: Prepared, workdir: Path, stop_at, log, primary) -> dict:
         return _summary(run, "already finished", start, history)
     state, step, status, history = _train(run, ckpt, state, rng, start, history, stop_at)
     return _finish(run, step, status, history)
+
+
+def prepare_runner(recipe: FinetuneRecipe, runner, class_name: str, config, total: int):
+    """The task model, with `runner` prepared for it: the recipe's optimizer and schedule over
+    `total` steps, params initialised from the recipe's seed. `finetune` trains with this, and
+    `jaxbert bench`'s finetune work times the same."""
+    model = build_model(class_name, config, recipe.model.options())
+    tx, schedule = make_optimizer(recipe.optim_for(total), total)
+    init_rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[0]
+    ids, types = dummy_inputs(class_name, 1, 8)
+    runner.prepare(model, lambda: model.init_boxed(init_rng, ids, types)["params"], tx, schedule,
+                   recipe.train.norm_metrics)
+    return model
 
 
 def _task_record(run: _Run) -> dict:
