@@ -39,7 +39,7 @@ GLUE_MAIN = {
 }
 # Task kind -> (metrics, main metric) for data that is not a GLUE preset.
 KIND_METRICS = {
-    "classification": (("accuracy",), "accuracy"),
+    "classification": (("accuracy", "macro_f1"), "accuracy"),
     "regression": (("pearson", "spearman"), "pearson"),
     "tokens": (("entity",), "entity_f1"),
     "qa": (("squad",), "f1"),
@@ -70,6 +70,13 @@ def f1_binary(predictions, references, positive=1) -> float:
     fp = int(np.sum((p == positive) & (r != positive)))
     fn = int(np.sum((p != positive) & (r == positive)))
     return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def macro_f1(predictions, references) -> float:
+    """Unweighted mean over classes of each class's F1 (one class against the rest), over the
+    classes found in the references or the predictions, as scikit-learn's average="macro"."""
+    p, r = _pair(predictions, references, "macro_f1")
+    return float(np.mean([f1_binary(p, r, positive=c) for c in np.unique(np.concatenate([r, p]))]))
 
 
 def matthews_corrcoef(predictions, references) -> float:
@@ -223,7 +230,7 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Iterab
     return out
 
 
-_SCALAR: dict[str, Callable] = {"accuracy": accuracy, "f1": f1_binary, "mcc": matthews_corrcoef,
+_SCALAR: dict[str, Callable] = {"accuracy": accuracy, "f1": f1_binary, "macro_f1": macro_f1, "mcc": matthews_corrcoef,
                                 "pearson": pearson, "spearman": spearman}
 METRIC_NAMES = tuple(_SCALAR) + ("entity", "squad", "squad_v2")
 
@@ -231,7 +238,7 @@ METRIC_NAMES = tuple(_SCALAR) + ("entity", "squad", "squad_v2")
 def compute(names: Iterable[str], predictions, references) -> dict:
     """Evaluate each named metric on the same predictions and references; one flat dict.
 
-    Scalar metrics (accuracy, f1, mcc, pearson, spearman) add their own name; "entity" adds
+    Scalar metrics (accuracy, f1, macro_f1, mcc, pearson, spearman) add their own name; "entity" adds
     entity_precision / entity_recall / entity_f1; "squad" / "squad_v2" add exact, f1, total
     (and the HasAns / NoAns splits).
     """

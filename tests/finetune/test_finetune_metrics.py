@@ -266,3 +266,10 @@ def test_squad_v2_matches_official_with_unanswerable_questions():
 def test_squad_v1_refuses_a_question_without_gold_answers():
     with pytest.raises(M.MetricError, match="question 'x' has no gold answer"):
         M.squad_scores({"x": ""}, {"x": []})
+
+
+def test_macro_f1_is_the_mean_of_per_class_f1():
+    from jaxbert.finetune.metrics import f1_binary, macro_f1
+    p, r = [0, 1, 2, 2, 1, 0], [0, 1, 1, 2, 2, 2]
+    assert macro_f1(p, r) == pytest.approx(sum(f1_binary(p, r, positive=c) for c in (0, 1, 2)) / 3)
+    assert macro_f1([1, 1], [1, 1]) == 1.0
