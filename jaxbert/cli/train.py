@@ -51,6 +51,11 @@ def run(args) -> int:
     if summary["status"] == "finished":
         ev = summary["eval"]
         print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
+        if recipe.outputs.downstream:
+            from jaxbert.finetune.downstream import run_downstream  # finetune sits above train
+            summary["downstream"] = run_downstream(recipe.outputs.downstream, workdir, summary["step"])
+            for r in summary["downstream"]:
+                print(f"downstream {r['task']}: {r['eval']} {r['metric']} {r['score']:.4f} ({r['workdir']})")
     return 0
 
 

@@ -165,6 +165,11 @@ class OutputsSection:
     export: bool = False  # a Hugging Face directory in WORKDIR/hf, tokenizer beside it
     # sentences with [MASK] to complete; {text: ..., answer: word} also prints the right word's rank
     fill_mask: list = dataclasses.field(default_factory=list)
+    # fine-tuning tasks run on the final checkpoint by `jaxbert train` (jaxbert.finetune.downstream):
+    # {task: classification|regression|tokens|qa|choice, train: FILE, eval: FILE} or {task: glue/NAME,
+    # data: GLUE_DIR}; optional config (a fine-tuning recipe), set ([key=value]), tokenizer, text_columns,
+    # label_column, labels. Scores join the run's summary and metrics.jsonl.
+    downstream: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -351,6 +356,31 @@ def _validate(r: Recipe) -> None:
                                        and isinstance(item.get("answer", ""), str))
         if not ok:
             raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
+    _check_downstream(r.outputs.downstream)
+
+
+DOWNSTREAM_KEYS = ("task", "train", "eval", "data", "config", "set", "tokenizer", "text_columns", "label_column",
+                   "labels")
+
+
+def _check_downstream(items: list) -> None:
+    """outputs.downstream: each item a mapping of known keys naming its task and files (read at the end)."""
+    for k, item in enumerate(items):
+        where = f"outputs.downstream[{k}]"
+        if not isinstance(item, dict):
+            raise RecipeError(f"{where}: {item!r} is not a mapping like {{task: glue/sst2, data: GLUE_DIR}}")
+        unknown = sorted(set(item) - set(DOWNSTREAM_KEYS))
+        if unknown:
+            raise RecipeError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(DOWNSTREAM_KEYS)}")
+        task = item.get("task")
+        if not isinstance(task, str) or not task:
+            raise RecipeError(f"{where}: task is required (classification, regression, tokens, qa, choice or glue/NAME)")
+        need = ("data",) if task.lower().startswith("glue/") else ("train", "eval")
+        for key in need:
+            if not isinstance(item.get(key), str):
+                raise RecipeError(f"{where}: task {task} needs {key}: a path")
+        if not isinstance(item.get("set", []), list) or not all(isinstance(v, str) for v in item.get("set", [])):
+            raise RecipeError(f"{where}: set is a list of key=value strings")
 
 
 def from_dict(data: dict) -> Recipe:
