@@ -131,7 +131,7 @@ def run_demo(contenders: Sequence[Contender], recipe: FinetuneRecipe, train_rows
                           labels=KINDS)
         results = []
         for c in contenders:
-            where = root / c.name
+            where = root / (re.sub(r"[^A-Za-z0-9.]+", "-", c.name).strip("-") or "model")
             if where.exists() and workdir is not None:
                 raise InputError(f"{where} exists; the demo trains from scratch: pass a new --workdir")
             t0 = time.perf_counter()
