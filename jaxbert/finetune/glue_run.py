@@ -147,7 +147,7 @@ def glue_table(report: dict) -> str:
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows]
     p = report["protocol"]
     lines.append(f"protocol: {p['recipe']}, lr {p['learning_rate']:g}, "
-                 + (f"{p['steps']} steps" if p["steps"] else f"{p['epochs']:g} epochs")
+                 + (f"steps {p['steps']}" if p["steps"] else f"epochs {p['epochs']:g}")
                  + f", batch {p['batch']}, max length {p['max_length']}, {p['score']}")
     lines.append(f"average: {report['average_rule']}")
     return "\n".join(lines)
