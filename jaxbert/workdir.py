@@ -14,6 +14,7 @@ BertConfig and model class beside its recipe.
       tokenizer/, data/      the tokenizer and prepared data, when the run built them here
       metrics.jsonl, tensorboard/
       hf/, curves.png, fill_mask.txt   outputs of a finished run
+      best/, eval.json       fine-tuning: the best evaluation's model (Hugging Face) and every score
 """
 
 from __future__ import annotations
@@ -47,12 +48,16 @@ TENSORBOARD = "tensorboard"
 EXPORT = "hf"
 CURVES = "curves.png"
 FILL_MASK = "fill_mask.txt"
+BEST = "best"  # fine-tuning: the best evaluation's model, a Hugging Face directory
+EVAL = "eval.json"  # fine-tuning: every evaluation and the best score
 OUTPUTS = {CURVES: "loss and accuracy curves",
            EXPORT: f"Hugging Face model + tokenizer (transformers with PyTorch: {install_hint('torch')})",
            FILL_MASK: "fill-mask showcase, with the rank of the right word",
            METRICS: "every logged metric, one JSON per line",
            TENSORBOARD: "TensorBoard event files (pip install tensorboard; tensorboard --logdir {path})",
            RECIPE: "the recipe as run",
+           BEST: "fine-tuning: the best checkpoint by the task's main metric, a Hugging Face directory",
+           EVAL: "fine-tuning: every evaluation's metrics and the best score",
            TOKENIZER: "the tokenizer trained for this run",
            DATA: "the prepared data built for this run",
            CHECKPOINTS: "Orbax checkpoints; the run resumes from the newest"}

@@ -19,6 +19,11 @@ from jaxbert.data.masking import masked_slots
 from jaxbert.model.config import BertConfig
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.model.options import ModelOptions
+from jaxbert.finetune.loop import prepare_runner
+from jaxbert.finetune.model import task_config
+from jaxbert.finetune.recipe import load as load_finetune_recipe
+from jaxbert.finetune.step import make_train_step
+from jaxbert.train import parallel
 from jaxbert.train.step import TrainState, train_step
 
 MASK_RATE = 0.15
@@ -161,4 +166,68 @@ def torch_train(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = Fals
         opt.zero_grad(set_to_none=True)
         run(**data).loss.backward()
         opt.step()
+    return step
+
+
+# ---- fine-tuning: sequence classification ---------------------------------------------------
+
+FINETUNE_LABELS = ("0", "1")
+
+
+def _classification_batch(cfg: BertConfig, batch: int, seq_len: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return dict(input_ids=rng.integers(5, cfg.vocab_size, (batch, seq_len)).astype(np.int32),
+                token_type_ids=np.zeros((batch, seq_len), np.int32),
+                attention_mask=np.ones((batch, seq_len), np.int32),
+                labels=rng.integers(0, len(FINETUNE_LABELS), batch).astype(np.int32),
+                valid=np.ones(batch, np.float32))
+
+
+def jax_finetune(cfg: BertConfig, batch: int, seq_len: int, **options):
+    """`jaxbert finetune`'s own train step for sequence classification, built as the verb builds it
+    (the finetune-glue recipe: AdamW, weight decay 0.01, global-norm clipping at 1.0, linear
+    schedule; loop.prepare_runner, the runner's compiled step, metrics fetched each step).
+    Returns (run_one_step, compiles): compiles() is how many shapes the step has compiled."""
+    recipe = load_finetune_recipe("finetune-glue", [f"train.per_device_batch_size={batch}",
+                                    f"model.dtype={np.dtype(options.get('dtype', jnp.float32)).name}",
+                                    f"model.attention_impl={options.get('attention_impl', 'einsum')}"])
+    config = task_config(cfg, "classification", FINETUNE_LABELS)
+    runner = parallel.make_runner(recipe.parallel)
+    prepare_runner(recipe, runner, "BertForSequenceClassification", config, total=10_000)
+    state = {"s": runner.create_state()}
+    train_fn = runner.compile_train(make_train_step("classification"))
+    data = runner.shard_batch({k: v[None] for k, v in _classification_batch(cfg, batch, seq_len).items()})
+    rng = jax.random.PRNGKey(1)  # the loop's key kind
+
+    def run():
+        state["s"], metrics = train_fn(state["s"], data, rng)
+        runner.metrics_to_host(metrics)  # the loop reads the step's metrics every step
+    return run, lambda: train_fn._cache_size()
+
+
+def torch_finetune(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False):
+    """transformers' BertForSequenceClassification with labels, torch.optim.AdamW (lr 2e-5, weight
+    decay 0.01, eps 1e-6) and clip_grad_norm_(1.0): the same batch and update as jaxbert's."""
+    torch = require("torch", "torch", "a PyTorch contender")
+    transformers = require("transformers", "torch", "a PyTorch contender")
+    hf_cfg = transformers.BertConfig(**{**no_dropout(cfg).to_dict(), "num_labels": len(FINETUNE_LABELS)})
+    hf_cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(hf_cfg)
+    run = torch.compile(model) if compile_ else model
+    model.train()
+    b = _classification_batch(cfg, batch, seq_len)
+    data = {k: torch.from_numpy(b[k]).long() for k in ("input_ids", "token_type_ids", "attention_mask", "labels")}
+    decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+    rest = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                            lr=2e-5, eps=1e-6)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = run(**data).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss.item()
     return step

@@ -107,7 +107,9 @@ class Bench:
         for name, out in self._contest(work, ["jaxbert"] + self.torch_contenders).items():
             # jaxbert trains the MLM head on the M gathered positions only; transformers on all T.
             f = contenders.masked_count(T) / T if (name == "jaxbert" and kind == "train") else 1.0
-            per_token = train_flops_per_token if kind == "train" else forward_flops_per_token
+            if kind == "finetune":  # no MLM head: the classifier's H x K is negligible
+                f = 0.0
+            per_token = forward_flops_per_token if kind == "infer" else train_flops_per_token
             flops = per_token(cfg, T, f) * B * T
             gflops = flops / statistics.median(out["seconds"]) / 1e9
             extra = {"gflop_per_step": round(flops / 1e9, 1), "gflop_s": round(gflops, 1)}
@@ -148,6 +150,9 @@ class Bench:
         for model, B, T in train_shapes(self.quick):
             if self.wanted(f"train/{model}/{B}x{T}"):
                 self.model_work("train", model, B, T)
+        for model, B, T in FINETUNE_SHAPES:
+            if self.wanted(f"finetune/{model}/{B}x{T}"):
+                self.model_work("finetune", model, B, T)
         for model in COMPILE_MODELS:
             if self.wanted(f"compile/{model}"):
                 self.compile_work(model)
@@ -156,6 +161,8 @@ class Bench:
 
 
 COMPILE_MODELS = ("bert-base", "bert-large")
+# Sequence classification fine-tuning at GLUE's batch and length (finetune-glue: 32 x 128).
+FINETUNE_SHAPES = (("bert-base", 32, 128),)
 
 
 def infer_shapes(quick: bool) -> list[tuple[int, int]]:
@@ -170,6 +177,7 @@ def work_names(quick: bool) -> list[str]:
     """Every work Bench.run times (with --quick: fewer)."""
     return (["roofline"] + [f"infer/bert-base/{B}x{T}" for B, T in infer_shapes(quick)]
             + [f"train/{m}/{B}x{T}" for m, B, T in train_shapes(quick)]
+            + [f"finetune/{m}/{B}x{T}" for m, B, T in FINETUNE_SHAPES]
             + [f"compile/{m}/{layout}" for m in COMPILE_MODELS for layout in ("scan", "unscanned")]
             + ["convert/bert-base"])
 

@@ -46,6 +46,12 @@ def build(work: str, contender: str, options: dict):
     model, shape = rest
     B, T = (int(v) for v in shape.split("x"))
     cfg = _config(model)
+    if kind == "finetune":
+        if contender == "jaxbert":
+            fn, compiles = contenders.jax_finetune(cfg, B, T, **_jax_options(options))
+            # one shape, one compile: a second would mean a recompile after warm-up
+            return fn, lambda: {"compiles": compiles()}
+        return contenders.torch_finetune(cfg, B, T, compile_=contender == "torch-compile"), no_extra
     if contender == "jaxbert":
         builder = {"infer": contenders.jax_forward, "train": contenders.jax_train}[kind]
         fn = builder(cfg, B, T, **_jax_options(options))

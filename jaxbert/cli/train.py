@@ -8,6 +8,7 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 
 from __future__ import annotations
 
+from jaxbert.finetune.downstream import run_downstream
 from jaxbert.train import outputs
 from jaxbert.train.allocator import keep_freed_memory
 from jaxbert.train.loop import train_and_evaluate
@@ -51,6 +52,10 @@ def run(args) -> int:
     if summary["status"] == "finished":
         ev = summary["eval"]
         print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
+        if recipe.outputs.downstream:
+            summary["downstream"] = run_downstream(recipe.outputs.downstream, workdir, summary["step"])
+            for r in summary["downstream"]:
+                print(f"downstream {r['task']}: {r['eval']} {r['metric']} {r['score']:.4f} ({r['workdir']})")
     return 0
 
 

@@ -207,7 +207,7 @@ def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):
     flops = train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T)
     peak = peak_flops(jax.devices()[0].device_kind)
     writer = MetricsWriter(run.workdir, active=run.primary)
-    stop = _SigtermFlag()
+    stop = SigtermFlag()
     window, last_eval, status, step = MetricWindow(), {}, "finished", start
     eval_batches = tr.eval_batches or getattr(run.make_source("validation"), "steps_per_epoch", 1)
     progress = Progress(recipe.name, total, start, tr.eval_every, eval_batches, log, active=run.primary)
@@ -309,7 +309,7 @@ def _device_batches(source, runner, accum: int):
         yield cur
 
 
-class _SigtermFlag:
+class SigtermFlag:
     """SIGTERM (preemption) sets a flag the loop polls; multi-host runs agree at log steps."""
 
     def __init__(self):

@@ -172,14 +172,16 @@ class MeshRunner:
                 return fn(*args, **kwargs)
         return traced
 
-    def compile_train(self):
+    def compile_train(self, step_fn=train_step):
+        """step_fn(state, batch [A, B, ...], rng) -> (state, metrics): the MLM step unless another is given."""
         batch_sharding = NamedSharding(self.mesh, P(None, "data"))
-        return jax.jit(self._rows_per_device(train_step),
+        return jax.jit(self._rows_per_device(step_fn),
                        in_shardings=(self.state_sharding, batch_sharding, self.replicated),
                        out_shardings=(self.state_sharding, self.replicated), donate_argnums=0)
 
-    def compile_eval(self, apply_fn):
-        fn = self._rows_per_device(functools.partial(eval_step, apply_fn=apply_fn))
+    def compile_eval(self, apply_fn, step_fn=eval_step):
+        """step_fn(params, batch [B, ...], apply_fn) -> replicated outputs: the MLM sums unless another is given."""
+        fn = self._rows_per_device(functools.partial(step_fn, apply_fn=apply_fn))
         return jax.jit(fn, in_shardings=(self.state_sharding.params, NamedSharding(self.mesh, P("data"))),
                        out_shardings=self.replicated)
 
@@ -243,13 +245,13 @@ class PmapRunner:
     def place_params(self, params):
         return jax_utils.replicate(jax.device_put(params, self._one), self.local_devices)
 
-    def compile_train(self):
-        step = functools.partial(train_step, axis_name="batch")
+    def compile_train(self, step_fn=train_step):
+        step = functools.partial(step_fn, axis_name="batch")
         return jax.pmap(step, axis_name="batch", in_axes=(0, 0, None), donate_argnums=0,
                         devices=self.local_devices)
 
-    def compile_eval(self, apply_fn):
-        fn = functools.partial(eval_step, apply_fn=apply_fn, axis_name="batch")
+    def compile_eval(self, apply_fn, step_fn=eval_step):
+        fn = functools.partial(step_fn, apply_fn=apply_fn, axis_name="batch")
         return jax.pmap(fn, axis_name="batch", devices=self.local_devices)
 
     def shard_batch(self, host_batch: dict, eval: bool = False) -> dict:

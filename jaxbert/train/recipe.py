@@ -37,20 +37,20 @@ class RecipeError(InputError):
 
 
 # ---- the recipes shipped with jaxbert (packaged as jaxbert.configs/train), by name ----
-def recipe_path(name_or_path: str) -> Path:
-    """A file path, or the name of a recipe shipped in configs/train/."""
+def recipe_path(name_or_path: str, folder: str = "train") -> Path:
+    """A file path, or the name of a recipe shipped in configs/<folder>/ (train, finetune)."""
     if fs.is_url(name_or_path):
         return fs.as_path(name_or_path)
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or os.sep in str(name_or_path):
         return path
-    return Path(str(resources.files("jaxbert.configs").joinpath("train", f"{name_or_path}.yaml")))
+    return Path(str(resources.files("jaxbert.configs").joinpath(folder, f"{name_or_path}.yaml")))
 
 
-def recipe_names() -> dict[str, str]:
-    """Name -> first comment line of every recipe shipped with jaxbert."""
+def recipe_names(folder: str = "train") -> dict[str, str]:
+    """Name -> first comment line of every recipe shipped with jaxbert in configs/<folder>/."""
     names = {}
-    for entry in sorted(resources.files("jaxbert.configs").joinpath("train").iterdir(), key=lambda e: e.name):
+    for entry in sorted(resources.files("jaxbert.configs").joinpath(folder).iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".yaml"):
             header = []
             for line in entry.read_text().splitlines():
@@ -165,6 +165,11 @@ class OutputsSection:
     export: bool = False  # a Hugging Face directory in WORKDIR/hf, tokenizer beside it
     # sentences with [MASK] to complete; {text: ..., answer: word} also prints the right word's rank
     fill_mask: list = dataclasses.field(default_factory=list)
+    # fine-tuning tasks run on the final checkpoint by `jaxbert train` (jaxbert.finetune.downstream):
+    # {task: classification|regression|tokens|qa|choice, train: FILE, eval: FILE} or {task: glue/NAME,
+    # data: GLUE_DIR}; optional config (a fine-tuning recipe), set ([key=value]), tokenizer, text_columns,
+    # label_column, labels. Scores join the run's summary and metrics.jsonl.
+    downstream: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -216,7 +221,7 @@ def _check(value: Any, tp: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise RecipeError(f"{key}: expected a mapping, got {value!r}")
-        return _build(tp, value, key + ".")
+        return build(tp, value, key + ".")
     expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
                 dict: "a mapping", list: "a list"}[origin or tp]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -238,7 +243,8 @@ def _check(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def _build(cls, data: dict, prefix: str = ""):
+def build(cls, data: dict, prefix: str = ""):
+    """A recipe dataclass (or section) from a mapping: every key checked, RecipeError naming a bad one."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
@@ -350,23 +356,48 @@ def _validate(r: Recipe) -> None:
                                        and isinstance(item.get("answer", ""), str))
         if not ok:
             raise RecipeError(f"outputs.fill_mask: {item!r} is neither a sentence nor {{text: ..., answer: ...}}")
+    _check_downstream(r.outputs.downstream)
+
+
+DOWNSTREAM_KEYS = ("task", "train", "eval", "data", "config", "set", "tokenizer", "text_columns", "label_column",
+                   "labels")
+
+
+def _check_downstream(items: list) -> None:
+    """outputs.downstream: each item a mapping of known keys naming its task and files (read at the end)."""
+    for k, item in enumerate(items):
+        where = f"outputs.downstream[{k}]"
+        if not isinstance(item, dict):
+            raise RecipeError(f"{where}: {item!r} is not a mapping like {{task: glue/sst2, data: GLUE_DIR}}")
+        unknown = sorted(set(item) - set(DOWNSTREAM_KEYS))
+        if unknown:
+            raise RecipeError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(DOWNSTREAM_KEYS)}")
+        task = item.get("task")
+        if not isinstance(task, str) or not task:
+            raise RecipeError(f"{where}: task is required (classification, regression, tokens, qa, choice or glue/NAME)")
+        need = ("data",) if task.lower().startswith("glue/") else ("train", "eval")
+        for key in need:
+            if not isinstance(item.get(key), str):
+                raise RecipeError(f"{where}: task {task} needs {key}: a path")
+        if not isinstance(item.get("set", []), list) or not all(isinstance(v, str) for v in item.get("set", [])):
+            raise RecipeError(f"{where}: set is a list of key=value strings")
 
 
 def from_dict(data: dict) -> Recipe:
     if not isinstance(data, dict):
         raise RecipeError(f"a recipe is a mapping of sections, got {type(data).__name__}")
-    recipe = _build(Recipe, data)
+    recipe = build(Recipe, data)
     _validate(recipe)
     return recipe
 
 
-def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recipe:
-    """Reads a recipe and applies ``key=value`` overrides (dotted keys)."""
-    path = recipe_path(name_or_path)
+def read_yaml(name_or_path: str, overrides: list[str] = (), folder: str = "train") -> tuple[Path, dict]:
+    """(path, data) of a recipe file (or a shipped name) with ``key=value`` overrides applied."""
+    path = recipe_path(name_or_path, folder)
     bare_name = not fs.is_url(name_or_path) and path != Path(name_or_path)
     if bare_name and not path.is_file():  # a bare name that is no shipped recipe
         raise RecipeError(f"--config {name_or_path}: neither a YAML file nor a shipped recipe "
-                          f"({', '.join(recipe_names())})")
+                          f"({', '.join(recipe_names(folder))})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as e:
@@ -378,6 +409,12 @@ def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recip
     data.setdefault("name", path.stem)
     for item in overrides:
         apply_override(data, item)
+    return path, data
+
+
+def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recipe:
+    """Reads a recipe and applies ``key=value`` overrides (dotted keys)."""
+    path, data = read_yaml(name_or_path, overrides)
     try:
         return from_dict(data)
     except RecipeError as e:

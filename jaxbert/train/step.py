@@ -138,31 +138,46 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | 
             loss = loss + m["nsp_loss_sum"] / nsp_den
         return loss, m
 
-    grad_fn = jax.grad(objective, has_aux=True)
+    grads, sums = accumulate(jax.grad(objective, has_aux=True), state.params, batch, step_rng)
+    if axis_name is not None:
+        grads = jax.lax.pmean(grads, axis_name)
+        sums = jax.lax.psum(sums, axis_name)
+    return apply_gradients(state, grads, sums, sums["mlm_loss_sum"] + sums.get("nsp_loss_sum", 0.0))
 
+
+def accumulate(grad_fn, params, batch: dict, step_rng: jax.Array):
+    """(gradient sum, metric sums) of grad_fn over a batch's micro-batches [A, B, ...].
+
+    grad_fn(params, micro-batch [B, ...], rng) -> (grads, metric sums); micro-batch i draws
+    its dropout from fold_in(step_rng, i). A lax.scan adds them up when A > 1.
+    """
     def micro(carry, xs):
         grads, sums = carry
         i, mb = xs
-        g, m = grad_fn(state.params, mb, jax.random.fold_in(step_rng, i))
+        g, m = grad_fn(params, mb, jax.random.fold_in(step_rng, i))
         grads = jax.tree_util.tree_map(jnp.add, grads, g)
         sums = jax.tree_util.tree_map(jnp.add, sums, m)
         return (grads, sums), None
 
     accum = batch["input_ids"].shape[0]
+    first = jax.tree_util.tree_map(lambda x: x[0], batch)
     if accum == 1:
         # No loop: a scan of one would still zero and add a whole gradient tree.
-        grads, sums = grad_fn(state.params, jax.tree_util.tree_map(lambda x: x[0], batch),
-                              jax.random.fold_in(step_rng, 0))
-    else:
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-        first = jax.tree_util.tree_map(lambda x: x[0], batch)
-        sum_zeros = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(
-            lambda: _sums(state.params, state.apply_fn, first, step_rng, True)))
-        (grads, sums), _ = jax.lax.scan(micro, (zeros, sum_zeros), (jnp.arange(accum), batch))
-    if axis_name is not None:
-        grads = jax.lax.pmean(grads, axis_name)
-        sums = jax.lax.psum(sums, axis_name)
+        return grad_fn(params, first, jax.random.fold_in(step_rng, 0))
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    sum_zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                       jax.eval_shape(grad_fn, params, first, step_rng)[1])
+    (grads, sums), _ = jax.lax.scan(micro, (zeros, sum_zeros), (jnp.arange(accum), batch))
+    return grads, sums
 
+
+def apply_gradients(state: TrainState, grads, sums: dict, loss_sum: jax.Array):
+    """The optimizer update from summed gradients, and the step's metrics: (new state, metrics).
+
+    Shared by every train step (MLM here, the fine-tuning tasks in jaxbert.finetune.step):
+    sums are the step's metric sums (already summed over devices), loss_sum the loss term
+    whose finiteness, with the gradients' and params' norms, decides metrics["finite"].
+    """
     # The gradients' norm, computed once: logged here and handed to the clipping
     # transformation (jaxbert.train.optim.clip_by_global_norm) instead of read again there.
     grad_norm = _l2(grads)
@@ -177,8 +192,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | 
     metrics["learning_rate"] = jnp.asarray(state.schedule(state.step), jnp.float32)
     # A non-finite loss, gradient or new param stops the run (checked on the host).
     # (the gradients' norm is finite only if every gradient is; a finite update of finite params stays finite)
-    metrics["finite"] = jnp.isfinite(sums["mlm_loss_sum"] + sums.get("nsp_loss_sum", 0.0)
-                                     + grad_norm + metrics.get("param_norm", 0.0)).astype(jnp.float32)
+    metrics["finite"] = jnp.isfinite(loss_sum + grad_norm + metrics.get("param_norm", 0.0)).astype(jnp.float32)
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
 

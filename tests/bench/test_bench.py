@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from jaxbert.bench import worker
+from jaxbert.bench import harness, worker
 from jaxbert import devices
 from jaxbert.model import flops
 from jaxbert.bench.timing import markdown_table, rate_record, time_record
@@ -46,6 +46,17 @@ def test_worker_times_a_train_step(contender):
     out = worker.run(spec)
     assert len(out["seconds"]) == 2 and all(0 < s < 60 for s in out["seconds"])
     assert out["extra"]["page_faults_mb_per_call"] >= 0 and out["extra"]["sys_s_per_call"] >= 0
+
+
+@pytest.mark.parametrize("contender", ["jaxbert", "torch-eager"])
+def test_worker_times_a_finetune_step_without_recompiling(contender):
+    pytest.importorskip("torch")
+    spec = {"work": "finetune/bert-tiny/2x16", "contender": contender, "repeats": 2, "pause": 0.0, "warmup": 1}
+    out = worker.run(spec)
+    assert len(out["seconds"]) == 2 and all(0 < s < 60 for s in out["seconds"])
+    if contender == "jaxbert":  # one shape: compiled once, over the warm-up and the timed calls
+        assert out["extra"]["compiles"] == 1
+    assert "finetune/bert-base/32x128" in harness.work_names(quick=True)
 
 
 def test_bench_cli_writes_records(tmp_path):

@@ -24,6 +24,9 @@ def _cases(tmp):
         "data": (["data", "inspect", str(tmp / "no-data")], "no-data"),
         "tokenizer": (["tokenizer", "train", "--input", str(tmp / "no-corpus.txt"), "--vocab-size", "50",
                        "--output", str(tmp / "tok")], "no-corpus.txt"),
+        "glue": (["glue", str(tmp / "empty"), "--data", str(tmp / "no-glue"), "--workdir", str(tmp / "run")],
+                 "no-glue"),
+        "finetune-demo": (["finetune-demo", "--tiny-demo", str(tmp / "no-tiny-demo")], "jaxbert train"),
     }
 
 

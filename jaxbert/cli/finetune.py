@@ -1,0 +1,58 @@
+"""`jaxbert finetune --task KIND --model SRC --train FILE --eval FILE [...]`: fine-tune on a task.
+
+KIND is classification, regression, tokens, qa or choice, or glue/NAME with --data GLUE_DIR.
+Every input is read and checked before the workdir (default runs/finetune-<task>) is made; the
+best evaluation's model lands in WORKDIR/best as a Hugging Face directory.
+"""
+
+from __future__ import annotations
+
+from jaxbert.errors import InputError
+from jaxbert.finetune.loop import finetune
+from jaxbert.finetune.recipe import finetune_recipe_names, load
+from jaxbert.finetune.task import parse_task
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--task", help="classification | regression | tokens | qa | choice | glue/NAME")
+    parser.add_argument("--model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint")
+    parser.add_argument("--train", help="training file")
+    parser.add_argument("--eval", action="append", default=[], metavar="FILE",
+                        help="eval file (repeatable; the first picks the best checkpoint)")
+    parser.add_argument("--data", help="GLUE_DIR for --task glue/NAME")
+    parser.add_argument("--workdir", help="default runs/finetune-<task>; a workdir with checkpoints resumes")
+    parser.add_argument("--config", default=None,
+                        help="recipe: a YAML path or a shipped name (default finetune-squad for qa, else "
+                             "finetune-glue; --list describes them)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a recipe key, e.g. --set optim.learning_rate=3e-5 (repeatable)")
+    parser.add_argument("--text-columns", nargs="+", default=["sentence"], metavar="COLUMN",
+                        help="one or two text columns (classification / regression)")
+    parser.add_argument("--label-column", default="label")
+    parser.add_argument("--labels", default=None, help="class names in id order, comma-separated")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the one beside SRC)")
+    parser.add_argument("--list", action="store_true", help="list the shipped fine-tuning recipes and exit")
+
+
+def run(args) -> int:
+    if args.list:
+        for name, text in finetune_recipe_names().items():
+            print(f"{name:24s} {text}")
+        return 0
+    if not args.task or not args.model:
+        raise InputError("--task and --model are required (or --list)")
+    spec = parse_task(args.task or "", args.train, args.eval, args.data,
+                      **({} if (args.task or "").startswith("glue/") else {
+                          "text_columns": tuple(args.text_columns), "label_column": args.label_column,
+                          "labels": tuple(args.labels.split(",")) if args.labels else None}))
+    config = args.config or ("finetune-squad" if spec.kind == "qa" else "finetune-glue")
+    recipe = load(config, args.overrides)
+    workdir = args.workdir or f"runs/finetune-{spec.name}"
+    summary = finetune(recipe, spec, args.model, workdir, tokenizer=args.tokenizer)
+    best = summary["best"]
+    print(f"{summary['status']} at step {summary['step']}/{summary['total']}; workdir {summary['workdir']}")
+    if best is not None:
+        eval_name, metric = summary["main"]
+        print(f"best {eval_name}/{metric} {best['evals'][eval_name].get(metric, float('nan')):.4f} at step "
+              f"{best['step']}: {summary['best_dir']}")
+    return 0

@@ -1,0 +1,33 @@
+"""`jaxbert predict MODEL FILE [--task KIND] [--out PRED.jsonl]`: a fine-tuned model's predictions as JSONL.
+
+One line per example: classification {id, label, score}; regression {id, value}; tokens {id,
+words, tags}; qa {id, answer}; choice {id, label, score}. Without --out they go to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+
+from jaxbert.finetune.predict import predict_file, write_predictions
+from jaxbert.finetune.readers import KINDS
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
+    parser.add_argument("file", help="examples to predict (labels not needed)")
+    parser.add_argument("--task", choices=KINDS, default=None, help="default: from the model's config")
+    parser.add_argument("--out", default=None, help="PRED.jsonl (default: stdout)")
+    parser.add_argument("--text-columns", nargs="+", default=None, metavar="COLUMN",
+                        help="default: the columns the model was trained on")
+    parser.add_argument("--tokenizer", default=None)
+
+
+def run(args) -> int:
+    rows = predict_file(args.model, args.file, args.task, args.text_columns, args.tokenizer)
+    if args.out:
+        write_predictions(rows, args.out)
+        print(f"{len(rows)} predictions -> {args.out}")
+    else:
+        for row in rows:
+            print(json.dumps(row))
+    return 0

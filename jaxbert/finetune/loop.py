@@ -1,0 +1,360 @@
+"""finetune(recipe, spec, source, workdir): fine-tune a pretrained encoder on a task, on the
+pretraining runner (mesh data parallel and FSDP, or pmap), and export the best model.
+
+The phases follow jaxbert.train.loop: `prepare` reads and checks everything (data, tokenizer,
+SRC, recipe) before anything is written; then, with the workdir locked, `_restore_or_initialise`
+resumes from the newest checkpoint or starts from SRC's params; `_train` runs the steps,
+evaluating every train.eval_every steps, at each epoch end and at the end; `_finish` prints
+the table. Every training batch is a fixed number of rows cut to its bucket length, so the
+step compiles once per bucket. The data order is a function of (seed, epoch) and the dropout
+key of (seed, step), so a run resumed at step k ends with the params of one that never stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+from jaxbert import fs
+from jaxbert import workdir as workdir_lib
+from jaxbert.convert.export import export_params
+from jaxbert.data.tokenizer import load_tokenizer
+from jaxbert.errors import Diverged, InputError
+from jaxbert.finetune.batching import batches, n_batches
+from jaxbert.finetune.featurize import make_features
+from jaxbert.finetune.glue import glue_task
+from jaxbert.finetune.losses import summarize
+from jaxbert.finetune.model import LoadedModel, load_task_model
+from jaxbert.finetune.recipe import FinetuneRecipe
+from jaxbert.finetune.report import main_score, table, write_eval_json
+from jaxbert.finetune.scoring import Collector, decode, score
+from jaxbert.finetune.step import make_eval_step, make_train_step
+from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
+from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.params import unscan_params
+from jaxbert.train import hosts, parallel
+from jaxbert.train.lock import workdir_lock
+from jaxbert.train.loop import SigtermFlag
+from jaxbert.train.metrics import MetricsWriter
+from jaxbert.train.optim import make_optimizer
+from jaxbert.train.recipe import RecipeError
+from jaxbert.workdir import Checkpoints
+
+
+class FinetuneDiverged(Diverged):
+    """The loss, a gradient or a param became NaN or Inf; the message names the step."""
+
+
+@dataclasses.dataclass
+class Prepared:
+    """Everything a run needs, read and checked; nothing written yet."""
+    recipe: FinetuneRecipe
+    data: TaskData
+    source: str
+    tok_dir: Path
+    loaded: LoadedModel
+    train: object  # Features
+    evals: dict  # eval set -> (Features, QAWindows | None)
+
+
+def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=print) -> Prepared:
+    """Reads the data, the tokenizer and SRC; raises InputError (one line, naming the file) on bad input."""
+    if spec.kind == "qa" and spec.version_2 != recipe.data.version_2:
+        spec = dataclasses.replace(spec, version_2=recipe.data.version_2)
+    data = read_task_data(spec)
+    tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
+    if tok_dir is None:
+        raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
+    tok = load_tokenizer(tok_dir)
+    d = recipe.data
+    featurize = lambda examples: make_features(spec.kind, examples, tok, d.max_length, d.stride, d.max_query_length)
+    train = featurize(data.train)[0]
+    evals = {name: featurize(examples) for name, examples in data.evals.items()}
+    cut = {"train": train.n_truncated, **{n: f.n_truncated for n, (f, _) in evals.items()}}
+    what = "questions cut to data.max_query_length" if spec.kind == "qa" else f"rows cut to {d.max_length} tokens"
+    log(f"{spec.name}: {len(data.train)} training examples ({len(train)} features), "
+        + ", ".join(f"{n} {len(data.evals[n])}" for n in evals) + f" eval; {what}: "
+        + ", ".join(f"{n} {c}" for n, c in cut.items()))
+    info = {"kind": spec.kind, "text_columns": list(spec.text_columns), "label_column": spec.label_column,
+            "max_length": d.max_length, "stride": d.stride, "max_query_length": d.max_query_length,
+            "version_2": d.version_2}
+    if spec.glue:  # predict reads files with the preset's columns
+        preset = glue_task(spec.glue)
+        info.update(glue=preset.name, text_columns=list(preset.text_columns), label_column=preset.label_column)
+    loaded = load_task_model(source, spec.kind, data.labels, scan_layers=recipe.model.scan_layers,
+                             dtype=recipe.model.param_dtype, seed=recipe.train.seed, task_info=info)
+    cfg = loaded.config
+    limit = cfg.max_position_embeddings - (cfg.pad_token_id + 1 if cfg.is_roberta else 0)
+    if d.max_length > limit:
+        raise RecipeError(f"data.max_length: {d.max_length} is more than the {limit} positions of {source}")
+    if (tok.get_vocab_size() > cfg.vocab_size):
+        raise InputError(f"{tok_dir}: its vocabulary ({tok.get_vocab_size()}) is larger than {source}'s "
+                         f"({cfg.vocab_size}); is it the model's tokenizer?")
+    log(loaded.describe(source))
+    return Prepared(recipe, data, str(source), Path(str(tok_dir)), loaded, train, evals)
+
+
+def finetune(recipe: FinetuneRecipe, spec: TaskSpec, source, workdir, tokenizer=None, stop_at: int | None = None,
+             log=print) -> dict:
+    """Fine-tunes SRC on the task into workdir; returns a summary (status, step, best, history, ...).
+
+    stop_at: save and stop after this step, as a SIGTERM would (a later call resumes).
+    The workdir is created only after every input was read and checked.
+    """
+    if not jax.distributed.is_initialized():
+        parallel.initialize_distributed(recipe.parallel)
+    primary = jax.process_index() == 0
+    log = log if primary else (lambda msg: None)
+    prep = prepare(recipe, spec, source, tokenizer, log)
+    with workdir_lock(workdir, active=primary, log=log):
+        return _run(prep, fs.as_path(workdir), stop_at, log, primary)
+
+
+@dataclasses.dataclass
+class _Run:
+    prep: Prepared
+    workdir: Path
+    model: object
+    runner: object
+    batch: int  # global rows per optimizer step
+    eval_batch: int
+    per_epoch: int  # optimizer steps per epoch
+    total: int
+    log: object
+    primary: bool
+    t0: float
+
+    @property
+    def kind(self) -> str:
+        return self.prep.data.kind
+
+
+def _run(prep: Prepared, workdir: Path, stop_at, log, primary) -> dict:
+    r, t0 = prep.recipe, time.time()
+    runner = parallel.make_runner(r.parallel)
+    if runner.strategy == "pmap" and jax.process_count() > 1:
+        raise RecipeError("parallel.strategy: fine-tuning over several hosts needs mesh")
+    batch = r.train.per_device_batch_size * runner.num_devices * r.train.accum_steps
+    eval_batch = r.train.eval_batch_size or batch // r.train.accum_steps
+    if eval_batch % runner.num_devices:
+        raise RecipeError(f"train.eval_batch_size: {eval_batch} does not divide over {runner.num_devices} devices")
+    per_epoch = n_batches(len(prep.train), batch)
+    total = r.train.steps or max(1, math.ceil(r.train.epochs * per_epoch))
+    loaded = prep.loaded
+    model = prepare_runner(r, runner, loaded.class_name, loaded.config, total)
+    log(f"{r.name}: {loaded.class_name} {loaded.config.num_hidden_layers}x{loaded.config.hidden_size}; "
+        f"{runner.describe()}; batch {batch}, {per_epoch} steps per epoch, {total} steps, warmup "
+        f"{r.optim_for(total).warmup_steps}; workdir {workdir}")
+    run = _Run(prep, workdir, model, runner, batch, eval_batch, per_epoch, total, log, primary, t0)
+    c = r.checkpoint
+    ckpt = Checkpoints(workdir, c.every_steps, c.keep, c.async_save, log)
+    try:
+        start, state, rng, history = _restore_or_initialise(run, ckpt)
+    except BaseException:
+        ckpt.close()
+        raise
+    if start >= total:
+        ckpt.close()
+        log(f"{workdir} is finished at step {start}; --workdir NEW for a fresh run")
+        return _summary(run, "already finished", start, history)
+    state, step, status, history = _train(run, ckpt, state, rng, start, history, stop_at)
+    return _finish(run, step, status, history)
+
+
+def prepare_runner(recipe: FinetuneRecipe, runner, class_name: str, config, total: int):
+    """The task model, with `runner` prepared for it: the recipe's optimizer and schedule over
+    `total` steps, params initialised from the recipe's seed. `finetune` trains with this, and
+    `jaxbert bench`'s finetune work times the same."""
+    model = build_model(class_name, config, recipe.model.options())
+    tx, schedule = make_optimizer(recipe.optim_for(total), total)
+    init_rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[0]
+    ids, types = dummy_inputs(class_name, 1, 8)
+    runner.prepare(model, lambda: model.init_boxed(init_rng, ids, types)["params"], tx, schedule,
+                   recipe.train.norm_metrics)
+    return model
+
+
+def _task_record(run: _Run) -> dict:
+    """What a checkpoint must agree on to be resumed: the task, its labels and its epoch length."""
+    data = run.prep.data
+    return {"task": data.spec.name, "labels": None if data.labels is None else list(data.labels),
+            "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch}
+
+
+def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
+    """(start step, state, rng, evaluation history): the newest checkpoint's, or SRC's params at step 0."""
+    recipe, runner = run.prep.recipe, run.runner
+    rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[1]
+    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
+    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
+    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
+    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
+                                      rng_abstract)
+    restored = ckpt.restore_latest(abstract, recipe.to_dict()) if ckpt.steps() else None
+    if run.primary:
+        workdir_lib.write_recipe(run.workdir, {"task": run.prep.data.spec.to_dict(), "source": run.prep.source,
+                                               **recipe.to_dict()})
+    if restored is None:
+        state = runner.create_state()
+        state = state.replace(params=runner.place_params(run.prep.loaded.params))
+        return 0, state, rng, []
+    start, tree, meta = restored
+    if meta.get("finetune", {}).get("task") != _task_record(run):
+        raise InputError(f"{ckpt.directory / str(start)} was saved for other data "
+                         f"({meta.get('finetune', {}).get('task')}); train in a new --workdir")
+    state = runner.from_saved(runner.abstract.replace(
+        step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
+    run.log(f"resumed from {ckpt.directory / str(start)}")
+    return start, state, tree["rng"], meta["finetune"]["history"]
+
+
+def _train_batches(run: _Run, start: int):
+    """This process's share [A, B_host, ...] of each step's batch from step `start` on: epoch e's
+    rows in the order drawn from (seed, e), the step's place in its epoch skipped to."""
+    r = run.prep.recipe
+    A, n_proc, pid = r.train.accum_steps, jax.process_count(), jax.process_index()
+    rows = run.batch // A // n_proc
+    for epoch in itertools.count(start // run.per_epoch):
+        skip = start - epoch * run.per_epoch if epoch == start // run.per_epoch else 0
+        for b in itertools.islice(batches(run.prep.train, run.batch, shuffle=True, seed=r.train.seed, epoch=epoch),
+                                  skip, None):
+            b.pop("index")
+            yield {k: v.reshape(A, run.batch // A, *v.shape[1:])[:, pid * rows:(pid + 1) * rows]
+                   for k, v in b.items()}
+
+
+def _per_shape(fn, name: str):
+    """fn; in a multi-host run each new batch shape is compiled ahead and the processes meet
+    after it (hosts.compiled_then_aligned, once per bucket)."""
+    if jax.process_count() == 1:
+        return fn
+    compiled = {}
+
+    def call(*args):
+        key = tuple(tuple(x.shape) for x in jax.tree_util.tree_leaves(args[1]))
+        if key not in compiled:
+            compiled[key] = hosts.compiled_then_aligned(fn, f"{name}-{len(compiled)}")
+        return compiled[key](*args)
+    return call
+
+
+def evaluate(run: _Run, params, eval_fn) -> dict:
+    """{eval set: metrics (the task's, plus loss)} over every eval set, each row once."""
+    prep, runner = run.prep, run.runner
+    n_proc, pid = jax.process_count(), jax.process_index()
+    rows = run.eval_batch // n_proc
+    d, out = prep.recipe.data, {}
+    for name, (features, windows) in prep.evals.items():
+        collect, sums = Collector(len(features), features.length), {}
+        for b in batches(features, run.eval_batch):
+            index = b.pop("index")
+            got = jax.device_get(eval_fn(params, runner.shard_batch(
+                {k: v[pid * rows:(pid + 1) * rows] for k, v in b.items()}, eval=True)))
+            if runner.strategy == "pmap":  # [devices, rows per device, ...]; sums replicated
+                got = {"sums": {k: v[0] for k, v in got["sums"].items()},
+                       "outputs": {k: v.reshape(-1, *v.shape[2:]) for k, v in got["outputs"].items()}}
+            sums = {k: sums.get(k, 0.0) + float(v) for k, v in got["sums"].items()}
+            collect.add(got["outputs"], index)
+        decoded = decode(run.kind, collect.result(), features, windows, prep.data.labels, d.n_best,
+                         d.max_answer_length, d.version_2)
+        metrics = score(run.kind, prep.data.metrics, decoded["predictions"], prep.data.evals[name], prep.data.labels)
+        metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        metrics.update(summarize(sums))
+        out[name] = metrics
+    return out
+
+
+def _host_params(run: _Run, state):
+    params = run.runner.to_saved(state).params
+    # FSDP shards live on several hosts: every process takes part in gathering them.
+    params = jax.device_get(params) if jax.process_count() == 1 else multihost_utils.process_allgather(params, tiled=True)
+    return unscan_params(params) if run.prep.recipe.model.scan_layers else params
+
+
+def _export_best(run: _Run, state) -> None:
+    params = _host_params(run, state)
+    if run.primary:
+        loaded = run.prep.loaded
+        export_params(workdir_lib.path(run.workdir, workdir_lib.BEST), loaded.config, loaded.class_name, params,
+                      run.prep.tok_dir, overwrite=True)
+
+
+def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, history: list, stop_at):
+    r, runner, log = run.prep.recipe, run.runner, run.log
+    tr, main = r.train, run.prep.data.main
+    train_fn = _per_shape(runner.compile_train(make_train_step(run.kind)), "train")
+    eval_fn = _per_shape(runner.compile_eval(run.model.apply, make_eval_step(run.kind)), "eval")
+    writer = MetricsWriter(run.workdir, active=run.primary)
+    stop = SigtermFlag()
+    best = max(history, key=lambda h: main_score(h, main)) if history else None
+    window, step, status = {}, start, "finished"
+    try:
+        source = _train_batches(run, start)
+        while step < run.total:
+            state, metrics = train_fn(state, runner.shard_batch(next(source)), rng)
+            step += 1
+            m = runner.metrics_to_host(metrics)
+            if not m.pop("finite"):
+                raise FinetuneDiverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
+                                       f"it (metrics: {summarize(m)})")
+            for k, v in m.items():
+                window[k] = v if k in ("grad_norm", "update_norm", "param_norm", "learning_rate") else window.get(k, 0.0) + v
+            epoch = step / run.per_epoch
+            if step % tr.log_every == 0 or step == run.total:
+                scalars = {**summarize(window), "epoch": round(epoch, 4), "elapsed_s": round(time.time() - run.t0, 1)}
+                writer.write(step, scalars)
+                log(f"step {step}/{run.total} epoch {epoch:.2f} loss {scalars['loss']:.4f} "
+                    f"lr {scalars['learning_rate']:.2e}")
+                window = {}
+            if step == run.total or step % run.per_epoch == 0 or (tr.eval_every and step % tr.eval_every == 0):
+                record = {"step": step, "epoch": round(epoch, 4),
+                          "evals": evaluate(run, runner.params_of(state), eval_fn)}
+                history.append(record)
+                writer.write(step, {f"eval_{n}_{k}": v for n, ms in record["evals"].items() for k, v in ms.items()})
+                improved = best is None or main_score(record, main) > main_score(best, main)
+                log(f"eval at step {step}: " + "; ".join(
+                    f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in ms.items()) for n, ms in record["evals"].items())
+                    + (" (best so far)" if improved else ""))
+                if improved:
+                    best = record
+                    _export_best(run, state)
+                if run.primary:
+                    write_eval_json(run.workdir, run.prep.data.spec.name, main, history, best)
+            stopping = stop.requested(step % tr.log_every == 0) or step == stop_at
+            if ckpt.due(step) or step == run.total or stopping:
+                writer.flush()
+                meta = workdir_lib.checkpoint_meta(step, [{"epoch": step // run.per_epoch}], r.to_dict(),
+                                                   run.prep.loaded.config, run.prep.loaded.class_name)
+                meta["finetune"] = {"task": _task_record(run), "history": history}
+                saved = runner.to_saved(state)
+                ckpt.save(step, workdir_lib.state_tree(saved.step, saved.params, saved.opt_state, rng), meta)
+            if stopping and step < run.total:
+                status = "stopped"
+                log(f"stopped: saved step {step} to {ckpt.directory}; run again to resume")
+                break
+    finally:
+        ckpt.close()
+        writer.close()
+        stop.restore()
+    return state, step, status, history
+
+
+def _summary(run: _Run, status: str, step: int, history: list) -> dict:
+    main = run.prep.data.main
+    best = max(history, key=lambda h: main_score(h, main)) if history else None
+    return {"status": status, "step": step, "total": run.total, "history": history, "best": best, "main": main,
+            "workdir": str(run.workdir), "best_dir": str(workdir_lib.path(run.workdir, workdir_lib.BEST)),
+            "wall_s": round(time.time() - run.t0, 1)}
+
+
+def _finish(run: _Run, step: int, status: str, history: list) -> dict:
+    summary = _summary(run, status, step, history)
+    run.log(table(history, run.prep.data.main))
+    return summary

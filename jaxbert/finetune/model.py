@@ -1,0 +1,110 @@
+"""The task model: SRC's encoder under a new head sized for the task's labels.
+
+`task_config` gives SRC's BertConfig the task's labels (id2label / label2id, problem_type
+for sequence classification); `load_task_model` reads SRC (anything from_pretrained reads:
+an HF or jaxbert directory, a pretraining workdir, a TensorFlow checkpoint, RoBERTa / XLM-R)
+into the task's class. Params the task has and SRC lacks are initialised as transformers
+initialises them (load_checkpoint: normal(initializer_range) kernels, zero biases, seeded);
+that is allowed only for the head and the pooler. Anything else missing means SRC is not an
+encoder of this architecture, an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from jaxbert import fs
+from jaxbert.convert.pretrained import load_checkpoint
+from jaxbert.errors import InputError
+from jaxbert.model.config import BertConfig
+from jaxbert.workdir import is_workdir, read_run
+
+HEAD_CLASS = {"classification": "BertForSequenceClassification", "regression": "BertForSequenceClassification",
+              "tokens": "BertForTokenClassification", "qa": "BertForQuestionAnswering",
+              "choice": "BertForMultipleChoice"}
+PROBLEM_TYPE = {"classification": "single_label_classification", "regression": "regression"}
+# Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
+# read a file the way training did.
+TASK_KEY = "jaxbert_task"
+
+
+def kind_of(config: BertConfig) -> str:
+    """The task kind of a fine-tuned model's config (its architectures and problem_type)."""
+    arch = (config.architectures or [""])[0]
+    for suffix, kind in (("ForTokenClassification", "tokens"), ("ForQuestionAnswering", "qa"),
+                         ("ForMultipleChoice", "choice")):
+        if arch.endswith(suffix):
+            return kind
+    if arch.endswith("ForSequenceClassification"):
+        regression = config.extra.get("problem_type") == "regression" or config.num_labels == 1
+        return "regression" if regression else "classification"
+    raise InputError(f"config architectures {config.architectures} name no fine-tuned task class "
+                     f"(...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering, "
+                     f"...ForMultipleChoice)")
+
+
+def source_config(src) -> BertConfig:
+    """SRC's own config: a workdir's recorded run config, else config.json / bert_config.json beside it."""
+    if is_workdir(src):
+        return read_run(src)[0]
+    p = fs.local_copy(src)
+    folder = p if p.is_dir() else p.parent
+    for name in ("config.json", "bert_config.json"):
+        if (folder / name).is_file():
+            return BertConfig.from_json_file(folder / name)
+    raise InputError(f"{src}: no config.json or bert_config.json beside it; is it a model directory?")
+
+
+def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_info: dict | None = None) -> BertConfig:
+    """base with the task's head size, label names and problem_type; architectures = the task's class."""
+    if kind in ("classification", "tokens"):
+        id2label = {i: str(name) for i, name in enumerate(labels)}
+    elif kind == "regression":
+        id2label = {0: "LABEL_0"}
+    else:  # qa: start and end columns; choice: one score per ending (transformers keeps the default 2)
+        id2label = {0: "LABEL_0", 1: "LABEL_1"}
+    extra = dict(base.extra)
+    extra.pop("problem_type", None)
+    if kind in PROBLEM_TYPE:
+        extra["problem_type"] = PROBLEM_TYPE[kind]
+    extra["architectures"] = [base.class_name(HEAD_CLASS[kind])]
+    if task_info is not None:
+        extra[TASK_KEY] = task_info
+    return base.replace(id2label=id2label, label2id={v: k for k, v in id2label.items()}, num_labels=None,
+                        extra=extra)
+
+
+@dataclass
+class LoadedModel:
+    config: BertConfig
+    class_name: str
+    params: dict  # NumPy, the task class's layout
+    dropped: list[str]  # SRC tensors the task does not use (state-dict names)
+    fresh: list[str]  # task params SRC lacked, initialised (dotted param paths)
+
+    def describe(self, src) -> str:
+        lines = [f"{src} -> {self.class_name} ({self.config.num_labels} labels)"]
+        if self.dropped:
+            lines.append(f"  dropped from {src} (the task does not use them): {', '.join(self.dropped)}")
+        if self.fresh:
+            lines.append(f"  initialised fresh (normal(std={self.config.initializer_range}) kernels, zero biases): "
+                         f"{', '.join(self.fresh)}")
+        return "\n".join(lines)
+
+
+def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype="float32", seed: int = 0,
+                    task_info: dict | None = None) -> LoadedModel:
+    """SRC's encoder in the task's class, with a new head; InputError if more than the head is missing."""
+    config = task_config(source_config(src), kind, labels, task_info)
+    name = config.class_name(HEAD_CLASS[kind])
+    config, name, params, report = load_checkpoint(src, name, config=config, dtype=dtype, strict=False,
+                                                   scan_layers=scan_layers, seed=seed)
+    prefix = config.base_prefix
+    body = [p for p in report.missing_paths if p.split("/")[0] == prefix and not p.startswith(f"{prefix}/pooler/")]
+    if body:
+        shown = ", ".join(body[:6]) + (" ..." if len(body) > 6 else "")
+        raise InputError(f"{src} lacks {len(body)} encoder params of {name} ({shown}); it is not a "
+                         f"{config.model_type} encoder of this size")
+    fresh = [p.replace("/", ".") for p in report.missing_paths]
+    return LoadedModel(config, name, params, report.unused_keys, fresh)

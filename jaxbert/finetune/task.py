@@ -1,0 +1,94 @@
+"""What a fine-tuning run learns: the task kind, its files and columns, and how it is scored.
+
+`TaskSpec` names the data (a kind with train / eval files, or a GLUE preset with its folder);
+`read_task_data` reads and checks every file before anything is written, and returns the
+examples with the label list, the metrics to report and the (eval set, metric) that picks
+the best checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from jaxbert.finetune.glue import glue_task, load_glue
+from jaxbert.finetune.metrics import KIND_METRICS
+from jaxbert.finetune.readers import KINDS, read_task
+from jaxbert.finetune.tables import TaskDataError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """kind: classification | regression | tokens | qa | choice; or glue (a GLUE task name) with data_dir."""
+
+    kind: str
+    train: str | None = None
+    evals: dict[str, str] = field(default_factory=dict)  # eval set name -> file
+    text_columns: tuple[str, ...] = ("sentence",)
+    label_column: str = "label"
+    labels: tuple[str, ...] | None = None  # class / tag names in id order; None = from the training file
+    glue: str | None = None
+    data_dir: str | None = None
+    version_2: bool = False  # qa: SQuAD v2.0 scoring
+
+    @property
+    def name(self) -> str:
+        return f"glue-{glue_task(self.glue).name}" if self.glue else self.kind
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "train": self.train, "evals": dict(self.evals),
+                "text_columns": list(self.text_columns), "label_column": self.label_column,
+                "labels": None if self.labels is None else list(self.labels), "glue": self.glue,
+                "data_dir": self.data_dir, "version_2": self.version_2}
+
+
+def parse_task(task: str, train=None, evals: Sequence[str] = (), data_dir=None, **kwargs) -> TaskSpec:
+    """A TaskSpec from the command line's --task (a kind or glue/NAME), --train, --eval files, --data."""
+    if task.lower().startswith("glue/"):
+        preset = glue_task(task.split("/", 1)[1])
+        if data_dir is None:
+            raise TaskDataError(f"--task {task} needs --data GLUE_DIR (the folder GLUE's download script wrote)")
+        return TaskSpec(preset.kind, glue=preset.name, data_dir=str(data_dir), labels=preset.labels)
+    if task not in KINDS:
+        raise TaskDataError(f"unknown task {task!r}; expected one of {', '.join(KINDS)} or glue/NAME")
+    if train is None or not evals:
+        raise TaskDataError(f"--task {task} needs --train FILE and --eval FILE")
+    names = {}
+    for path in evals:
+        stem = Path(path).stem or "eval"
+        name, k = stem, 2
+        while name in names:
+            name, k = f"{stem}{k}", k + 1
+        names[name] = str(path)
+    return TaskSpec(task, str(train), names, **kwargs)
+
+
+@dataclass
+class TaskData:
+    spec: TaskSpec
+    train: list
+    evals: dict[str, list]
+    labels: tuple[str, ...] | None
+    metrics: tuple[str, ...]  # metric names for metrics.compute
+    main: tuple[str, str]  # (eval set, metric key) choosing the best checkpoint
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+
+def read_task_data(spec: TaskSpec) -> TaskData:
+    """Every file of the task read and checked (TaskDataError names the file and line at fault)."""
+    if spec.glue:
+        preset = glue_task(spec.glue)
+        train, evals, labels = load_glue(spec.glue, spec.data_dir)
+        return TaskData(spec, train, evals, labels, preset.metrics, preset.main_metric)
+    train, evals, labels = read_task(spec.kind, spec.train, spec.evals, labels=spec.labels,
+                                     **({"text_columns": spec.text_columns, "label_column": spec.label_column}
+                                        if spec.kind in ("classification", "regression") else {}))
+    if spec.kind == "classification" and len(labels) < 2:
+        raise TaskDataError(f"{spec.train}: classification needs at least 2 labels, found {list(labels)}")
+    names, main = KIND_METRICS["qa_v2" if spec.kind == "qa" and spec.version_2 else spec.kind]
+    return TaskData(spec, train, evals, labels, names, (next(iter(evals)), main))
+
