@@ -23,7 +23,7 @@ from jaxbert import fs
 from jaxbert.finetune.glue import GLUE_TASKS, glue_task, task_folder
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import FinetuneRecipe
-from jaxbert.finetune.report import main_score
+from jaxbert.finetune.evaluations import main_score
 from jaxbert.finetune.tables import TaskDataError
 from jaxbert.finetune.task import parse_task
 

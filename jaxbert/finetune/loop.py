@@ -33,7 +33,7 @@ from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
 from jaxbert.finetune.model import LoadedModel, load_task_model
 from jaxbert.finetune.recipe import FinetuneRecipe
-from jaxbert.finetune.report import main_score, table, write_eval_json
+from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector, decode, score
 from jaxbert.finetune.step import make_eval_step, make_train_step
 from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
