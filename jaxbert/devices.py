@@ -6,6 +6,8 @@ wins, so more specific names come first ("TPU v5 lite" is a v5e, "TPU v5" a v5p)
 
 from __future__ import annotations
 
+import os
+
 # Peak dense bf16 TFLOP/s per chip. TPU: Google Cloud's TPU system architecture pages
 # (v3 123, v4 275, v5e 197, v5p 459); GPU: NVIDIA's A100 and H100/H200 SXM datasheets (dense, no sparsity).
 PEAK_TFLOPS = {"TPU v3": 123, "TPU v4": 275, "TPU v5 lite": 197, "TPU v5e": 197, "TPU v5p": 459,
@@ -46,3 +48,25 @@ def device_hbm_bytes(device, devices=None) -> int | None:
     coords = getattr(device, "coords", None)
     same_chip = [d for d in (devices or [device]) if getattr(d, "coords", None) == coords]
     return gib * 2**30 // max(len(same_chip), 1)
+
+
+def device_memory(device, devices=None) -> tuple[int | None, str]:
+    """(bytes one device may use, where that figure comes from): the runtime's limit or the chip's
+    HBM (device_hbm_bytes), else for a CPU the host's RAM, which its devices share."""
+    hbm = device_hbm_bytes(device, devices)
+    if hbm is not None:
+        live = bool(_stats(device).get("bytes_limit"))
+        return hbm, ("the runtime's memory limit of the device" if live else
+                     f"the {device.device_kind} chip's HBM")
+    if getattr(device, "platform", None) == "cpu":
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        same_host = [d for d in (devices or [device]) if getattr(d, "platform", None) == "cpu"]
+        return ram // max(len(same_host), 1), "host RAM: the CPU has no device memory of its own"
+    return None, "unknown"
+
+
+def _stats(device) -> dict:
+    try:
+        return device.memory_stats() or {}
+    except Exception:
+        return {}

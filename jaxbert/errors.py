@@ -45,9 +45,20 @@ class Diverged(JaxbertError, RuntimeError):
     exit_code = EXIT_DIVERGED
 
 
+# jaxbert is not on PyPI: an extra installs from a clone of the repository (pip install '.[extra]').
+# torch is pinned first, so that pip does not pick a build for another CUDA or a newer, untested release.
+TORCH_PIN = "torch==2.13.0"
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an extra, run in a clone of jaxbert."""
+    return f"pip install {TORCH_PIN} '.[torch]'" if extra == "torch" else f"pip install '.[{extra}]'"
+
+
 def require(module: str, extra: str, purpose: str):
     """Import an optional dependency, or raise an InputError naming the extra that installs it."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise InputError(f"{purpose} needs {module.split('.')[0]}: pip install 'jaxbert[{extra}]'") from None
+        raise InputError(f"{purpose} needs {module.split('.')[0]}: {install_hint(extra)} "
+                         f"(in a clone of jaxbert)") from None

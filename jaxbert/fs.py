@@ -267,7 +267,7 @@ def _check_bucket(scheme: str, bucket: str) -> None:
         import fsspec
         fs = fsspec.filesystem(scheme)
     except (ImportError, ValueError) as e:
-        hint = "pip install 'jaxbert[gcs]'" if scheme == "gs" else f"install fsspec's {scheme} backend"
+        hint = "pip install gcsfs" if scheme == "gs" else f"install fsspec's {scheme} backend"
         raise InputError(f"{scheme}:// paths need fsspec's {scheme} backend: {hint} ({e})") from None
     try:
         with _quiet("gcsfs"):  # it logs each retry with a traceback; the InputError below says it once

@@ -32,7 +32,7 @@ import yaml
 from jax.experimental import multihost_utils
 
 from jaxbert import fs
-from jaxbert.errors import InputError
+from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, ConfigError
 
@@ -47,7 +47,7 @@ EXPORT = "hf"
 CURVES = "curves.png"
 FILL_MASK = "fill_mask.txt"
 OUTPUTS = {CURVES: "loss and accuracy curves",
-           EXPORT: "Hugging Face model + tokenizer (transformers with PyTorch: pip install torch==2.13.0 '.[torch]')",
+           EXPORT: f"Hugging Face model + tokenizer (transformers with PyTorch: {install_hint('torch')})",
            FILL_MASK: "fill-mask showcase, with the rank of the right word",
            METRICS: "every logged metric, one JSON per line",
            TENSORBOARD: "TensorBoard event files (pip install tensorboard; tensorboard --logdir {path})",
@@ -266,10 +266,16 @@ def read_params(workdir, step: int | None = None, log=print) -> tuple[dict, dict
     Reads only the params, on the host, without knowing their layout in advance:
     enough for export, fill-mask and continued pretraining on any machine.
     """
+    if not fs.as_path(workdir).exists():
+        raise WorkdirError(f"{workdir}: does not exist")
     root = fs.as_path(workdir) / CHECKPOINTS
-    steps = [step] if step is not None else _steps(root)
-    if not steps:
+    kept = _steps(root) if root.exists() else []
+    if not kept:
         raise WorkdirError(f"{root}: no checkpoint in it")
+    if step is not None and step not in kept:
+        raise WorkdirError(f"{root}: no checkpoint of step {step}; the steps kept: "
+                           f"{', '.join(map(str, sorted(kept)))}")
+    steps = [step] if step is not None else kept
     last_error = None
     for s in steps:
         try:

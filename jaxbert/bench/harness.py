@@ -142,18 +142,36 @@ class Bench:
         print(f"machine: {self.machine()}", flush=True)
         if self.wanted("roofline"):
             self.roofline_work()
-        for B, T in [(8, 128)] + ([] if self.quick else [(32, 128), (8, 512)]):
+        for B, T in infer_shapes(self.quick):
             if self.wanted(f"infer/bert-base/{B}x{T}"):
                 self.model_work("infer", "bert-base", B, T)
-        for model, B, T in [("bert-small", 16, 128), ("bert-base", 8, 128)] + (
-                [] if self.quick else [("bert-base", 4, 512)]):
+        for model, B, T in train_shapes(self.quick):
             if self.wanted(f"train/{model}/{B}x{T}"):
                 self.model_work("train", model, B, T)
-        for model in ("bert-base", "bert-large"):
+        for model in COMPILE_MODELS:
             if self.wanted(f"compile/{model}"):
                 self.compile_work(model)
         if self.wanted("convert"):
             self.convert_work()
+
+
+COMPILE_MODELS = ("bert-base", "bert-large")
+
+
+def infer_shapes(quick: bool) -> list[tuple[int, int]]:
+    return [(8, 128)] + ([] if quick else [(32, 128), (8, 512)])
+
+
+def train_shapes(quick: bool) -> list[tuple[str, int, int]]:
+    return [("bert-small", 16, 128), ("bert-base", 8, 128)] + ([] if quick else [("bert-base", 4, 512)])
+
+
+def work_names(quick: bool) -> list[str]:
+    """Every work Bench.run times (with --quick: fewer)."""
+    return (["roofline"] + [f"infer/bert-base/{B}x{T}" for B, T in infer_shapes(quick)]
+            + [f"train/{m}/{B}x{T}" for m, B, T in train_shapes(quick)]
+            + [f"compile/{m}/{layout}" for m in COMPILE_MODELS for layout in ("scan", "unscanned")]
+            + ["convert/bert-base"])
 
 
 def command_line(args) -> str:

@@ -18,7 +18,7 @@ import dataclasses
 import jax.numpy as jnp
 
 from jaxbert.bench.flax_port import compile_old_port_step
-from jaxbert.bench.timing import Record, time_record
+from jaxbert.bench.timing import Record, check_only, time_record
 from jaxbert.devices import device_hbm_bytes
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.train import compile_step, plan
@@ -138,7 +138,9 @@ def run_target_bench(args, worker) -> list[Record]:
     """Every row for args.target, each compiled by `worker(spec) -> result | None` in a fresh process."""
     models = ["bert-base"] if args.quick else list(MODELS)
     records = []
-    for w in works(models):
+    all_works = works(models)
+    check_only(args.only, sorted({w.name for w in all_works} | {w.contender for w in all_works}))
+    for w in all_works:
         if args.only is not None and not any(w.name.startswith(o) or w.contender.startswith(o) for o in args.only):
             continue
         out = worker({"work": w.name, "contender": w.contender, "repeats": 1,

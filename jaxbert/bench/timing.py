@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from jaxbert.errors import InputError
+
 
 @dataclasses.dataclass
 class Record:
@@ -58,3 +60,10 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
     return str(v)
+
+
+def check_only(only, names) -> None:
+    """Each --only prefix starts at least one of names, or an InputError lists them."""
+    for prefix in only or ():
+        if not any(name.startswith(prefix) for name in names):
+            raise InputError(f"--only {prefix}: no work's name starts with it; the works: {', '.join(names)}")

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 from jaxbert.bench.target import run_target_bench, target_table
-from jaxbert.bench.harness import Bench, command_line, run_worker
-from jaxbert.bench.timing import markdown_table
+from jaxbert.bench.harness import Bench, command_line, run_worker, work_names
+from jaxbert.bench.timing import check_only, markdown_table
 from jaxbert.fs import atomic_write_text
 from jaxbert.train.compile_step import check_target
 
@@ -41,6 +41,7 @@ def add_arguments(p):
 def run(args) -> int:
     if args.target is not None:
         return _run_target(args)
+    check_only(args.only, work_names(args.quick))  # before a worker starts
     bench = Bench(args)
     bench.run()
     table = markdown_table(bench.records)

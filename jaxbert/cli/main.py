@@ -1,7 +1,8 @@
 """`jaxbert <verb>`: parses arguments and hands them to one library function.
 
-Each verb lives in its own module, imported only when the verb runs, with
-``add_arguments(parser)`` and ``run(args) -> int``.
+Each verb lives in its own module, imported only when the verb is named (``jaxbert --help``
+imports none), with ``add_arguments(parser)`` and ``run(args) -> int``; a verb's module imports
+what its options need at the top and the rest in ``run``.
 """
 
 from __future__ import annotations
@@ -33,17 +34,19 @@ def _available() -> dict:
     return {verb: spec for verb, spec in VERBS.items() if importlib.util.find_spec(spec[0]) is not None}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser: every verb listed, only `verb`'s module imported for its arguments (None: none is)."""
     parser = argparse.ArgumentParser(
         prog="jaxbert", description="BERT in JAX/Flax.",
         epilog="quick start: `jaxbert train` trains the tiny-demo recipe (a small BERT, minutes on a CPU) "
                "on the embedded corpus into ./runs/tiny-demo.\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for verb, (module_name, help_text) in _available().items():
-        p = sub.add_parser(verb, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
+    for name, (module_name, help_text) in _available().items():
+        p = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
         p.set_defaults(_module=module_name)
-        importlib.import_module(module_name).add_arguments(p)
+        if name == verb:
+            importlib.import_module(module_name).add_arguments(p)
     return parser
 
 
@@ -55,7 +58,8 @@ def _fail(verb: str, message: object, code: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
+    verb = next((a for a in argv if not a.startswith("-")), None)  # the top level has options -h only
+    parser = build_parser(verb if verb in VERBS else None)
     if not argv:  # bare `jaxbert`: the verbs and the quick start, nothing started
         parser.print_help()
         return 0

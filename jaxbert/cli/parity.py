@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from jaxbert.model.config import bert_class_name
 from jaxbert.model.registry import HEADS
 from jaxbert.parity.compare import compare
 from jaxbert.parity.trajectory import trajectory
-from jaxbert.train.recipe import OptimSection
+from jaxbert.train.recipe import OptimSection, position_limit
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
 
 
@@ -22,7 +23,8 @@ def add_arguments(p):
     p.add_argument("model", help="anything jaxbert.from_pretrained reads")
     p.add_argument("--text", action="append", default=None,
                    help='input text, repeatable; "first ||| second" gives two segments')
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--max-length", type=int, default=None,
+                   help="tokens per text (default: as many as the model's position table holds)")
     p.add_argument("--dtype", default="float32", choices=["float64", "float32", "bfloat16"],
                    help="compute dtype of jaxbert; transformers runs float32, or float64 with float64 "
                         "(both sides float64 end to end, tolerance 1e-10)")
@@ -49,13 +51,27 @@ def add_arguments(p):
     p.add_argument("--pad-left", action="store_true", help="pad the batch on the left instead of the right")
 
 
+def _check_args(args) -> None:
+    """Every numeric option, before the model loads."""
+    checks = [("--max-length", args.max_length, lambda v: v >= 1, "a positive number of tokens"),
+              ("--tolerance", args.tolerance, lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+              ("--train-steps", args.train_steps, lambda v: v >= 0, ">= 0"),
+              ("--lr", args.lr, lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+              ("--warmup-steps", args.warmup_steps, lambda v: v >= 0, ">= 0"),
+              ("--seed", args.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32)")]
+    for flag, value, ok, meaning in checks:
+        if value is not None and not ok(value):
+            raise InputError(f"{flag} {value}: must be {meaning}")
+
+
 def run(args) -> int:
-    if args.max_length < 1:
-        raise InputError(f"--max-length {args.max_length}: must be a positive number of tokens")
+    _check_args(args)
     module, params = from_pretrained(args.model, model_class=args.model_class)
-    limit = module.config.max_position_embeddings
-    if args.max_length > limit:
-        print(f"warning: --max-length {args.max_length} exceeds the model's max_position_embeddings {limit}; "
+    limit = position_limit(module.config)  # RoBERTa's positions start at pad_token_id + 1
+    if args.max_length is None:
+        args.max_length = limit
+    elif args.max_length > limit:
+        print(f"warning: --max-length {args.max_length} exceeds the {limit} positions of the model's table; "
               f"texts are truncated to {limit} tokens", file=sys.stderr)
         args.max_length = limit
     tokenizer = find_tokenizer(fs.local_copy(args.model))  # a URL: the copy from_pretrained fetched
@@ -83,8 +99,8 @@ def run(args) -> int:
 
 
 def _train_steps(args, module, params, inputs) -> int:
-    if args.train_steps < 0 or inputs["input_ids"].ndim != 2:
-        raise InputError("--train-steps needs N > 0 and a model whose encoder reads [batch, length] ids")
+    if inputs["input_ids"].ndim != 2:
+        raise InputError("--train-steps needs a model whose encoder reads [batch, length] ids")
     warmup = args.train_steps // 5 if args.warmup_steps is None else args.warmup_steps
     optim = OptimSection(learning_rate=args.lr, warmup_steps=warmup)
     report = trajectory(module, params, inputs, optim, args.train_steps, dtype=args.dtype,
@@ -94,6 +110,6 @@ def _train_steps(args, module, params, inputs) -> int:
         report.write_json(args.json)
     sys.stdout.flush()
     if not report.ok:
-        failed = [r.stage for r in report.rows if not r.ok] + (["gradients"] if report.grad and not report.grad.ok else [])
+        failed = [f"step {r.step}" for r in report.rows if not r.ok]
         raise CheckFailed(f"{args.model}: outside tolerance at {', '.join(failed)}")
     return 0

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from jaxbert.devices import device_hbm_bytes
+from jaxbert.devices import device_memory
 from jaxbert.errors import InputError
+from jaxbert.model.options import REMAT_POLICIES
 from jaxbert.train import compile_step, plan
 from jaxbert.train import recipe as recipes
 
@@ -50,49 +52,72 @@ def _recipe(args):
     return recipes.from_dict(data)
 
 
+def _check_args(args) -> None:
+    """Every numeric option and policy name, before a compile."""
+    if args.hbm is not None and not (math.isfinite(args.hbm) and args.hbm > 0):
+        raise InputError(f"--hbm {args.hbm}: must be a finite number of GiB > 0")
+    for flag, value in (("--max-batch", args.max_batch), ("--start", args.start), ("--seq-len", args.seq_len)):
+        if value is not None and value < 1:
+            raise InputError(f"{flag} {value}: must be >= 1")
+    for policy in args.policies or ():
+        if policy not in REMAT_POLICIES:
+            raise InputError(f"--policies {policy}: not a remat policy; choose from {', '.join(REMAT_POLICIES)}")
+
+
 def run(args) -> int:
+    _check_args(args)
     compile_step.check_target(args.target)
     r = _recipe(args)
     cfg = r.bert_config()
     devices = compile_step.target_devices(args.target)
-    budget = int(args.hbm * 2**30) if args.hbm else device_hbm_bytes(devices[0], devices)
+    if args.hbm:
+        budget, source = int(args.hbm * 2**30), "--hbm"
+    else:
+        budget, source = device_memory(devices[0], devices)
     if budget is None:
         raise InputError(f"--hbm: the memory of {devices[0].device_kind} is unknown; give a budget in GiB")
+    mem = "memory" if devices[0].platform == "cpu" else "HBM"
     scans = {"recipe": (r.model.scan_layers,), "yes": (True,), "no": (False,), "both": (False, True)}[args.scan]
     policies = tuple(args.policies) if args.policies else plan.POLICIES
     print(f"plan {r.name}: {cfg.num_hidden_layers}x{cfg.hidden_size}, T={r.data.seq_len}, "
           f"{r.model.dtype} compute, fsdp={r.parallel.fsdp}, accum={r.train.accum_steps}; "
-          f"{len(devices)} x {devices[0].device_kind}, budget {budget / 2**30:.2f} GiB per device", flush=True)
+          f"{len(devices)} x {devices[0].device_kind}, budget {budget / 2**30:.2f} GiB per device "
+          f"({source})", flush=True)
     cands = plan.plan(r, cfg, devices, budget, policies, scans, args.start, args.max_batch,
                       log=lambda m: print(m, flush=True))
     choice = plan.best(cands)
-    print("\n" + table(cands, choice))
-    print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
-          f"per_device_batch_size={choice.batch} (the most useful FLOPs per step, the batch left free)")
     split = None
-    if args.recipe and r.train.per_device_batch_size == "auto":
-        print("\nthe recipe's per_device_batch_size is auto: a run plans it for its own devices")
-    elif args.recipe:
-        split = _recipe_split(r, cfg, devices, budget, cands)
+    fixed_batch = args.recipe and r.train.per_device_batch_size != "auto"
+    print("\n" + table(cands, None if fixed_batch else choice, mem))
+    if fixed_batch:  # the recipe's own batch is what to recommend: one recommendation, the split's
+        split = _recipe_split(r, cfg, devices, budget, cands, args.max_batch, mem)
+    else:
+        print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
+              f"per_device_batch_size={choice.batch} (the most useful FLOPs per step, the batch left free)")
+        if args.recipe:
+            print("\nthe recipe's per_device_batch_size is auto: a run plans it for its own devices")
     if args.json:
         args.json.write_text(json.dumps({"recipe": r.name, "target": args.target, "budget_bytes": budget,
+                                         "budget_source": source,
                                          "candidates": [_row(c) for c in cands],
                                          "recommended": _row(choice),
                                          "recipe_batch": split}, indent=2) + "\n")
     return 0
 
 
-def _recipe_split(r, cfg, devices, budget, cands) -> dict:
+def _recipe_split(r, cfg, devices, budget, cands, max_batch: int = 4096, mem: str = "HBM") -> dict:
     """The recipe's own sequences per device per step as micro-batches that fit: printed, and returned for --json."""
     total = r.train.per_device_batch_size * r.train.accum_steps
     print(f"\nthe recipe's {total} sequences per device per step (per_device_batch_size "
           f"{r.train.per_device_batch_size} x accum_steps {r.train.accum_steps}; {total * len(devices)} per step "
-          f"on these {len(devices)} devices):", flush=True)
-    splits = plan.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True))
+          f"on {'these' if len(devices) > 1 else 'this'} {len(devices)} device{'s' if len(devices) > 1 else ''}):",
+          flush=True)
+    splits = plan.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True),
+                                     max_batch=max_batch)
     rows = [{"scan_layers": s.candidate.scan_layers, "remat_policy": s.candidate.remat_policy,
              "per_device_batch_size": s.size, "accum_steps": s.micro_batches,
              "hbm_bytes": s.cost.hbm if s.cost else None} for s in splits]
-    print("\n| scan | remat | per_device_batch_size | accum_steps | HBM GiB (where compiled) |\n|---|---|---|---|---|")
+    print(f"\n| scan | remat | per_device_batch_size | accum_steps | {mem} GiB (where compiled) |\n|---|---|---|---|---|")
     for i, row in enumerate(rows):
         hbm = f"{row['hbm_bytes'] / 2**30:.2f}" if row["hbm_bytes"] is not None else "—"
         mark = " **(recommended)**" if i == 0 else ""
@@ -116,14 +141,18 @@ def _row(c) -> dict:
             "remat_extra_flops": c.remat_extra, "useful_flops": c.useful_flops, "compiles": c.compiles}
 
 
-def table(cands, choice) -> str:
-    lines = ["| scan | remat | largest batch | HBM GiB | batch+1 HBM GiB | host GiB | FLOPs remat adds "
-             "| useful TFLOP/step/device | compiles |", "|---|---|---|---|---|---|---|---|---|"]
+def table(cands, choice, mem: str = "HBM") -> str:
+    """The candidates; the "FLOPs remat adds" column only where some compile measured it."""
+    measured = any(c.remat_extra is not None for c in cands)
+    head = ["scan", "remat", "largest batch", f"{mem} GiB", f"batch+1 {mem} GiB", "host GiB"] + (
+        ["FLOPs remat adds"] if measured else []) + ["useful TFLOP/step/device", "compiles"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cands:
         gib = lambda s: f"{s.hbm / 2**30:.2f}" if s else "—"
         host = f"{c.fit.host_temporaries / 2**30:.2f}" if c.fit else "—"  # remat offload keeps layer inputs there
-        extra = f"{c.remat_extra:+.1%}" if c.remat_extra is not None else "—"
+        extra = [f"{c.remat_extra:+.1%}" if c.remat_extra is not None else "—"] if measured else []
         mark = " **(recommended)**" if c is choice else ""
-        lines.append(f"| {c.scan_layers} | {c.remat_policy}{mark} | {c.batch} | {gib(c.fit)} | {gib(c.over)} | "
-                     f"{host} | {extra} | {c.useful_flops / 1e12:.2f} | {c.compiles} |")
+        cells = [str(c.scan_layers), f"{c.remat_policy}{mark}", str(c.batch), gib(c.fit), gib(c.over), host,
+                 *extra, f"{c.useful_flops / 1e12:.2f}", str(c.compiles)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

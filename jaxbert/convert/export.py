@@ -15,7 +15,7 @@ from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
-from jaxbert.errors import InputError
+from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.workdir import read_run
 
@@ -47,6 +47,8 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
     DST may not be the workdir or hold it (its checkpoints would go); a folder
     inside the workdir is fine.
     """
+    if not fs.as_path(workdir).exists():
+        raise InputError(f"{workdir}: does not exist")
     checkpoints = workdir_lib.path(workdir, workdir_lib.CHECKPOINTS)
     check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))  # before the restore
     config, name, params, tok_dir = read_run(workdir, step)
@@ -65,7 +67,7 @@ def _fit_tokenizer_to_model(config_path: Path, max_positions: int) -> None:
 
 def load_instructions(path: str | Path) -> str:
     """The lines that load an export in transformers (PyTorch), and what they need installed."""
-    return (f"load it in transformers (needs PyTorch: pip install 'jaxbert[torch]'):\n"
+    return (f"load it in transformers (needs PyTorch: {install_hint('torch')} in a clone of jaxbert):\n"
             f"  from transformers import AutoTokenizer, BertForMaskedLM\n"
             f"  tok, model = AutoTokenizer.from_pretrained({str(path)!r}), "
             f"BertForMaskedLM.from_pretrained({str(path)!r})")

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from jaxbert import fs
 from jaxbert.convert import from_pretrained, tokenizer_path
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
@@ -21,6 +22,8 @@ MASK_TOKENS = ("[MASK]", "<mask>")  # BERT's WordPiece, RoBERTa's byte-level BPE
 
 def load_for_fill_mask(model: str | Path):
     """(module, params, tokenizer) for a model directory or a training workdir."""
+    if not fs.is_url(model) and not Path(model).exists():
+        raise InputError(f"{model}: does not exist (relative to {Path.cwd()})")
     tok_dir = tokenizer_path(model)
     if tok_dir is None:
         raise InputError(f"{model}: no tokenizer beside it (tokenizer.json or vocab.txt), "

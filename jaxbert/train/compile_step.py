@@ -25,14 +25,14 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from jaxbert.devices import device_hbm_bytes
-from jaxbert.errors import InputError
+from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import build_model
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.parallel import MeshRunner
 from jaxbert.train.recipe import Recipe
 
-TPU_EXTRA = "pip install 'jaxbert[tpu]'"
+TPU_EXTRA = install_hint("tpu") + " (in a clone of jaxbert)"
 
 
 

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
+from jaxbert.data.loader import DataCompatibilityError
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.devices import peak_flops
 from jaxbert.errors import Diverged
@@ -119,6 +120,8 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
     runner = parallel.make_runner(recipe.parallel)
     if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
         recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)
+    if data_dir is not None:  # every run evaluates at its end: refuse data without held-out rows before a step
+        _check_held_out(recipe, runner, data_dir)
     model = build_model(recipe.model.model_class, cfg, recipe.model.options())
     tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
@@ -131,6 +134,17 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
     return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0)
+
+
+def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
+    """The validation split holds at least one evaluation batch (the loader refuses fewer), named."""
+    rows = parallel.host_batch_size(recipe, runner) // recipe.train.accum_steps
+    try:
+        sources.make_source(recipe, data_dir, rows, split="validation", process_index=jax.process_index(),
+                            process_count=jax.process_count(), fixed_masking=True)
+    except DataCompatibilityError as e:
+        raise DataCompatibilityError(f"evaluation needs held-out rows: {e}; prepare {data_dir} with a larger "
+                                     f"--validation-fraction (or data.validation_fraction)") from None
 
 
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):

@@ -69,7 +69,7 @@ def fewest_micro_batches(total: int, largest: int) -> int | None:
 
 
 def split_recipe_batch(recipe: Recipe, cfg, devices, budget: int, cands: list[Candidate],
-                       log=print) -> list[RecipeSplit]:
+                       log=print, max_batch: int | None = None) -> list[RecipeSplit]:
     """The recipe's own sequences per device per step (per_device_batch_size x accum_steps), split into the
     fewest equal micro-batches that fit, one RecipeSplit per candidate that can take them: the least
     recomputing first, then the fewest micro-batches.
@@ -79,7 +79,8 @@ def split_recipe_batch(recipe: Recipe, cfg, devices, budget: int, cands: list[Ca
     total hold the same inputs), so a split is known to fit without a compile except where the accumulator
     comes in: the recipe steps one micro-batch and the split needs several (compiled to confirm; one that
     does not fit falls to the next smaller micro-batch). Where the recipe accumulates and its whole total
-    exceeds the largest batch searched, one micro-batch of the total (no accumulator) is compiled first.
+    exceeds the largest batch searched, one micro-batch of the total (no accumulator) is compiled first,
+    unless it exceeds max_batch: no split has micro-batches larger than max_batch.
     """
     if recipe.train.per_device_batch_size == "auto":
         raise InputError("train.per_device_batch_size is auto: the run plans it itself; no fixed batch to split")
@@ -90,7 +91,7 @@ def split_recipe_batch(recipe: Recipe, cfg, devices, budget: int, cands: list[Ca
             return compile_logged(variant(recipe, c.scan_layers, c.remat_policy, accum=m), cfg, devices, size,
                                   budget, log, f"{m} x {size}")
         split = None
-        if accum > 1 and total > c.batch:
+        if accum > 1 and total > c.batch and (max_batch is None or total <= max_batch):
             cost = confirm(1, total)
             split = RecipeSplit(c, 1, total, cost) if cost.fits(budget) else None
         m = fewest_micro_batches(total, c.batch)

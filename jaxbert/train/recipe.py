@@ -220,6 +220,8 @@ def _check(value: Any, tp: Any, key: str) -> Any:
     expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
                 dict: "a mapping", list: "a list"}[origin or tp]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        if not -2**63 < value < 2**63:
+            raise RecipeError(f"{key}: {value} is out of range")
         return float(value)
     if tp is float and isinstance(value, str):
         try:  # PyYAML reads 1e-3 (no dot) as a string
@@ -231,6 +233,8 @@ def _check(value: Any, tp: Any, key: str) -> Any:
     ok = isinstance(value, origin or tp) and not (tp in (int, float) and isinstance(value, bool))
     if not ok:
         raise RecipeError(f"{key}: expected {expected}, got {value!r}")
+    if tp is int and not -2**63 < value < 2**63:
+        raise RecipeError(f"{key}: {value} is out of range (a 64-bit integer)")
     return value
 
 
@@ -242,6 +246,74 @@ def _build(cls, data: dict, prefix: str = ""):
             raise RecipeError(f"{prefix}{key}: unknown key; expected one of {sorted(names)}")
     kwargs = {k: _check(v, hints[k], prefix + k) for k, v in data.items()}
     return cls(**kwargs)
+
+
+def _ranges(r: Recipe) -> dict:
+    """Dotted key -> (value, test, what the value must be) for every numeric field (None skips a test)."""
+    o, d, t, m, p, c = r.optim, r.data, r.train, r.model, r.parallel, r.checkpoint
+    positive = (lambda v: v > 0, "> 0")
+    at_least_1 = (lambda v: v >= 1, ">= 1")
+    non_negative = (lambda v: v >= 0, ">= 0")
+    unit_open = (lambda v: 0 <= v < 1, "in [0, 1)")
+    return {
+        "model.attention_chunks": (m.attention_chunks, *at_least_1),
+        "model.ffn_chunks": (m.ffn_chunks, *at_least_1),
+        "data.vocab_size": (d.vocab_size, *positive),
+        "data.seq_len": (d.seq_len, *positive),
+        "data.mask_rate": (d.mask_rate, lambda v: 0 < v <= 1, "in (0, 1]"),
+        "data.eval_mask_rate": (d.eval_mask_rate, lambda v: 0 < v <= 1, "in (0, 1]"),
+        "data.max_predictions": (d.max_predictions, *at_least_1),
+        "data.validation_fraction": (d.validation_fraction, *unit_open),
+        "optim.learning_rate": (o.learning_rate, *positive),
+        "optim.b1": (o.b1, *unit_open),
+        "optim.b2": (o.b2, *unit_open),
+        "optim.eps": (o.eps, *positive),
+        "optim.weight_decay": (o.weight_decay, *non_negative),
+        "optim.warmup_steps": (o.warmup_steps, *non_negative),
+        "optim.decay_power": (o.decay_power, *positive),
+        "optim.end_lr_factor": (o.end_lr_factor, lambda v: 0 <= v <= 1, "in [0, 1]"),
+        "optim.decay_fraction": (o.decay_fraction, lambda v: 0 < v <= 1, "in (0, 1]"),
+        "optim.clip_norm": (o.clip_norm, lambda v: v > 0, "> 0 (null turns clipping off)"),
+        "train.steps": (t.steps, *at_least_1),
+        "train.per_device_batch_size": (t.per_device_batch_size, lambda v: v >= 1, ">= 1 or auto"),
+        "train.accum_steps": (t.accum_steps, *at_least_1),
+        "train.seed": (t.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+        "train.log_every": (t.log_every, *at_least_1),
+        "train.eval_every": (t.eval_every, lambda v: v >= 0, ">= 0 (0: only at the end)"),
+        "train.eval_batches": (t.eval_batches, lambda v: v >= 0, ">= 0 (0: the whole validation split)"),
+        "parallel.num_devices": (p.num_devices, *at_least_1),
+        "parallel.num_processes": (p.num_processes, *at_least_1),
+        "parallel.process_id": (p.process_id, lambda v: 0 <= v < (p.num_processes or 2**63),
+                                f"in [0, parallel.num_processes {p.num_processes})" if p.num_processes else ">= 0"),
+        "checkpoint.every_steps": (c.every_steps, *at_least_1),
+        "checkpoint.keep": (c.keep, *at_least_1),
+    }
+
+
+def _check_coordinator(p: ParallelSection) -> None:
+    """parallel.coordinator_address: auto, or HOST:PORT with a port in 1..65535."""
+    address = p.coordinator_address
+    if address is None or address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RecipeError(f"parallel.coordinator_address: {address!r} is not HOST:PORT (a port in 1..65535) "
+                          f"or auto")
+
+
+def position_limit(cfg: BertConfig) -> int:
+    """The longest sequence the model's position table holds (RoBERTa's positions start at pad_token_id + 1)."""
+    return cfg.max_position_embeddings - ((cfg.pad_token_id or 0) + 1 if cfg.is_roberta else 0)
+
+
+def _check_seq_len(r: Recipe, cfg: BertConfig) -> None:
+    limit = position_limit(cfg)
+    if r.data.seq_len > limit:
+        table = (f"model.config.max_position_embeddings {cfg.max_position_embeddings} less pad_token_id + 1 "
+                 f"({limit} positions)" if cfg.is_roberta else
+                 f"model.config.max_position_embeddings {cfg.max_position_embeddings}")
+        raise RecipeError(f"data.seq_len: {r.data.seq_len} exceeds the model's {table}; lower data.seq_len "
+                          f"or raise model.config.max_position_embeddings")
 
 
 def _validate(r: Recipe) -> None:
@@ -260,24 +332,18 @@ def _validate(r: Recipe) -> None:
     for key, (value, allowed) in choices.items():
         if value not in allowed:
             raise RecipeError(f"{key}: {value!r} is not one of {allowed}")
-    positive = {"data.seq_len": r.data.seq_len, "train.steps": r.train.steps,
-                "train.per_device_batch_size": r.train.per_device_batch_size,
-                "train.accum_steps": r.train.accum_steps, "train.log_every": r.train.log_every,
-                "model.attention_chunks": r.model.attention_chunks, "model.ffn_chunks": r.model.ffn_chunks,
-                "checkpoint.every_steps": r.checkpoint.every_steps, "checkpoint.keep": r.checkpoint.keep,
-                "optim.learning_rate": r.optim.learning_rate}
-    for key, value in positive.items():
-        if value != "auto" and value <= 0:
-            raise RecipeError(f"{key}: must be > 0, got {value!r}")
-    for key in ("mask_rate", "eval_mask_rate"):
-        value = getattr(r.data, key)
-        if value is not None and not 0 < value < 1:
-            raise RecipeError(f"data.{key}: must be in (0, 1), got {value!r}")
+    for key, (value, test, meaning) in _ranges(r).items():
+        if value is not None and value != "auto" and not test(value):
+            raise RecipeError(f"{key}: must be {meaning}, got {value!r}")
+    _check_coordinator(r.parallel)
     if r.parallel.strategy == "pmap" and r.parallel.fsdp:
         raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
-    r.bert_config()  # model.preset and model.config checked now, before any data is prepared
+    _check_seq_len(r, r.bert_config())  # model.preset and model.config checked now, before any data is prepared
+    if r.data.source == "prepared" and r.data.dir is None and r.data.validation_fraction == 0:
+        raise RecipeError("data.validation_fraction: 0 holds out no rows, but every run evaluates on held-out "
+                          "rows (at least at its end); give a fraction > 0")
     for item in r.outputs.fill_mask:
         ok = isinstance(item, str) or (isinstance(item, dict) and set(item) <= {"text", "answer"}
                                        and isinstance(item.get("text"), str)
@@ -297,6 +363,10 @@ def from_dict(data: dict) -> Recipe:
 def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> Recipe:
     """Reads a recipe and applies ``key=value`` overrides (dotted keys)."""
     path = recipe_path(name_or_path)
+    bare_name = not fs.is_url(name_or_path) and path != Path(name_or_path)
+    if bare_name and not path.is_file():  # a bare name that is no shipped recipe
+        raise RecipeError(f"--config {name_or_path}: neither a YAML file nor a shipped recipe "
+                          f"({', '.join(recipe_names())})")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except OSError as e:
@@ -319,7 +389,11 @@ def apply_override(data: dict, item: str) -> None:
     key, sep, text = item.partition("=")
     if not sep or not key:
         raise RecipeError(f"--set {item!r}: expected key=value")
-    value = yaml.safe_load(text) if text else None
+    try:
+        value = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        raise RecipeError(f"--set {key}: {text!r} is not a YAML value (quote a string, e.g. "
+                          f"{key}='\"...\"')") from None
     *parents, leaf = key.split(".")
     node = data
     for i, part in enumerate(parents):

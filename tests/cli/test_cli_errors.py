@@ -60,3 +60,123 @@ def test_every_verb_help_lists_the_exit_codes(verb):
     text = sub.choices[verb].format_help()
     assert "exit codes: 0 success, 1 a check failed, 2 bad input" in " ".join(text.split())
     assert "3 the run diverged" in " ".join(text.split())
+
+
+def _one_line(captured, verb: str, *needles: str) -> str:
+    lines = captured.err.strip().splitlines()
+    assert "Traceback" not in captured.err + captured.out
+    assert len(lines) == 1 and lines[0].startswith(f"jaxbert {verb}: error: "), captured.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("optim.learning_rate=[", "optim.learning_rate"), ("train.seed=-1", "train.seed"),
+    ("train.seed=9223372036854775808", "train.seed"), ("train.steps=9223372036854775808", "train.steps"),
+    ("data.max_predictions=-3", "data.max_predictions"), ("train.eval_batches=-1", "train.eval_batches"),
+    ("parallel.coordinator_address=bogus", "parallel.coordinator_address"),
+    ("optim.clip_norm=-1", "optim.clip_norm"), ("optim.b2=1", "optim.b2"), ("optim.eps=0", "optim.eps"),
+    ("data.seq_len=128", "data.seq_len"),  # tiny-demo's model has 64 positions
+])
+def test_train_set_refuses_bad_values_before_any_work(tmp_path, capsys, monkeypatch, override, needle):
+    from jaxbert.train import sources
+
+    def no_data(*a, **k):
+        raise AssertionError("data prepared for a refused recipe")
+
+    monkeypatch.setattr(sources, "ensure_data", no_data)
+    assert main(["train", "--set", override, "--workdir", str(tmp_path / "run")]) == 2
+    line = _one_line(capsys.readouterr(), "train", needle)
+    if needle == "data.seq_len":
+        assert "model.config.max_position_embeddings" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_config_that_names_no_recipe_lists_the_shipped_ones(tmp_path, capsys):
+    from jaxbert.train.recipe import recipe_names
+    assert main(["train", "--config", "nope", "--workdir", str(tmp_path / "run")]) == 2
+    _one_line(capsys.readouterr(), "train", "nope", *recipe_names())
+
+
+def test_data_without_validation_rows_is_refused_before_training(tmp_path, capsys):
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import train_tokenizer
+    from tests.helpers.runs import write_recipe
+    text = tmp_path / "c.txt"
+    text.write_text("\n\n".join(f"the cat number {i} sat on the mat and looked at the dog {i % 7}." * 3
+                                for i in range(60)))
+    train_tokenizer([str(text)], 120, tmp_path / "tok")
+    prepare([str(text)], str(tmp_path / "tok"), str(tmp_path / "data"), max_length=16, validation_fraction=0,
+            progress=False)
+    from tests.helpers.runs import TINY
+    config = {k: v for k, v in TINY["model"]["config"].items() if k != "vocab_size"}  # the tokenizer's
+    recipe = write_recipe(tmp_path / "r.yaml", model={"config": config},
+                          data={"source": "prepared", "dir": str(tmp_path / "data"), "tokenizer": str(tmp_path / "tok")})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 2
+    _one_line(capsys.readouterr(), "train", str(tmp_path / "data"), "split 'validation'", "held-out rows")
+    assert not (wd / "metrics.jsonl").exists() and not (wd / "checkpoints").exists()
+
+
+def test_a_path_that_does_not_exist_is_named_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["fill-mask", "runs/tiny-demo", "a [MASK] b"]) == 2
+    _one_line(capsys.readouterr(), "fill-mask", "runs/tiny-demo: does not exist")
+    assert main(["export", str(tmp_path / "gone"), str(tmp_path / "out")]) == 2
+    _one_line(capsys.readouterr(), "export", f"{tmp_path / 'gone'}: does not exist")
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_of_a_step_that_was_not_kept_lists_the_kept_ones(tmp_path, capsys):
+    from tests.helpers.runs import write_recipe
+    recipe = write_recipe(tmp_path / "r.yaml", train={"steps": 4, "eval_every": 0}, checkpoint={"every_steps": 2})
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 0
+    capsys.readouterr()
+    assert main(["export", str(wd), str(tmp_path / "out"), "--step", "3"]) == 2
+    captured = capsys.readouterr()
+    line = _one_line(captured, "export", "no checkpoint of step 3", "the steps kept: 2, 4")
+    assert "trying the one before" not in captured.out + captured.err, line
+
+
+def test_bench_only_names_the_works(capsys, monkeypatch):
+    from jaxbert.bench import harness
+
+    def no_worker(*a, **k):
+        raise AssertionError("a worker started for a refused --only")
+
+    monkeypatch.setattr(harness, "run_worker", no_worker)
+    assert main(["bench", "--only", "nope"]) == 2
+    _one_line(capsys.readouterr(), "bench", "--only nope", "train/bert-base/8x128", "convert/bert-base")
+
+
+def test_help_imports_no_verb_and_no_framework():
+    script = ("import sys\nfrom jaxbert.cli import main\ntry:\n    main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+              "heavy = [m for m in ('jax', 'flax', 'torch', 'transformers') if m in sys.modules]\n"
+              "verbs = [m for m in sys.modules if m.startswith('jaxbert.cli.') and m != 'jaxbert.cli.main']\n"
+              "print('LOADED', heavy, verbs)")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "LOADED [] []" in r.stdout, r.stdout
+    assert "train" in r.stdout and "plan" in r.stdout  # the verb list is there all the same
+
+
+def test_a_verb_imports_its_own_module_only():
+    script = ("import sys\nfrom jaxbert.cli import main\ntry:\n    main.main(['plot', '--help'])\nexcept SystemExit:\n"
+              "    pass\nprint('LOADED', sorted(m for m in sys.modules if m.startswith('jaxbert.cli.')))")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "LOADED ['jaxbert.cli.main', 'jaxbert.cli.plot']" in r.stdout, r.stdout + r.stderr
+
+
+def test_install_hints_say_how_from_a_clone_and_pin_torch():
+    from pathlib import Path
+    import jaxbert
+    from jaxbert.errors import InputError, require
+    with pytest.raises(InputError, match=r"pip install torch==2\.13\.0 '\.\[torch\]'"):
+        require("no_such_module_jaxbert_test", "torch", "a test")
+    with pytest.raises(InputError, match=r"pip install '\.\[plot\]'"):
+        require("no_such_module_jaxbert_test", "plot", "a test")
+    package = Path(jaxbert.__file__).parent
+    offenders = [str(p) for p in package.rglob("*.py") if "jaxbert[" in p.read_text()]
+    assert offenders == []  # jaxbert is not on PyPI: no `pip install 'jaxbert[...]'`

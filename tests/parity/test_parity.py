@@ -262,3 +262,53 @@ def test_minilm_float64_and_the_float64_truth(minilm):
     # teeth: bf16 compute is far further from the truth than PyTorch fp32
     bf16 = compare(module, params, inputs, dtype="bfloat16", reference="float64")
     assert all(r.ratio > 100 for r in bf16.rows) and not bf16.ok
+
+
+def _saved(tmp_path, cfg, name="BertForMaskedLM"):
+    module = jaxbert.MODEL_CLASSES[name](cfg)
+    jaxbert.save_pretrained(tmp_path / "hf", module, _random_params(module), format="hf")
+    return str(tmp_path / "hf")
+
+
+def test_parity_truncates_roberta_inputs_to_its_position_table(tmp_path, capsys):
+    # 20 positions with pad_token_id 1 hold 18 tokens; the third default text has 21 (random ids, no tokenizer)
+    from tests.helpers.hf_models import tiny_roberta_model
+    tiny_roberta_model("RobertaForMaskedLM", max_position_embeddings=20, pad_token_id=1).save_pretrained(tmp_path / "hf")
+    out = tmp_path / "t.json"
+    assert jaxbert.cli.main.main(["parity", str(tmp_path / "hf"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["ok"]
+    assert "warning" not in capsys.readouterr().err  # --max-length was not given: it follows the model
+    assert jaxbert.cli.main.main(["parity", str(tmp_path / "hf"), "--max-length", "64"]) == 0
+    assert "texts are truncated to 18 tokens" in capsys.readouterr().err
+
+
+def test_parity_without_max_length_follows_the_model_and_warns_of_nothing(tmp_path, capsys):
+    cfg = TINY.replace(max_position_embeddings=16)  # the third default text has 21 tokens
+    assert jaxbert.cli.main.main(["parity", _saved(tmp_path, cfg)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "PASS" in captured.out
+
+
+@pytest.mark.parametrize("argv,flag", [(["--lr", "nan"], "--lr"), (["--lr", "-1"], "--lr"), (["--seed", "-1"], "--seed"),
+                                       (["--tolerance", "nan"], "--tolerance"), (["--tolerance", "-1"], "--tolerance"),
+                                       (["--train-steps", "-2"], "--train-steps"), (["--max-length", "0"], "--max-length")])
+def test_parity_refuses_bad_numbers_before_loading_the_model(tmp_path, capsys, argv, flag):
+    assert jaxbert.cli.main.main(["parity", str(tmp_path / "not-read"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"jaxbert parity: error: {flag} ")
+
+
+def test_a_failed_train_steps_check_names_the_steps(tmp_path, capsys, monkeypatch):
+    import jaxbert.cli.parity as cli_parity
+    from jaxbert.parity.trajectory import StepRow, TrajectoryReport
+
+    def off(*a, **k):
+        rows = [StepRow(s, 1e-3, 1.0, 1.0 + 0.5 * s, 1.0, 1.0, 0.0, "w", (1e-5, 1e-4)) for s in (1, 2)]
+        return TrajectoryReport("float32", rows, {"device": "cpu", "precision": "highest", "reference": "torch"},
+                                dataclasses.asdict(k.get("optim") or a[3]))
+
+    import dataclasses
+    monkeypatch.setattr(cli_parity, "trajectory", off)
+    assert jaxbert.cli.main.main(["parity", _saved(tmp_path, TINY), "--train-steps", "2"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "outside tolerance at step 1, step 2" in err[0]

@@ -101,7 +101,7 @@ def test_a_tpu_target_without_libtpu_names_the_extra(monkeypatch, capsys, verb):
     monkeypatch.setattr(compile_step, "libtpu_installed", lambda: False)
     assert main(verb) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "libtpu" in err[0] and "pip install 'jaxbert[tpu]'" in err[0]
+    assert len(err) == 1 and "libtpu" in err[0] and "pip install '.[tpu]'" in err[0] and "jaxbert[" not in err[0]
 
 
 def test_recipe_auto_keys():
@@ -289,3 +289,49 @@ def test_every_target_bench_row_compiles_one_micro_batch_as_the_old_port_steps()
     # bert-large's recipe accumulates 2 micro-batches; the rows compare single steps of B sequences
     r, scanned, policy, B, T = bench_target._recipe("bert-large", "unscanned-none")
     assert r.train.accum_steps == 1 and (scanned, policy, T) == (False, "none", 512)
+
+
+def _no_compile(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("compiled for refused options")
+    monkeypatch.setattr(plan, "compile_train_step", refuse)
+
+
+@pytest.mark.parametrize("argv,flag", [(["--hbm", "nan"], "--hbm"), (["--hbm", "inf"], "--hbm"), (["--hbm", "0"], "--hbm"),
+                                       (["--hbm", "-1"], "--hbm"), (["--max-batch", "0"], "--max-batch"),
+                                       (["--max-batch", "-4"], "--max-batch"), (["--start", "-2"], "--start"),
+                                       (["--policies", "bogus"], "--policies"), (["--policies", "auto"], "--policies")])
+def test_plan_refuses_bad_options_before_a_compile(monkeypatch, capsys, argv, flag):
+    _no_compile(monkeypatch)
+    assert main(["plan", "--preset", "bert-tiny", "--seq-len", "16", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"jaxbert plan: error: {flag} "), err
+
+
+def test_a_split_never_holds_micro_batches_larger_than_max_batch(monkeypatch):
+    r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=5", "train.accum_steps=3"])
+    cands, compiled = _planned(monkeypatch, r, 10**9, {"none": 100})  # anything fits: the max bounds the batch
+    cands[0].batch = 4  # as plan(max_batch=4) leaves it
+    (s,) = plan.split_recipe_batch(r, None, [], 10**9, cands, log=lambda m: None, max_batch=4)
+    assert s.size <= 4 and s.size * s.micro_batches == 15 and compiled == []
+
+
+def test_plan_on_the_cpu_takes_host_ram_and_says_so(monkeypatch, capsys):
+    monkeypatch.setattr(plan, "compile_train_step", lambda r, cfg, devices, b: _fake_cost(1000 * b, b))
+    argv = ["plan", "--recipe", "tiny-demo", "--policies", "none", "dots", "--max-batch", "4",
+            "--set", "train.per_device_batch_size=5", "--set", "train.accum_steps=3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(host RAM: the CPU has no device memory of its own)" in out
+    recommended = [line for line in out.splitlines() if line.startswith("recommended")]
+    assert len(recommended) == 1 and "per_device_batch_size=3 accum_steps=5" in recommended[0], out
+    assert "HBM" not in out and "FLOPs remat adds" not in out  # nothing measured: no column of dashes
+    assert "on this 1 device)" in out
+
+
+def test_plan_without_a_recipe_recommends_once(monkeypatch, capsys):
+    monkeypatch.setattr(plan, "compile_train_step", lambda r, cfg, devices, b: _fake_cost(1000 * b, b))
+    assert main(["plan", "--preset", "bert-tiny", "--seq-len", "16", "--policies", "none", "--max-batch", "4"]) == 0
+    out = capsys.readouterr().out
+    recommended = [line for line in out.splitlines() if line.startswith("recommended")]
+    assert len(recommended) == 1 and "per_device_batch_size=4" in recommended[0]

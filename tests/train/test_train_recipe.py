@@ -227,3 +227,64 @@ def test_flops_per_token_for_bert_base():
     masked = train_flops_per_token(cfg, 128, 0.15)
     assert full / 1e9 == pytest.approx(0.67, abs=0.01) and masked / 1e9 == pytest.approx(0.55, abs=0.01)
     assert np.isfinite(full)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("optim.clip_norm=-1", "optim.clip_norm"), ("optim.clip_norm=0", "optim.clip_norm"),
+    ("optim.b1=1.5", "optim.b1"), ("optim.b1=-0.1", "optim.b1"), ("optim.b2=1", "optim.b2"),
+    ("optim.eps=-1", "optim.eps"), ("optim.eps=0", "optim.eps"), ("optim.weight_decay=-1", "optim.weight_decay"),
+    ("optim.end_lr_factor=5", "optim.end_lr_factor"), ("optim.decay_power=-1", "optim.decay_power"),
+    ("optim.decay_fraction=0", "optim.decay_fraction"), ("optim.warmup_steps=-1", "optim.warmup_steps"),
+    ("optim.learning_rate=0", "optim.learning_rate"), ("optim.learning_rate=.nan", "optim.learning_rate"),
+    ("optim.learning_rate=.inf", "optim.learning_rate"), ("optim.learning_rate=1e400", "optim.learning_rate"),
+    ("data.seq_len=0", "data.seq_len"), ("data.mask_rate=0", "data.mask_rate"),
+    ("data.mask_rate=1.5", "data.mask_rate"), ("data.eval_mask_rate=0", "data.eval_mask_rate"),
+    ("data.max_predictions=-3", "data.max_predictions"), ("data.max_predictions=0", "data.max_predictions"),
+    ("data.validation_fraction=1", "data.validation_fraction"),
+    ("data.validation_fraction=0", "data.validation_fraction"),  # data built here: evaluation needs rows
+    ("data.vocab_size=0", "data.vocab_size"),
+    ("train.steps=0", "train.steps"), ("train.steps=9223372036854775808", "train.steps"),
+    ("train.per_device_batch_size=0", "train.per_device_batch_size"), ("train.accum_steps=0", "train.accum_steps"),
+    ("train.seed=-1", "train.seed"), ("train.seed=4294967296", "train.seed"),
+    ("train.seed=9223372036854775808", "train.seed"), ("train.log_every=0", "train.log_every"),
+    ("train.eval_every=-1", "train.eval_every"), ("train.eval_batches=-1", "train.eval_batches"),
+    ("checkpoint.every_steps=0", "checkpoint.every_steps"), ("checkpoint.keep=0", "checkpoint.keep"),
+    ("parallel.num_processes=0", "parallel.num_processes"),
+    ("parallel.coordinator_address=bogus", "parallel.coordinator_address"),
+    ("parallel.coordinator_address=host:99999", "parallel.coordinator_address"),
+    ("optim.weight_decay=9223372036854775808", "optim.weight_decay"),
+])
+def test_every_numeric_value_is_checked_against_its_meaning(override, key):
+    with pytest.raises(RecipeError, match=key.replace(".", r"\.") + ":"):
+        R.load("tiny-demo", [override])
+
+
+def test_values_at_the_edges_of_their_ranges_load():
+    r = R.load("tiny-demo", ["optim.clip_norm=null", "optim.b1=0", "optim.weight_decay=0", "optim.end_lr_factor=1",
+                             "data.mask_rate=1", "train.eval_every=0", "train.eval_batches=0",
+                             "train.seed=4294967295", "parallel.coordinator_address=10.0.0.1:1234",
+                             "data.dir=/some/data", "data.validation_fraction=0"])
+    assert r.optim.clip_norm is None and r.train.seed == 2**32 - 1
+    assert R.load("tiny-demo", ["parallel.coordinator_address=auto"]).parallel.coordinator_address == "auto"
+
+
+def test_a_set_value_that_is_not_yaml_names_the_key():
+    with pytest.raises(RecipeError, match=r"--set optim\.learning_rate: '\[' is not a YAML value"):
+        R.load("tiny-demo", ["optim.learning_rate=["])
+
+
+def test_a_name_that_is_no_shipped_recipe_lists_the_shipped_ones():
+    with pytest.raises(RecipeError, match="nope: neither a YAML file nor a shipped recipe") as e:
+        R.load("nope")
+    assert all(name in str(e.value) for name in R.recipe_names())
+
+
+def test_seq_len_beyond_the_position_table_is_refused_when_the_recipe_loads():
+    with pytest.raises(RecipeError, match=r"data\.seq_len: 128 .*model\.config\.max_position_embeddings 64"):
+        R.load("tiny-demo", ["data.seq_len=128", "model.config.max_position_embeddings=64"])
+    # RoBERTa's positions start at pad_token_id + 1: 64 positions with pad id 1 hold 62 tokens
+    with pytest.raises(RecipeError, match=r"data\.seq_len: 64 .*max_position_embeddings 64 less pad_token_id"):
+        R.load("roberta-tiny-demo", ["data.seq_len=64", "model.config.max_position_embeddings=64",
+                                     "model.config.pad_token_id=1"])
+    assert R.load("roberta-tiny-demo", ["data.seq_len=62", "model.config.max_position_embeddings=64",
+                                        "model.config.pad_token_id=1"]).data.seq_len == 62

@@ -151,7 +151,7 @@ def test_prepared_data_continued_from_a_headless_checkpoint_then_fill_mask(prepa
     assert len(fill(long_text.replace("return", "[MASK]", 1), tokenizer_kwargs={"truncation": True})) == 5
     assert main(["export", str(wd), str(tmp_path / "hf2")]) == 0
     printed = capsys.readouterr().out
-    assert f"BertForMaskedLM.from_pretrained('{tmp_path / 'hf2'}')" in printed and "jaxbert[torch]" in printed
+    assert f"BertForMaskedLM.from_pretrained('{tmp_path / 'hf2'}')" in printed and "pip install torch==2.13.0 '.[torch]'" in printed
 
     assert main(["fill-mask", str(hf), "the break [MASK] terminates", "--top-k", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
