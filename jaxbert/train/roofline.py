@@ -4,8 +4,8 @@ Each executed top-level instruction of the entry computation (a while body's ins
 trip count; calls and conditionals through their callees) is one operation with
 
 - FLOPs: its dots and convolutions, those inside its fusion computations included: 2 x the product of
-  the output dims x the product of the contracted dims (a convolution: of the kernel's dims but its
-  output feature). cuBLAS GEMM custom-calls count as dots. Element-wise and reduction FLOPs are NOT
+  the output dims x the product of the contracted dims (a convolution: its kernel's input features x
+  the window positions that meet real input). cuBLAS GEMM custom-calls count as dots. Element-wise and reduction FLOPs are NOT
   counted (a lower bound may leave work out; on every accelerator here they ride the vector units
   while the memory term bounds them).
 - bytes: its operands + its result, as ``benchmarks/hlo_bytes.py`` counts them (``plain_bytes``),
@@ -125,12 +125,21 @@ def instruction_flops(shape: str, op: str, operands: list[str], rest: str, shape
         contracted = [lhs[int(i)] for i in m.group(1).split(",") if i] if m else []
         return 2.0 * out * math.prod(contracted)
     if op == "convolution":
+        # per output element: the kernel's input features x the window positions that meet real input. TPU
+        # writes batched matmuls as convolutions whose batch dims are windows over a dilated input
+        # (window size = lhs_dilate): one real position each, not the window's size
         kernel = dims(shape_of(operands[1]))
         m = re.search(r"dim_labels=\w+_(\w+)->", rest)
         if not m or len(m.group(1)) != len(kernel):
             return 0.0
-        o = m.group(1).index("o")
-        return 2.0 * out * math.prod(kernel) / max(kernel[o], 1)
+        labels = m.group(1)
+        size = re.search(r"\bsize=([\dx]+)", rest)
+        windows = [int(w) for w in size.group(1).split("x")] if size else [
+            kernel[i] for i, c in enumerate(labels) if c.isdigit()]
+        dilate = re.search(r"\blhs_dilate=([\dx]+)", rest)
+        dilation = [int(d) for d in dilate.group(1).split("x")] if dilate else [1] * len(windows)
+        positions = math.prod(-(-w // max(d, 1)) for w, d in zip(windows, dilation))
+        return 2.0 * out * kernel[labels.index("i")] * positions
     if op == "custom-call" and re.search(r'custom_call_target="__cublas\$(lt\$matmul|gemm)', rest):
         m = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', rest)
         lhs = dims(shape_of(operands[0]))
@@ -146,6 +155,33 @@ class HloModule:
         raw, self.entry = computations(text)
         self.comps = {name: _Comp(lines) for name, lines in raw.items()}
         self._flops_cache: dict[str, float] = {}
+
+    def trip_count(self, while_rest: str) -> int:
+        """A while loop's trip count: XLA's known_trip_count where the backend writes it (CPU, GPU), else read
+        from its condition (TPU): `counter < N` (or <= N - 1) on a tuple element, counting from 0 by 1, as
+        jax's scans and fori_loops do. 1 if neither says."""
+        known = re.search(r'"known_trip_count":\{"n":"(\d+)"', while_rest)
+        if known:
+            return int(known.group(1))
+        cond = re.search(r"condition=%?([\w.\-]+)", while_rest)
+        comp = self.comps.get(cond.group(1)) if cond else None
+        if comp is None or comp.root is None:
+            return 1
+        shape, op, operands, rest = comp.instrs[comp.root]
+        direction = re.search(r"direction=(\w+)", rest)
+        if op != "compare" or not direction or len(operands) != 2:
+            return 1
+        values = []
+        for a in operands:
+            _, aop, args, _ = comp.instrs.get(a, ("", "", [], ""))
+            if aop == "constant":
+                values.append(int(args[0]) if args and re.fullmatch(r"-?\d+", args[0]) else "other")
+            else:
+                values.append(None if aop == "get-tuple-element" else "other")
+        if values[0] is None and isinstance(values[1], int):
+            n = values[1]
+            return max({"LT": n, "LE": n + 1}.get(direction.group(1), 1), 1)
+        return 1
 
     def computation_flops(self, name: str) -> float:
         """Dots and convolutions of a called computation, its own callees included."""
@@ -220,8 +256,7 @@ class HloModule:
                 continue
             if op == "while":
                 body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
-                trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
-                yield from self.operations(body, times * (int(trip.group(1)) if trip else 1))
+                yield from self.operations(body, times * self.trip_count(rest))
                 continue
             if op in ("call", "conditional"):
                 for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
@@ -280,8 +315,7 @@ def _collective_dones(module: HloModule, name: str, times: int):
     for iname, (shape, op, operands, rest) in comp.instrs.items():
         if op == "while":
             body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
-            trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
-            yield from _collective_dones(module, body, times * (int(trip.group(1)) if trip else 1))
+            yield from _collective_dones(module, body, times * module.trip_count(rest))
         elif op in ("call", "conditional"):
             for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
                 if callee in module.comps:

@@ -202,3 +202,34 @@ def test_plan_ranks_candidates_by_the_tokens_per_second_their_bound_allows(monke
         c.fit.bound = None
     assert not plan.ranked_by_bound(cands) and plan.best(cands) is full
     assert np.isfinite(full.score())
+
+
+def test_a_target_bench_row_carries_the_bound_and_its_mfu_ceiling():
+    from jaxbert.bench.target import bound_extra
+    cost = _bounded_cost(32, 100, 0.02)
+    cost.bound.collective_s = 0.001
+    extra = bound_extra(cost, 1e12, 32 * 128)
+    assert extra == {"bound_ms": 20.0, "bound_tokens_per_s": round(32 * 128 / 0.02),
+                     "mfu_ceiling": round(1e12 / (0.02 * 100e12), 3), "memory_bound_share": 0.5, "collective_ms": 1.0}
+    assert bound_extra(_bounded_cost(32, 100, 0.02).__class__(32, 1, 0, 0, 0, 1, None, None, 0.0, 0.0), 1e12, 1) == {}
+
+
+def test_tpu_hlo_a_loop_without_a_known_trip_count_and_a_batched_matmul_as_a_dilated_convolution():
+    # libtpu writes no known_trip_count: the condition's `counter < 3` says it
+    tpu_style = HLO.replace(', backend_config={"known_trip_count":{"n":"3"}}', "")
+    assert "known_trip_count" not in tpu_style
+    assert roofline.step_bound(tpu_style, 1e6, 1e6, 1e6).seconds == pytest.approx(
+        roofline.step_bound(HLO, 1e6, 1e6, 1e6).seconds)
+    # attention scores [B=2, N=12, T=128, S=128] from q, k [2, 128, 12, 64], as libtpu wrote them: B and N are
+    # windows over an input dilated by their own size, so each output element meets one real position per
+    # window: 2 * (2*12*128*128) * 64 FLOPs, not 2 * 12 times that
+    shapes = {"q": "bf16[2,128,12,64]{1,3,2,0:T(8,128)(2,1)}", "k": "bf16[2,128,12,64]{1,3,2,0:T(8,128)(2,1)}"}
+    flops = roofline.instruction_flops(
+        "bf16[2,12,128,128]{2,3,1,0:T(8,128)(2,1)}", "convolution", ["q", "k"],
+        ", window={size=2x12 stride=1x11 lhs_dilate=2x12}, dim_labels=0b1f_0o1i->01bf", shapes.get)
+    assert flops == 2 * (2 * 12 * 128 * 128) * 64
+    # the MLM head's weight gradient: a window of 2 over real input, 80 input features
+    shapes = {"g": "bf16[2,80,30522]{2,1,0}", "x": "bf16[2,80,768]{2,1,0}"}
+    flops = roofline.instruction_flops("bf16[30522,768,1]{0,1,2}", "convolution", ["g", "x"],
+                                       ", window={size=2}, dim_labels=0fb_0io->bf0", shapes.get)
+    assert flops == 2 * 30522 * 768 * 2 * 80
