@@ -9,9 +9,10 @@ trip count; calls and conditionals through their callees) is one operation with
   counted (a lower bound may leave work out; on every accelerator here they ride the vector units
   while the memory term bounds them).
 - bytes: its operands + its result, as ``benchmarks/hlo_bytes.py`` counts them (``plain_bytes``),
-  except that the bound counts what must move (``bytes``): an operand a fusion only slices is the
-  slice, a dynamic-update-slice done in place reads and writes its update only, and an asynchronous
-  memory-space copy moves its buffer once. Without that, a scanned step's per-layer slice of the
+  except that the bound counts what must move through device memory (``bytes``): an operand a fusion
+  only slices is the slice, a dynamic-update-slice done in place reads and writes its update only, an
+  asynchronous memory-space copy moves its buffer once, and an array a TPU layout places on chip
+  (``S(n)``, n > 0: CMEM, VMEM) is not HBM traffic. Without that, a scanned step's per-layer slice of the
   stacked parameters would count the whole stack on every iteration.
 - collective bytes: an all-reduce, all-gather, reduce-scatter, all-to-all or collective-permute
   (or its -start), the larger of its operands and its largest result array.
@@ -54,6 +55,24 @@ def nbytes(shape_text: str) -> int:
     return sum(_arrays(shape_text))
 
 
+_PLACED = re.compile(SHAPE.pattern + r"(\{[^}]*\})?")
+
+
+def hbm_nbytes(shape_text: str) -> int:
+    """Bytes of the arrays of a shape that live in device memory: a TPU layout's S(n), n > 0, places an
+    array in on-chip memory (CMEM, VMEM), whose traffic the HBM bandwidth does not bound."""
+    total = 0
+    for dtype, dims_, layout in _PLACED.findall(shape_text):
+        space = re.search(r"S\((\d+)\)", layout or "")
+        if space and int(space.group(1)) != 0:
+            continue
+        n = ITEM[dtype]
+        for d in filter(None, dims_.split(",")):
+            n *= int(d)
+        total += n
+    return total
+
+
 def dims(shape_text: str) -> list[int]:
     """The dims of the first array in a shape."""
     m = SHAPE.search(shape_text)
@@ -86,6 +105,12 @@ class Op:
     times: int = 1
 
 
+def _constant(instr) -> int | None:
+    """The integer of a scalar constant instruction tuple (shape, op, args, rest), else None."""
+    _, op, args, _ = instr
+    return int(args[0]) if op == "constant" and args and re.fullmatch(r"-?\d+", args[0]) else None
+
+
 class _Comp:
     """One computation's parsed instructions: name -> (shape, opcode, operands, rest)."""
 
@@ -112,6 +137,9 @@ class _Comp:
     def size(self, name: str) -> int:
         return nbytes(self.instrs[name][0]) if name in self.instrs else 0
 
+    def hbm(self, name: str) -> int:
+        return hbm_nbytes(self.instrs[name][0]) if name in self.instrs else 0
+
     def shape(self, name: str) -> str:
         return self.instrs[name][0] if name in self.instrs else ""
 
@@ -128,17 +156,21 @@ def instruction_flops(shape: str, op: str, operands: list[str], rest: str, shape
         # per output element: the kernel's input features x the window positions that meet real input. TPU
         # writes batched matmuls as convolutions whose batch dims are windows over a dilated input
         # (window size = lhs_dilate): one real position each, not the window's size
-        kernel = dims(shape_of(operands[1]))
-        m = re.search(r"dim_labels=\w+_(\w+)->", rest)
-        if not m or len(m.group(1)) != len(kernel):
+        # (window size = lhs_dilate), or pads a size-1 input to slide a window over it: per spatial dim, the
+        # positions are the window's over the dilation, at most the input's real extent
+        lhs, kernel = dims(shape_of(operands[0])), dims(shape_of(operands[1]))
+        m = re.search(r"dim_labels=(\w+)_(\w+)->", rest)
+        if not m or len(m.group(2)) != len(kernel) or len(m.group(1)) != len(lhs):
             return 0.0
-        labels = m.group(1)
+        lhs_labels, labels = m.groups()
+        spatial = sorted(c for c in labels if c.isdigit())
         size = re.search(r"\bsize=([\dx]+)", rest)
-        windows = [int(w) for w in size.group(1).split("x")] if size else [
-            kernel[i] for i, c in enumerate(labels) if c.isdigit()]
+        windows = [int(w) for w in size.group(1).split("x")] if size else [kernel[labels.index(c)] for c in spatial]
         dilate = re.search(r"\blhs_dilate=([\dx]+)", rest)
         dilation = [int(d) for d in dilate.group(1).split("x")] if dilate else [1] * len(windows)
-        positions = math.prod(-(-w // max(d, 1)) for w, d in zip(windows, dilation))
+        positions = 1
+        for c, w, d in zip(spatial, windows, dilation):
+            positions *= min(-(-w // max(d, 1)), lhs[lhs_labels.index(c)])
         return 2.0 * out * kernel[labels.index("i")] * positions
     if op == "custom-call" and re.search(r'custom_call_target="__cublas\$(lt\$matmul|gemm)', rest):
         m = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', rest)
@@ -156,10 +188,11 @@ class HloModule:
         self.comps = {name: _Comp(lines) for name, lines in raw.items()}
         self._flops_cache: dict[str, float] = {}
 
-    def trip_count(self, while_rest: str) -> int:
+    def trip_count(self, while_rest: str, comp_of_while: "_Comp | None" = None, init_operand: str | None = None) -> int:
         """A while loop's trip count: XLA's known_trip_count where the backend writes it (CPU, GPU), else read
         from its condition (TPU): `counter < N` (or <= N - 1) on a tuple element, counting from 0 by 1, as
-        jax's scans and fori_loops do. 1 if neither says."""
+        jax's scans and fori_loops do; the step from the body's update of the counter, the start from the
+        loop's init tuple where it is a constant. 1 if neither says."""
         known = re.search(r'"known_trip_count":\{"n":"(\d+)"', while_rest)
         if known:
             return int(known.group(1))
@@ -171,17 +204,28 @@ class HloModule:
         direction = re.search(r"direction=(\w+)", rest)
         if op != "compare" or not direction or len(operands) != 2:
             return 1
-        values = []
-        for a in operands:
-            _, aop, args, _ = comp.instrs.get(a, ("", "", [], ""))
-            if aop == "constant":
-                values.append(int(args[0]) if args and re.fullmatch(r"-?\d+", args[0]) else "other")
-            else:
-                values.append(None if aop == "get-tuple-element" else "other")
-        if values[0] is None and isinstance(values[1], int):
-            n = values[1]
-            return max({"LT": n, "LE": n + 1}.get(direction.group(1), 1), 1)
-        return 1
+        counter, bound = (comp.instrs.get(a, ("", "", [], "")) for a in operands)
+        index = re.search(r"\bindex=(\d+)", counter[3])
+        if counter[1] != "get-tuple-element" or not index or _constant(bound) is None:
+            return 1
+        n, k = _constant(bound), int(index.group(1))
+        span = {"LT": n, "LE": n + 1}.get(direction.group(1))
+        if span is None:
+            return 1
+        # the counter's step: the body's root tuple element k = counter + constant (XLA unrolls windowed
+        # einsum loops by 2: `i < 4` with `i += 2` is 2 trips); its start: the init tuple's element k
+        step = start = None
+        body = self.comps.get((re.search(r"body=%?([\w.\-]+)", while_rest) or [None, ""])[1])
+        if body is not None and body.root is not None and body.instrs[body.root][1] == "tuple":
+            element = body.instrs.get(body.instrs[body.root][2][k], ("", "", [], ""))
+            if element[1] == "add":
+                step = next((v for v in map(_constant, (body.instrs.get(a, ("", "", [], ""))
+                                                         for a in element[2])) if v is not None), None)
+        init = comp_of_while.instrs.get(init_operand, ("", "", [], "")) if comp_of_while and init_operand else None
+        if init is not None and init[1] == "tuple" and k < len(init[2]):
+            start = _constant(comp_of_while.instrs.get(init[2][k], ("", "", [], "")))
+        step, start = step or 1, start or 0
+        return max(-(-(span - start) // step), 1) if step > 0 else 1
 
     def computation_flops(self, name: str) -> float:
         """Dots and convolutions of a called computation, its own callees included."""
@@ -256,7 +300,7 @@ class HloModule:
                 continue
             if op == "while":
                 body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
-                yield from self.operations(body, times * self.trip_count(rest))
+                yield from self.operations(body, times * self.trip_count(rest, comp, operands[0] if operands else None))
                 continue
             if op in ("call", "conditional"):
                 for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
@@ -277,20 +321,22 @@ class HloModule:
                 continue
             if op.endswith("-start"):
                 continue
-            if op.endswith("-done"):  # an asynchronous copy or slice: hlo_bytes counts it read and written
+            if op.endswith("-done"):  # an asynchronous copy or slice: hlo_bytes counts it read and written;
+                # between device memory and on-chip memory, it moves through HBM once
                 yield Op(op, "<async copy>", 0.0, size * times, 2 * size * times, 0.0, times)
                 continue
-            operand_sizes = [comp.size(a) for a in operands]
-            plain = size + sum(operand_sizes)
+            plain = size + sum(comp.size(a) for a in operands)
+            # the bound counts device-memory (HBM) traffic only: arrays placed on chip (S(n)) move for free
+            operand_sizes, result_size = [comp.hbm(a) for a in operands], hbm_nbytes(shape)
             flops = instruction_flops(shape, op, operands, rest, comp.shape)
-            moved = plain
+            moved = result_size + sum(operand_sizes)
             if op == "fusion":
                 callee = re.search(r"calls=%?([\w.\-]+)", rest)
                 if callee:
                     flops += self.computation_flops(callee.group(1))
-                    moved = self._fusion_bytes(callee.group(1), operand_sizes, size)
+                    moved = self._fusion_bytes(callee.group(1), operand_sizes, result_size)
             elif op in ("dynamic-slice", "slice"):
-                moved = 2 * size
+                moved = result_size + (size if operand_sizes and operand_sizes[0] else 0)
             elif op == "dynamic-update-slice" and len(operand_sizes) > 1:
                 moved = 2 * operand_sizes[1]
             elif op == "custom-call":
@@ -315,7 +361,7 @@ def _collective_dones(module: HloModule, name: str, times: int):
     for iname, (shape, op, operands, rest) in comp.instrs.items():
         if op == "while":
             body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
-            yield from _collective_dones(module, body, times * module.trip_count(rest))
+            yield from _collective_dones(module, body, times * module.trip_count(rest, comp, operands[0] if operands else None))
         elif op in ("call", "conditional"):
             for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
                 if callee in module.comps:

@@ -220,6 +220,9 @@ def test_tpu_hlo_a_loop_without_a_known_trip_count_and_a_batched_matmul_as_a_dil
     assert "known_trip_count" not in tpu_style
     assert roofline.step_bound(tpu_style, 1e6, 1e6, 1e6).seconds == pytest.approx(
         roofline.step_bound(HLO, 1e6, 1e6, 1e6).seconds)
+    # a loop unrolled by 2 (libtpu's windowed einsums: `i < 4`, `i += 2`) runs ceil(3 / 2) = 2 times
+    by_two = tpu_style.replace("%one = s32[] constant(1)", "%one = s32[] constant(2)")
+    assert roofline.step_bound(by_two, 1e6, 1e6).flops == 2 * 1024 + 1024
     # attention scores [B=2, N=12, T=128, S=128] from q, k [2, 128, 12, 64], as libtpu wrote them: B and N are
     # windows over an input dilated by their own size, so each output element meets one real position per
     # window: 2 * (2*12*128*128) * 64 FLOPs, not 2 * 12 times that
@@ -233,3 +236,7 @@ def test_tpu_hlo_a_loop_without_a_known_trip_count_and_a_batched_matmul_as_a_dil
     flops = roofline.instruction_flops("bf16[30522,768,1]{0,1,2}", "convolution", ["g", "x"],
                                        ", window={size=2}, dim_labels=0fb_0io->bf0", shapes.get)
     assert flops == 2 * 30522 * 768 * 2 * 80
+    # an array a TPU layout places on chip (S(3): CMEM) is no HBM traffic; S(0) and no S() are
+    assert roofline.hbm_nbytes("(s32[]{:T(128)}, bf16[2,128,768]{2,1,0:T(8,128)(2,1)S(3)}, f32[4]{0:S(0)})") == 20
+    on_chip = HLO.replace("%add = f32[1024]{0} add(%v, %v)", "%add = f32[1024]{0:S(1)} add(%v, %v)")
+    assert roofline.step_bound(on_chip, 1e6, 1e6).bytes == roofline.step_bound(HLO, 1e6, 1e6).bytes - 4096
