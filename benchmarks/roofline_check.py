@@ -14,7 +14,7 @@ their bound with the device's published figures (jaxbert.devices), the sequences
 and the MFU ceiling. Nothing runs.
 
   python benchmarks/roofline_check.py --target v4:2x2x1 --recipes bert-base-phase1 bert-large-lamb-phase2
-                                     [--hlo-dir DIR]
+                                     [--hlo-dir DIR [--from-hlo]]
 """
 
 from __future__ import annotations
@@ -103,10 +103,15 @@ def target_check(args) -> None:
         cfg = r.bert_config()
         B, A = r.train.per_device_batch_size, r.train.accum_steps
         hlo = None if args.hlo_dir is None else f"{args.hlo_dir}/{args.target.replace(':', '-')}/{r.name}"
-        cost = compile_step.compile_train_step(r, cfg, devices, B, hlo_dir=hlo)
-        b = cost.bound
+        if args.from_hlo:  # bound a step compiled before (--hlo-dir) again, without compiling it
+            b = roofline.step_bound(open(f"{hlo}/train_step.hlo.txt").read(), *facts)
+            cost = compile_step.StepCost(B, 0, 0, 0, 0, 0, None, None, 0.0, 0.0, bound=b)
+        else:
+            cost = compile_step.compile_train_step(r, cfg, devices, B, hlo_dir=hlo)
+            b = cost.bound
         mfu = b.mfu_ceiling(plan.model_flops_per_device(r, cfg, B))
-        print(f"| {r.name} | {A} x {B} x {r.data.seq_len} | {cost.hbm / 2**30:.2f} | {b.seconds * 1e3:.1f} | "
+        hbm = "—" if args.from_hlo else f"{cost.hbm / 2**30:.2f}"
+        print(f"| {r.name} | {A} x {B} x {r.data.seq_len} | {hbm} | {b.seconds * 1e3:.1f} | "
               f"{b.compute_s * 1e3:.1f} | {b.memory_s * 1e3:.1f} | {b.collective_s * 1e3:.1f} | "
               f"{B * A * per_chip / b.seconds:,.0f} | {mfu:.1%} | {cost.lower_s + cost.compile_s:.0f} |", flush=True)
 
@@ -120,6 +125,8 @@ def main() -> None:
     ap.add_argument("--target", default=None, help="a TPU topology: compile the recipes for it, run nothing")
     ap.add_argument("--recipes", nargs="+", default=["bert-base-phase1", "bert-large-lamb-phase2"])
     ap.add_argument("--hlo-dir", default=None, help="with --target: keep each step's optimized HLO here")
+    ap.add_argument("--from-hlo", action="store_true",
+                    help="with --target and --hlo-dir: bound the steps kept there instead of compiling them")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for --target recipes")
     args = ap.parse_args()
     target_check(args) if args.target else cpu_check(args)

@@ -123,7 +123,7 @@ class _Comp:
             if not m:
                 continue
             name, shape, op, args, rest = m.groups()
-            operands = [a.strip().lstrip("%") for a in args.split(",") if a.strip()]
+            operands = [re.sub(r"/\*.*?\*/", "", a).strip().lstrip("%") for a in args.split(",") if a.strip()]
             self.instrs[name] = (shape, op, operands, rest)
             if line.startswith("ROOT "):
                 self.root = name
@@ -243,6 +243,18 @@ class HloModule:
             self._flops_cache[name] = total
         return self._flops_cache[name]
 
+    def computation_collectives(self, name: str, depth: int = 0) -> float:
+        """Collective bytes of the collectives inside a fusion computation (nested fusions included)."""
+        comp = self.comps.get(name)
+        total = 0.0
+        for iname, (shape, op, operands, rest) in (comp.instrs.items() if comp and depth < 8 else ()):
+            if op.removesuffix("-start") in COLLECTIVES:
+                total += max([sum(comp.size(a) for a in operands)] + _arrays(shape))
+            elif op == "fusion":
+                callee = re.search(r"calls=%?([\w.\-]+)", rest)
+                total += self.computation_collectives(callee.group(1), depth + 1) if callee else 0.0
+        return total
+
     def _fusion_bytes(self, callee: str, operand_sizes: list[int], result_size: int) -> float:
         """Operand + result bytes of a fusion, slices of an operand at their size, in-place updates at theirs."""
         comp = self.comps.get(callee)
@@ -288,6 +300,14 @@ class HloModule:
                 total += inner
             elif op in SLICES and pos == 0:
                 total += comp.size(user)
+            elif op == "fusion" and depth < 8:  # a nested fusion that only slices its operand
+                callee = re.search(r"calls=%?([\w.\-]+)", comp.instrs[user][3])
+                inner = self.comps.get(callee.group(1)) if callee else None
+                sliced = None if inner is None or pos not in inner.params else self._sliced_bytes(
+                    inner, inner.params[pos], depth + 1)
+                if sliced is None:
+                    return None
+                total += sliced
             else:
                 return None
         return total if comp.users.get(name) else None
@@ -330,11 +350,13 @@ class HloModule:
             operand_sizes, result_size = [comp.hbm(a) for a in operands], hbm_nbytes(shape)
             flops = instruction_flops(shape, op, operands, rest, comp.shape)
             moved = result_size + sum(operand_sizes)
+            coll = 0.0
             if op == "fusion":
                 callee = re.search(r"calls=%?([\w.\-]+)", rest)
                 if callee:
                     flops += self.computation_flops(callee.group(1))
                     moved = self._fusion_bytes(callee.group(1), operand_sizes, result_size)
+                    coll = self.computation_collectives(callee.group(1))
             elif op in ("dynamic-slice", "slice"):
                 moved = result_size + (size if operand_sizes and operand_sizes[0] else 0)
             elif op == "dynamic-update-slice" and len(operand_sizes) > 1:
@@ -342,6 +364,8 @@ class HloModule:
             elif op == "custom-call":
                 for callee in re.findall(r"called_computations=\{%?([\w.\-]+)", rest):
                     flops += self.computation_flops(callee)
+            if coll:  # libtpu fuses collectives (an all-gather feeding a matmul): both terms count
+                yield Op(op, source, 0.0, 0.0, 0.0, coll * times, times)
             yield Op(op, source, flops * times, moved * times, plain * times, 0.0, times)
 
 
