@@ -7,6 +7,7 @@ labels (its head covers every position) and torch.optim.AdamW.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import jax
@@ -136,7 +137,6 @@ def adamw_kwargs(settings: dict) -> dict:
 
 def torch_autocast(settings: dict):
     """The autocast context the contender's forward and loss run in (a no-op context without a dtype)."""
-    import contextlib
     if settings["autocast_dtype"] is None:
         return contextlib.nullcontext()
     import torch
