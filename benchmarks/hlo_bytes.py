@@ -18,61 +18,8 @@ import argparse
 import collections
 import re
 
-ITEM = {"f64": 8, "s64": 8, "u64": 8, "f32": 4, "s32": 4, "u32": 4, "bf16": 2, "f16": 2, "s16": 2, "u16": 2,
-        "s8": 1, "u8": 1, "pred": 1}
-SHAPE = re.compile(r"\b(" + "|".join(ITEM) + r")\[([0-9,]*)\]")
-INSTR = re.compile(r"^(?:ROOT )?%?([\w.\-]+) = (.*?) ([\w\-]+)\((.*?)\)(.*)$")
-HEADER = re.compile(r"^(ENTRY )?%?([\w.\-]+) .*\{$")
-FREE = {"parameter", "get-tuple-element", "tuple", "constant", "bitcast", "after-all", "partition-id", "replica-id"}
-
-
-def nbytes(shape_text: str) -> int:
-    total = 0
-    for dtype, dims in SHAPE.findall(shape_text):
-        n = 1
-        for d in filter(None, dims.split(",")):
-            n *= int(d)
-        total += n * ITEM[dtype]
-    return total
-
-
-def computations(text: str) -> tuple[dict, str]:
-    comps, entry, cur = {}, None, None
-    for line in text.splitlines():
-        m = HEADER.match(line)
-        if m and not line.startswith(" "):
-            cur = m.group(2)
-            comps[cur] = []
-            entry = cur if m.group(1) else entry
-        elif cur and line.startswith("  "):
-            comps[cur].append(line.strip())
-    return comps, entry
-
-
-def instructions(comps: dict, name: str, times: int = 1):
-    """(bytes, opcode, source op_name) per executed instruction; while bodies times their trip count."""
-    parsed = [m for m in map(INSTR.match, comps[name]) if m]
-    size = {m.group(1): nbytes(m.group(2)) for m in parsed}
-    for m in parsed:
-        iname, shape, op, args, rest = m.groups()
-        if op in FREE or op.endswith("-start"):
-            continue
-        if op.endswith("-done"):  # an asynchronous copy or slice: read once, written once
-            yield 2 * size[iname] * times, op, "<async copy>"
-            continue
-        if op == "while":
-            body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
-            trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
-            yield from instructions(comps, body, times * (int(trip.group(1)) if trip else 1))
-            continue
-        if op in ("call", "conditional"):
-            for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
-                if callee in comps:
-                    yield from instructions(comps, callee, times)
-            continue
-        operands = [a.strip().lstrip("%") for a in args.split(",")]
-        source = re.search(r'op_name="([^"]*)"', rest)
-        yield (size.get(iname, 0) + sum(size.get(a, 0) for a in operands)) * times, op, source.group(1) if source else ""
+# The HLO parser is the library's (jaxbert.train.roofline, which also bounds the step's time from it).
+from jaxbert.train.roofline import INSTR, HloModule, computations, instructions, nbytes
 
 
 def category(op: str, source: str) -> str:
@@ -93,11 +40,11 @@ def category(op: str, source: str) -> str:
 
 
 def summary(path: str, layer: int | None):
-    comps, entry = computations(open(path).read())
+    module = HloModule(open(path).read())
     by = collections.Counter()
     in_layer = collections.Counter()
     pattern = None if layer is None else re.compile(rf"(layer\.apply_layer|layer)/{layer}/")
-    for b, op, source in instructions(comps, entry):
+    for b, op, source in instructions(module):
         by[category(op, source)] += b
         if pattern is not None and pattern.search(source):
             in_layer[re.sub(r".*?/(attention/self|attention/output|intermediate|output)/", r"\1/",

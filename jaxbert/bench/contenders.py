@@ -7,6 +7,7 @@ labels (its head covers every position) and torch.optim.AdamW.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import jax
@@ -121,51 +122,104 @@ def jax_peak_memory() -> float | None:
 
 # ---- transformers (PyTorch) ------------------------------------------------------------
 
-def _torch_model(cfg: BertConfig, compile_: bool):
+def torch_settings(platform: str, compile_: bool = False) -> dict:
+    """How the transformers contender runs on a jax platform ("cpu", "gpu"): as its users run it there.
+
+    On a GPU: CUDA, bf16 autocast, SDPA attention, fused AdamW (torch.compile: a second contender, the
+    compile flag). On a CPU: fp32, SDPA, the default AdamW. A pure function: tests read it without CUDA."""
+    gpu = platform == "gpu"
+    return {"device": "cuda" if gpu else "cpu", "autocast_dtype": "bfloat16" if gpu else None,
+            "attn_implementation": "sdpa", "fused_adamw": gpu, "compile": bool(compile_)}
+
+
+def adamw_kwargs(settings: dict) -> dict:
+    """torch.optim.AdamW's arguments under `settings` (fused where the settings say so)."""
+    kwargs = {"lr": 1e-4, "weight_decay": 0.01}
+    if settings["fused_adamw"]:
+        kwargs["fused"] = True
+    return kwargs
+
+
+def torch_autocast(settings: dict):
+    """The autocast context the contender's forward and loss run in (a no-op context without a dtype)."""
+    if settings["autocast_dtype"] is None:
+        return contextlib.nullcontext()
+    import torch
+    return torch.autocast(settings["device"], dtype=getattr(torch, settings["autocast_dtype"]))
+
+
+def _torch_model(cfg: BertConfig, settings: dict):
     torch = require("torch", "torch", "a PyTorch contender")
     transformers = require("transformers", "torch", "a PyTorch contender")
     hf_cfg = transformers.BertConfig(**no_dropout(cfg).to_dict())
-    hf_cfg._attn_implementation = "sdpa"
+    hf_cfg._attn_implementation = settings["attn_implementation"]
     torch.manual_seed(0)
-    model = transformers.BertForMaskedLM(hf_cfg)
-    run = torch.compile(model) if compile_ else model
+    model = transformers.BertForMaskedLM(hf_cfg).to(settings["device"])
+    run = torch.compile(model) if settings["compile"] else model
     return model, run
 
 
-def torch_matmul(n: int = 2048):
-    import torch
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    return lambda: torch.mm(a, b)
+def _sync(settings: dict) -> None:
+    """Blocks until the device is done (CUDA runs asynchronously)."""
+    if settings["device"] == "cuda":
+        import torch
+        torch.cuda.synchronize()
 
 
-def torch_forward(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False):
+def torch_peak_memory(settings: dict) -> float | None:
+    """MiB at the CUDA allocator's peak (torch.cuda.max_memory_allocated); None on the CPU."""
+    if settings["device"] != "cuda":
+        return None
     import torch
-    model, run = _torch_model(cfg, compile_)
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def torch_matmul(n: int = 2048, platform: str = "cpu"):
+    import torch
+    settings = torch_settings(platform)
+    a, b = torch.randn(n, n, device=settings["device"]), torch.randn(n, n, device=settings["device"])
+
+    def run():
+        torch.mm(a, b)
+        _sync(settings)
+    return run
+
+
+def torch_forward(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False, platform: str = "cpu"):
+    import torch
+    settings = torch_settings(platform, compile_)
+    model, run = _torch_model(cfg, settings)
     model.eval()
-    data = {k: torch.from_numpy(v).long() for k, v in _batch(cfg, batch, seq_len).items()
+    data = {k: torch.from_numpy(v).long().to(settings["device"]) for k, v in _batch(cfg, batch, seq_len).items()
             if k in ("input_ids", "token_type_ids", "attention_mask")}
 
     def step():
-        with torch.no_grad():
+        with torch.no_grad(), torch_autocast(settings):
             run(**data).logits
+        _sync(settings)
     return step
 
 
-def torch_train(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False):
+def torch_train(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = False, platform: str = "cpu"):
     import torch
-    model, run = _torch_model(cfg, compile_)
+    settings = torch_settings(platform, compile_)
+    model, run = _torch_model(cfg, settings)
     model.train()
     b = _batch(cfg, batch, seq_len)
     labels = np.full((batch, seq_len), -100, np.int64)
     np.put_along_axis(labels, b["masked_positions"], b["masked_labels"], axis=1)
-    data = {k: torch.from_numpy(b[k]).long() for k in ("input_ids", "token_type_ids", "attention_mask")}
-    data["labels"] = torch.from_numpy(labels)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    data = {k: torch.from_numpy(b[k]).long().to(settings["device"])
+            for k in ("input_ids", "token_type_ids", "attention_mask")}
+    data["labels"] = torch.from_numpy(labels).to(settings["device"])
+    opt = torch.optim.AdamW(model.parameters(), **adamw_kwargs(settings))
 
     def step():
         opt.zero_grad(set_to_none=True)
-        run(**data).loss.backward()
+        with torch_autocast(settings):
+            loss = run(**data).loss
+        loss.backward()
         opt.step()
+        _sync(settings)
     return step
 
 

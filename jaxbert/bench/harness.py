@@ -5,6 +5,13 @@ the contenders of a work one after the other; each figure is the median of
 several timed calls after warm-up, with min and max. The parent process only
 schedules and reports: it never starts a jax backend, so on an accelerator the
 workers have the device to themselves.
+
+On a GPU (the device worker reports platform "gpu") both sides run as their
+users run them there (device_options, contenders.torch_settings): jaxbert with
+bf16 compute and attention_impl "dot_product" (cuDNN fused attention);
+transformers on CUDA with bf16 autocast, SDPA attention and fused AdamW, and
+torch.compile as a second contender. Every train/infer row then reports MFU
+against the device's bf16 peak and the peak memory of its process.
 """
 
 from __future__ import annotations
@@ -34,6 +41,19 @@ def find_tcmalloc() -> str | None:
     return next((p for p in TCMALLOC_PATHS if os.path.exists(p)), None)
 
 
+def device_options(platform: str, dtype: str | None, attention: str | None) -> dict:
+    """The options every worker gets on `platform`: on a GPU bf16 and dot_product attention unless asked
+    otherwise; elsewhere fp32 and einsum. The platform rides along for the PyTorch contender's settings."""
+    gpu = platform == "gpu"
+    return {"dtype": dtype or ("bfloat16" if gpu else "float32"),
+            "attention": attention or ("dot_product" if gpu else "einsum"), "platform": platform}
+
+
+def mfu(tokens_per_s: float, flops_per_token: float, peak: float) -> float:
+    """Model FLOPs utilisation: tokens/s x FLOPs per token / peak FLOP/s."""
+    return tokens_per_s * flops_per_token / peak
+
+
 def run_worker(spec: dict, env: dict | None = None) -> dict | None:
     """Run one spec in a fresh interpreter; None (and the reason printed) if it failed."""
     proc = subprocess.run([sys.executable, "-m", "jaxbert.bench.worker", json.dumps(spec)],
@@ -53,7 +73,7 @@ class Bench:
         self.repeats = args.repeats or (3 if args.quick else 5)
         self.records: list[Record] = []
         self.roofline = None  # FLOP/s of a large fp32 matmul: the faster contender's
-        self.options = {"dtype": args.dtype, "attention": args.attention, "malloc": args.malloc}
+        self.options = {**device_options("cpu", args.dtype, args.attention), "malloc": args.malloc}
         self.torch_contenders = [] if args.no_torch else ["torch-eager"] + ([] if args.quick else ["torch-compile"])
         self.env = dict(os.environ)
         if args.malloc == "tcmalloc":
@@ -66,6 +86,9 @@ class Bench:
         if device is None:
             raise InputError("a worker process could not start jax (see the line above)")
         self.device = device["extra"]
+        self.options.update(device_options(self.device["platform"], args.dtype, args.attention))
+        if self.device["platform"] == "gpu" and not args.no_torch and "torch-compile" not in self.torch_contenders:
+            self.torch_contenders.append("torch-compile")  # on a GPU torch.compile is how its users train
 
     def machine(self) -> str:
         d = self.device
@@ -116,8 +139,10 @@ class Bench:
             if self.roofline:
                 extra["roofline_share"] = round(gflops * 1e9 / self.roofline, 3)
             peak = peak_flops(self.device["device_kind"])
-            if peak and name == "jaxbert":
-                extra["mfu"] = round(gflops * 1e9 / peak, 3)
+            if peak and (name == "jaxbert" or self.device["platform"] == "gpu"):
+                # each side's own FLOPs (transformers' head at every position): the work it really does
+                tokens_per_s = B * T / statistics.median(out["seconds"])
+                extra["mfu"] = round(mfu(tokens_per_s, flops / (B * T), peak), 3)
             extra.update(out["extra"])
             self.add(rate_record(work, name, out["seconds"], B * T, "tokens/s", **extra))
 
@@ -188,9 +213,9 @@ def command_line(args) -> str:
         parts.append("--quick")
     if args.malloc != "keep":
         parts.append(f"--malloc {args.malloc}")
-    if args.dtype != "float32":
+    if args.dtype is not None:
         parts.append(f"--dtype {args.dtype}")
-    if args.attention != "einsum":
+    if args.attention is not None:
         parts.append(f"--attention {args.attention}")
     if args.no_torch:
         parts.append("--no-torch")

@@ -4,7 +4,8 @@ Each row compiles one train step for the target's devices in a fresh worker
 process (libtpu admits one process at a time) and reports XLA's per-chip
 figures: HBM (arguments + outputs - donated + temporaries), FLOPs, bytes
 accessed, the seconds lowering and compiling took, and XLA's FLOPs over the
-model FLOPs formula. jaxbert's step is the training loop's own, from a shipped
+model FLOPs formula, and the step-time lower bound from the compiled HLO
+(jaxbert.train.roofline) with the MFU ceiling it leaves. jaxbert's step is the training loop's own, from a shipped
 recipe; beside it, transformers 4.57's FlaxBertForMaskedLM step as its
 run_mlm_flax example trained it, with and without its gradient checkpointing.
 A scanned step's cost analysis counts the scan body once, so its FLOPs and
@@ -103,10 +104,21 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
         model_flops = train_flops_per_token(cfg, T, 1.0) * B * T  # its head runs at every position
     extra.update(hbm_gb=round(cost.hbm / 1e9, 2), hbm_gib=round(cost.hbm / 2**30, 2),
                  temp_gb=round(cost.temporaries / 1e9, 2), model_gflop=round(model_flops / 1e9, 1))
+    extra.update(bound_extra(cost, model_flops, B * T))
     if not scanned and cost.flops:
         extra.update(gflop=round(cost.flops / 1e9, 1), gb_accessed=round(cost.bytes_accessed / 1e9, 1),
                      xla_over_model_flops=round(cost.flops / model_flops, 3))
     return {"seconds": [cost.lower_s + cost.compile_s], "extra": extra}
+
+
+def bound_extra(cost, model_flops: float, tokens: int) -> dict:
+    """The bound's figures for a row: ms, tokens/s per device it allows, MFU ceiling, memory-bound share."""
+    b = cost.bound
+    if b is None:
+        return {}
+    return {"bound_ms": round(b.seconds * 1e3, 2), "bound_tokens_per_s": round(tokens / b.seconds),
+            "mfu_ceiling": round(b.mfu_ceiling(model_flops), 3), "memory_bound_share": round(b.memory_bound_share, 3),
+            "collective_ms": round(b.collective_s * 1e3, 2)}
 
 
 def _table(records: list[Record], prefix: str, title: str, columns: dict) -> str:
@@ -124,9 +136,13 @@ def target_table(records: list[Record], target: str) -> str:
     """Markdown: one row per compiled step, then the largest batches."""
     out = _table(records, "aot", f"step ({target})", {
         "HBM per device GiB": "hbm_gib", "GFLOP per device": "gflop", "GB accessed": "gb_accessed",
-        "XLA / model FLOPs": "xla_over_model_flops", "compile s": lambda r: f"{r.median:.0f}"})
+        "XLA / model FLOPs": "xla_over_model_flops", "bound ms": "bound_ms", "MFU ceiling": "mfu_ceiling",
+        "compile s": lambda r: f"{r.median:.0f}"})
     out += ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A device is what the topology lists "
-            "(v2-v4: one TensorCore, half a chip). A scanned step's FLOPs and bytes count its loop body once: left out.")
+            "(v2-v4: one TensorCore, half a chip). A scanned step's FLOPs and bytes count its loop body once: left out. "
+            "bound ms: the step-time lower bound from the compiled HLO, per device (jaxbert.train.roofline: each "
+            "operation at the device's peak FLOP/s or HBM bandwidth, whichever binds, plus collectives over the "
+            "interconnect), counting a scanned step's loop body per iteration; MFU ceiling: model FLOPs / (bound x peak).")
     if any(r.work.startswith("aot-max/") for r in records):
         out += "\n\n" + _table(records, "aot-max", f"largest batch ({target})", {
             "sequences per device": "largest_batch", "HBM GiB": "hbm_gib", "one more GiB": "over_gib",
@@ -155,5 +171,6 @@ def run_target_bench(args, worker) -> list[Record]:
                   f"{e['budget_gib']}; {e['compiles']} compiles, {record.median:.0f}s)", flush=True)
         else:
             print(f"{w.name:36s} {w.contender:18s} HBM {e['hbm_gib']:6.2f} GiB  GFLOP {e.get('gflop', '—')!s:>8}  "
-                  f"GB accessed {e.get('gb_accessed', '—')!s:>6}  compile {record.median:.0f}s", flush=True)
+                  f"GB accessed {e.get('gb_accessed', '—')!s:>6}  bound {e.get('bound_ms', '—')!s:>7} ms  "
+                  f"MFU ceiling {e.get('mfu_ceiling', '—')!s:>5}  compile {record.median:.0f}s", flush=True)
     return records

@@ -42,7 +42,8 @@ def build(work: str, contender: str, options: dict):
     no_extra = dict
     if kind == "roofline":
         n = 2048
-        return (contenders.jax_matmul(n) if contender == "jaxbert" else contenders.torch_matmul(n)), no_extra
+        return (contenders.jax_matmul(n) if contender == "jaxbert"
+                else contenders.torch_matmul(n, options.get("platform", "cpu"))), no_extra
     model, shape = rest
     B, T = (int(v) for v in shape.split("x"))
     cfg = _config(model)
@@ -61,7 +62,13 @@ def build(work: str, contender: str, options: dict):
             return {} if peak is None else {"peak_memory_mb": round(peak)}
         return fn, extra
     builder = {"infer": contenders.torch_forward, "train": contenders.torch_train}[kind]
-    return builder(cfg, B, T, compile_=contender == "torch-compile"), no_extra
+    platform = options.get("platform", "cpu")  # the harness's device: on a GPU the contender runs on CUDA
+    settings = contenders.torch_settings(platform, contender == "torch-compile")
+
+    def torch_extra():
+        peak = contenders.torch_peak_memory(settings)
+        return {} if peak is None else {"peak_memory_mb": round(peak)}
+    return builder(cfg, B, T, compile_=contender == "torch-compile", platform=platform), torch_extra
 
 
 def compile_seconds(work: str, options: dict) -> float:

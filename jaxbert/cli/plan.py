@@ -1,4 +1,8 @@
-"""`jaxbert plan`: the largest per-device batch that fits, per remat policy, and the best of them."""
+"""`jaxbert plan`: the largest per-device batch that fits, per remat policy, and the best of them.
+
+Where the device's peak FLOP/s and memory bandwidth are known (TPUs, GPUs), each candidate also shows the
+step-time lower bound of its compiled step (jaxbert.train.roofline), the tokens/s it allows and the MFU
+ceiling, and the candidates are ranked by those tokens/s."""
 
 from __future__ import annotations
 
@@ -89,11 +93,19 @@ def run(args) -> int:
     split = None
     fixed_batch = args.recipe and r.train.per_device_batch_size != "auto"
     print("\n" + table(cands, None if fixed_batch else choice, mem))
+    bound = next((c.fit.bound for c in cands if c.bound_s()), None)
+    if bound is not None:
+        ici = f"{bound.interconnect_bandwidth / 1e9:.0f} GB/s" if bound.interconnect_bandwidth else "unknown"
+        print(f"\nbound: the sum over the compiled step's operations of max(FLOPs / {bound.peak_flops / 1e12:.1f} "
+              f"TFLOP/s, bytes / {bound.memory_bandwidth / 1e9:.0f} GB/s), plus collective bytes / {ici} "
+              "(figures per device; jaxbert.train.roofline): no step of that HLO runs faster")
     if fixed_batch:  # the recipe's own batch is what to recommend: one recommendation, the split's
         split = _recipe_split(r, cfg, devices, budget, cands, args.max_batch, mem)
     else:
+        why = ("the most tokens/s its step-time bound allows" if plan.ranked_by_bound(cands) else
+               "the most useful FLOPs per step; no step-time bound: the device's peak and bandwidth are unknown")
         print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
-              f"per_device_batch_size={choice.batch} (the most useful FLOPs per step, the batch left free)")
+              f"per_device_batch_size={choice.batch} ({why}, the batch left free)")
         if args.recipe:
             print("\nthe recipe's per_device_batch_size is auto: a run plans it for its own devices")
     if args.json:
@@ -138,21 +150,33 @@ def _row(c) -> dict:
     return {"scan_layers": c.scan_layers, "remat_policy": c.remat_policy, "batch": c.batch,
             "hbm_bytes": c.fit.hbm if c.fit else None, "over_hbm_bytes": c.over.hbm if c.over else None,
             "host_bytes": c.fit.host_temporaries if c.fit else None,
-            "remat_extra_flops": c.remat_extra, "useful_flops": c.useful_flops, "compiles": c.compiles}
+            "remat_extra_flops": c.remat_extra, "useful_flops": c.useful_flops, "compiles": c.compiles,
+            "bound_s": c.bound_s(), "bound_tokens_per_s": c.bound_tokens_per_s(), "mfu_ceiling": c.mfu_ceiling(),
+            "bound": c.fit.bound.to_json() if c.fit is not None and c.fit.bound is not None else None}
 
 
 def table(cands, choice, mem: str = "HBM") -> str:
-    """The candidates; the "FLOPs remat adds" column only where some compile measured it."""
+    """The candidates, best first where ranked by the bound; the "FLOPs remat adds" column only where some
+    compile measured it, the bound's columns only where some compile had one."""
     measured = any(c.remat_extra is not None for c in cands)
+    bounded = any(c.bound_s() for c in cands)
     head = ["scan", "remat", "largest batch", f"{mem} GiB", f"batch+1 {mem} GiB", "host GiB"] + (
-        ["FLOPs remat adds"] if measured else []) + ["useful TFLOP/step/device", "compiles"]
+        ["FLOPs remat adds"] if measured else []) + ["useful TFLOP/step/device"] + (
+        ["bound ms", "tokens/s/device at bound", "MFU ceiling"] if bounded else []) + ["compiles"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    if plan.ranked_by_bound(cands):
+        key = plan.rank_key(cands)
+        cands = sorted(cands, key=lambda c: key(c) if c.batch > 0 else (-1.0, 0), reverse=True)
     for c in cands:
         gib = lambda s: f"{s.hbm / 2**30:.2f}" if s else "—"
         host = f"{c.fit.host_temporaries / 2**30:.2f}" if c.fit else "—"  # remat offload keeps layer inputs there
         extra = [f"{c.remat_extra:+.1%}" if c.remat_extra is not None else "—"] if measured else []
         mark = " **(recommended)**" if c is choice else ""
+        bound = []
+        if bounded:
+            b = c.bound_s()
+            bound = [f"{b * 1e3:.2f}", f"{c.bound_tokens_per_s():,.0f}", f"{c.mfu_ceiling():.1%}"] if b else ["—"] * 3
         cells = [str(c.scan_layers), f"{c.remat_policy}{mark}", str(c.batch), gib(c.fit), gib(c.over), host,
-                 *extra, f"{c.useful_flops / 1e12:.2f}", str(c.compiles)]
+                 *extra, f"{c.useful_flops / 1e12:.2f}", *bound, str(c.compiles)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -6,7 +6,8 @@
 step exactly as the training loop jits it (MeshRunner shardings, donated
 state) from abstract arguments and reads XLA's per-chip figures:
 ``memory_analysis()`` (arguments, outputs, temporaries) and ``cost_analysis()``
-(FLOPs, bytes accessed).
+(FLOPs, bytes accessed), and bounds the step's time from its optimized HLO
+(``jaxbert.train.roofline``) where the device's peak and bandwidths are known.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from jaxbert.devices import device_hbm_bytes
+from jaxbert.devices import device_hbm_bytes, device_roofline
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import build_model
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.parallel import MeshRunner
 from jaxbert.train.recipe import Recipe
+from jaxbert.train.roofline import Bound, step_bound
 
 TPU_EXTRA = install_hint("tpu") + " (in a clone of jaxbert)"
 
@@ -80,6 +82,9 @@ class StepCost:
     # returning a memory analysis): hbm is then its requirement estimated from the message, and never fits.
     out_of_memory: bool = False
     host_temporaries: int = 0  # in the host's memory (remat_policy "offload"), not counted in hbm
+    # The roofline lower bound on the step's time from its HLO (jaxbert.train.roofline), per device;
+    # None where the device's peak FLOP/s or memory bandwidth is unknown (a CPU) or the compile was refused.
+    bound: Bound | None = None
 
     def fits(self, budget: int) -> bool:
         return not self.out_of_memory and self.hbm <= budget
@@ -113,7 +118,13 @@ def out_of_memory_cost(error: Exception, capacity: int | None, per_device_batch:
                     round(lower_s, 2), round(compile_s, 2), out_of_memory=True)
 
 
-def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float) -> StepCost:
+def bound_of(compiled, devices) -> Bound | None:
+    """The step-time bound of a compiled step on devices[0] (None if its figures are unknown)."""
+    facts = device_roofline(devices[0], devices) if devices else None
+    return None if facts is None else step_bound(compiled.as_text(), *facts)
+
+
+def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float, devices=None) -> StepCost:
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis() or {}
     if isinstance(cost, (list, tuple)):  # older jax: one dict per program
@@ -123,7 +134,8 @@ def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float) -
     return StepCost(per_device_batch, int(hbm), int(mem.argument_size_in_bytes),
                     int(mem.output_size_in_bytes), int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes),
                     cost.get("flops"), cost.get("bytes accessed"), round(lower_s, 2), round(compile_s, 2),
-                    host_temporaries=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0))
+                    host_temporaries=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0),
+                    bound=bound_of(compiled, devices))
 
 
 def abstract_batch(recipe: Recipe, global_batch: int, sharding, split: str = "train") -> dict:
@@ -177,4 +189,36 @@ def compiled_cost(lowered, devices, per_device_batch: int, lower_s: float, hlo_d
             raise
         return refused
     write_hlo(compiled, hlo_dir)
-    return cost_of(compiled, per_device_batch, lower_s, time.perf_counter() - t1)
+    return cost_of(compiled, per_device_batch, lower_s, time.perf_counter() - t1, devices)
+
+
+def runnable_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, seed: int = 0):
+    """(compiled, run): the loop's train step compiled for `devices` (as compile_train_step lowers it), and
+    run() that executes it once on a real state and a random batch of that shape and blocks until done."""
+    model = build_model(recipe.model.model_class, cfg, recipe.model.options())
+    runner = MeshRunner(recipe.parallel, devices=devices)
+    tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
+    dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
+    runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(seed), dummy, dummy)["params"], tx, schedule,
+                   recipe.train.norm_metrics)
+    sharding = NamedSharding(runner.mesh, P(None, "data"))
+    abstract = abstract_batch(recipe, per_device_batch * runner.num_devices, sharding)
+    rng = np.random.default_rng(seed)
+    A, B, T = abstract["input_ids"].shape
+    M = abstract["masked_positions"].shape[-1]
+    host = {"input_ids": rng.integers(5, cfg.vocab_size, (A, B, T)), "token_type_ids": np.zeros((A, B, T)),
+            "attention_mask": np.ones((A, B, T)),
+            "masked_positions": np.sort(np.stack([rng.choice(np.arange(1, T - 1), M, replace=False)
+                                                  for _ in range(A * B)]), axis=1).reshape(A, B, M),
+            "masked_labels": rng.integers(5, cfg.vocab_size, (A, B, M)), "masked_weights": np.ones((A, B, M)),
+            "next_sentence_labels": rng.integers(0, 2, (A, B))}
+    batch = {k: jax.device_put(host[k].astype(v.dtype), sharding) for k, v in abstract.items()}
+    key = jax.device_put(np.asarray(jax.random.PRNGKey(seed + 1), np.uint32), runner.replicated)
+    compiled = runner.compile_train().lower(runner.abstract, abstract,
+                                            jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)).compile()
+    state = {"s": runner.create_state()}
+
+    def run():
+        state["s"], metrics = compiled(state["s"], batch, key)
+        jax.block_until_ready(metrics)
+    return compiled, run

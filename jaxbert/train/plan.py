@@ -5,9 +5,13 @@ For each (scan_layers, remat_policy) candidate it compiles the real train step
 memory grows about linearly with the batch, so two compiles predict the
 largest batch that fits and a few more confirm it, the last pair being a
 batch that fits and the batch one larger that does not. Among the candidates
-that fit it recommends the one with the most useful FLOPs per step (the model
-FLOPs formula: masked-only logits, no recomputation) after discounting what
-remat recomputes, i.e. the most useful work per unit of compute.
+that fit it recommends the one whose step-time lower bound
+(jaxbert.train.roofline: each operation at the device's peak FLOP/s or memory
+bandwidth, whichever binds, plus collectives over the interconnect) allows the
+most tokens per second. Where the device's figures are unknown (a CPU) it
+falls back to the most useful FLOPs per step (the model FLOPs formula:
+masked-only logits, no recomputation) after discounting what remat
+recomputes.
 
 Recipes may say ``train.per_device_batch_size: auto`` and
 ``model.remat_policy: auto``; ``resolve_auto`` plans them for the devices the
@@ -42,6 +46,7 @@ class Candidate:
     useful_flops: float  # per device per step, model formula
     remat_extra: float | None  # XLA FLOPs / model FLOPs - 1 (unscanned compiles only)
     compiles: int
+    tokens: int = 0  # per device per optimizer step at `batch` (batch x seq_len x accum_steps)
 
     def recompute_factor(self) -> float:
         """XLA FLOPs over model FLOPs: 1 + what remat recomputes (measured, else the policy's guess)."""
@@ -50,6 +55,20 @@ class Candidate:
 
     def score(self) -> float:
         return self.useful_flops / self.recompute_factor()
+
+    def bound_s(self) -> float | None:
+        """The step-time lower bound at `batch` (seconds), where the compile had one."""
+        return self.fit.bound.seconds if self.fit is not None and self.fit.bound is not None else None
+
+    def bound_tokens_per_s(self) -> float | None:
+        """Tokens per second per device the bound allows: no step of this layout can train faster."""
+        b = self.bound_s()
+        return self.tokens / b if b else None
+
+    def mfu_ceiling(self) -> float | None:
+        """Model FLOPs per step / (bound x the device's peak): the most MFU this candidate can reach."""
+        b = self.bound_s()
+        return self.fit.bound.mfu_ceiling(self.useful_flops) if b else None
 
 
 @dataclasses.dataclass
@@ -193,7 +212,8 @@ def plan(recipe: Recipe, cfg, devices, budget: int, policies=POLICIES, scans=(Tr
             if fit is not None and not scan and fit.flops:
                 # with accum_steps > 1 the micro-batches are a lax.scan too, whose body XLA counts once
                 extra = fit.flops / (useful / recipe.train.accum_steps) - 1
-            out.append(Candidate(scan, policy, b, fit, seen.get(b + 1), useful, extra, len(seen)))
+            out.append(Candidate(scan, policy, b, fit, seen.get(b + 1), useful, extra, len(seen),
+                                 b * recipe.data.seq_len * recipe.train.accum_steps))
     _share_remat_extra(out)
     return out
 
@@ -206,12 +226,25 @@ def _share_remat_extra(cands: list[Candidate]) -> None:
             c.remat_extra = measured.get(c.remat_policy)
 
 
+def ranked_by_bound(cands: list[Candidate]) -> bool:
+    """Whether the candidates that fit are ranked by the tokens/s their bound allows (every one has a bound)."""
+    fitting = [c for c in cands if c.batch > 0]
+    return bool(fitting) and all(c.bound_s() for c in fitting)
+
+
+def rank_key(cands: list[Candidate]):
+    """Higher is better: tokens/s at the bound where every fitting candidate has one, else useful FLOPs."""
+    if ranked_by_bound(cands):
+        return lambda c: (c.bound_tokens_per_s() or 0.0, c.batch)
+    return lambda c: (c.score(), c.batch)
+
+
 def best(cands: list[Candidate]) -> Candidate:
     fitting = [c for c in cands if c.batch > 0]
     if not fitting:
         raise InputError("no candidate fits even one sequence per device; try --fsdp, a shorter seq_len "
                          "or a larger memory budget")
-    return max(fitting, key=lambda c: (c.score(), c.batch))
+    return max(fitting, key=rank_key(cands))
 
 
 def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
@@ -237,7 +270,8 @@ def resolve_auto(recipe: Recipe, cfg, devices, log=print) -> Recipe:
                                   f"batch {b}")
             if cost.fits(budget):
                 choice = Candidate(recipe.model.scan_layers, policy, b, cost, None,
-                                   model_flops_per_device(recipe, cfg, b), None, 1)
+                                   model_flops_per_device(recipe, cfg, b), None, 1,
+                                   b * recipe.data.seq_len * recipe.train.accum_steps)
                 break
         else:
             raise InputError(f"train.per_device_batch_size={b} fits no remat policy in "

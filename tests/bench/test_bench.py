@@ -71,3 +71,102 @@ def test_bench_cli_writes_records(tmp_path):
     r = records[0]
     assert 0 < r["min"] <= r["median"] <= r["max"]
     assert "jaxbert bench --no-torch --only roofline" in md.read_text()
+
+
+# ---- the GPU path, checked on the CPU -----------------------------------------------------------
+
+def _bench_args(**kw):
+    import argparse
+    base = dict(quick=True, repeats=2, dtype=None, attention=None, malloc="keep", no_torch=False, only=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def _fake_workers(monkeypatch, platform, device_kind):
+    from jaxbert.bench import harness
+    specs = []
+
+    def fake(spec, env=None):
+        specs.append(spec)
+        if spec["work"] == "device":
+            return {"seconds": [], "extra": {"platform": platform, "device_kind": device_kind, "jax": "0"}}
+        return {"seconds": [0.5, 0.5], "extra": {"peak_memory_mb": 1234}}
+    monkeypatch.setattr(harness, "run_worker", fake)
+    return specs
+
+
+def test_the_bench_takes_its_gpu_branch_from_the_platform(monkeypatch):
+    from jaxbert.bench import harness
+    specs = _fake_workers(monkeypatch, "gpu", "NVIDIA H100 80GB HBM3")
+    bench = harness.Bench(_bench_args())
+    assert bench.options == {"dtype": "bfloat16", "attention": "dot_product", "platform": "gpu", "malloc": "keep"}
+    assert bench.torch_contenders == ["torch-eager", "torch-compile"]  # torch.compile even with --quick
+    bench.model_work("train", "bert-base", 8, 128)
+    assert [s["contender"] for s in specs[1:]] == ["jaxbert", "torch-eager", "torch-compile"]
+    assert all(s["options"]["platform"] == "gpu" and s["options"]["dtype"] == "bfloat16" for s in specs[1:])
+    cfg = preset("bert-base-uncased")
+    for r in bench.records:  # MFU for every contender, each on its own FLOPs, and the peak memory beside
+        f = 20 / 128 if r.contender == "jaxbert" else 1.0
+        per_token = flops.train_flops_per_token(cfg, 128, f)
+        assert r.extra["mfu"] == round(8 * 128 / 0.5 * per_token / 989e12, 3)
+        assert r.extra["peak_memory_mb"] == 1234
+    # an explicit choice wins over the GPU's defaults
+    assert harness.Bench(_bench_args(dtype="float32", attention="einsum")).options["dtype"] == "float32"
+
+
+def test_on_the_cpu_the_bench_keeps_fp32_einsum_and_no_mfu_for_torch(monkeypatch):
+    from jaxbert.bench import harness
+    _fake_workers(monkeypatch, "cpu", "cpu")
+    bench = harness.Bench(_bench_args())
+    assert bench.options == {"dtype": "float32", "attention": "einsum", "platform": "cpu", "malloc": "keep"}
+    assert bench.torch_contenders == ["torch-eager"]
+    bench.model_work("train", "bert-base", 8, 128)
+    assert all("mfu" not in r.extra for r in bench.records)  # no known peak for a CPU
+
+
+def test_mfu_arithmetic():
+    from jaxbert.bench.harness import mfu
+    assert mfu(1000.0, 5e8, 1e12) == pytest.approx(0.5)  # tokens/s x FLOPs per token / peak
+    cfg = preset("bert-base-uncased")
+    per_token = flops.train_flops_per_token(cfg, 128, 20 / 128)
+    assert mfu(400_000, per_token, devices.peak_flops("NVIDIA A100-SXM4-80GB")) == pytest.approx(
+        400_000 * per_token / 312e12)
+
+
+def test_the_pytorch_contender_on_a_gpu_is_built_as_its_users_run_it():
+    from jaxbert.bench import contenders
+    gpu = contenders.torch_settings("gpu", compile_=True)
+    assert gpu == {"device": "cuda", "autocast_dtype": "bfloat16", "attn_implementation": "sdpa",
+                   "fused_adamw": True, "compile": True}
+    assert contenders.adamw_kwargs(gpu) == {"lr": 1e-4, "weight_decay": 0.01, "fused": True}
+    cpu = contenders.torch_settings("cpu")
+    assert cpu == {"device": "cpu", "autocast_dtype": None, "attn_implementation": "sdpa", "fused_adamw": False,
+                   "compile": False}
+    assert "fused" not in contenders.adamw_kwargs(cpu)
+    torch = pytest.importorskip("torch")
+    import warnings
+    with warnings.catch_warnings():  # without CUDA torch warns that it disables the context: it is built anyway
+        warnings.simplefilter("ignore")
+        ctx = contenders.torch_autocast(gpu)
+    assert isinstance(ctx, torch.autocast) and ctx.device == "cuda" and ctx.fast_dtype == torch.bfloat16
+
+
+def test_the_worker_hands_the_platform_to_the_pytorch_contender(monkeypatch):
+    from jaxbert.bench import contenders
+    built = []
+    monkeypatch.setattr(contenders, "torch_train", lambda cfg, B, T, **kw: built.append(kw) or (lambda: None))
+    # torch.cuda.max_memory_allocated is read where the contender ran on CUDA
+    monkeypatch.setattr(contenders, "torch_peak_memory", lambda s: 321.4 if s["device"] == "cuda" else None)
+    fn, extra = worker.build("train/bert-tiny/2x16", "torch-compile", {"platform": "gpu"})
+    assert built == [{"compile_": True, "platform": "gpu"}] and extra() == {"peak_memory_mb": 321}
+    fn, extra = worker.build("train/bert-tiny/2x16", "torch-eager", {})
+    assert built[-1] == {"compile_": False, "platform": "cpu"} and extra() == {}
+
+
+@pytest.mark.parametrize("name", ["bert-base-phase1-1gpu", "bert-base-phase1-8gpu"])
+def test_gpu_recipes_say_bf16_dot_product_and_no_remat(name):
+    from pathlib import Path
+    from jaxbert.train import recipe as recipes
+    r = recipes.load(str(Path(__file__).parents[2] / "configs" / "train" / f"{name}.yaml"))
+    assert (r.model.dtype, r.model.param_dtype, r.model.attention_impl, r.model.remat_policy) == (
+        "bfloat16", "float32", "dot_product", "none")
+    assert (r.train.per_device_batch_size, r.data.seq_len) == (256, 128)

@@ -139,7 +139,7 @@ def test_target_bench_rows_and_table_with_a_stand_in_worker():
     def worker(spec):
         specs.append(spec)
         scanned = "/scan-" in spec["work"]
-        extra = {"hbm_gb": 3.22, "hbm_gib": 3.0}
+        extra = {"hbm_gb": 3.22, "hbm_gib": 3.0, "bound_ms": 21.5, "mfu_ceiling": 0.61}
         if not scanned:
             extra.update(gflop=2308.0, gb_accessed=40.1, xla_over_model_flops=1.02)
         return {"seconds": [61.0], "extra": extra}
@@ -154,8 +154,9 @@ def test_target_bench_rows_and_table_with_a_stand_in_worker():
         ("aot/bert-base/32x128/unscanned-full", "transformers-flax")]
     assert all(s["options"] == {"target": "v4:2x2x1"} for s in specs)
     rows = target_table(records, "v4:2x2x1").splitlines()
-    assert rows[2] == "| bert-base/32x128/scan-none | jaxbert | 3.0 | — | — | — | 61 |"
-    assert rows[4] == "| bert-base/32x128/unscanned-none | transformers-flax | 3.0 | 2,308.0 | 40.1 | 1.02 | 61 |"
+    assert rows[2] == "| bert-base/32x128/scan-none | jaxbert | 3.0 | — | — | — | 21.5 | 0.61 | 61 |"
+    assert rows[4] == ("| bert-base/32x128/unscanned-none | transformers-flax | 3.0 | 2,308.0 | 40.1 | 1.02 | 21.5 | 0.61 "
+                       "| 61 |")
 
 
 def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
