@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 from jax.experimental import multihost_utils
 
 from jaxbert import fs
@@ -41,7 +40,7 @@ from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.params import unscan_params
 from jaxbert.train import hosts, parallel
 from jaxbert.train.lock import workdir_lock
-from jaxbert.train.loop import SigtermFlag
+from jaxbert.train.loop import SigtermFlag, restore_latest
 from jaxbert.train.metrics import MetricsWriter
 from jaxbert.train.optim import make_optimizer
 from jaxbert.train.recipe import RecipeError
@@ -191,13 +190,7 @@ def _task_record(run: _Run) -> dict:
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     """(start step, state, rng, evaluation history): the newest checkpoint's, or SRC's params at step 0."""
     recipe, runner = run.prep.recipe, run.runner
-    rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[1]
-    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
-    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
-    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
-    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
-                                      rng_abstract)
-    restored = ckpt.restore_latest(abstract, recipe.to_dict()) if ckpt.steps() else None
+    rng, restored = restore_latest(runner, ckpt, recipe.train.seed, recipe.to_dict())
     if run.primary:
         workdir_lib.write_recipe(run.workdir, {"task": run.prep.data.spec.to_dict(), "source": run.prep.source,
                                                **recipe.to_dict()})

@@ -14,8 +14,8 @@ import dataclasses
 from typing import Optional
 
 from jaxbert.model.dropout import DROPOUT_IMPLS
-from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES, ModelOptions
-from jaxbert.train.recipe import (CheckpointSection, OptimSection, ParallelSection, RecipeError, build,
+from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES
+from jaxbert.train.recipe import (CheckpointSection, ComputeSection, OptimSection, ParallelSection, RecipeError, build,
                                   read_yaml, recipe_names)
 
 FOLDER = "finetune"  # configs/finetune/
@@ -28,22 +28,8 @@ def finetune_recipe_names() -> dict[str, str]:
 
 
 @dataclasses.dataclass
-class FinetuneModelSection:
+class FinetuneModelSection(ComputeSection):
     """How the task model computes; the architecture itself comes from --model."""
-    dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 params (param_dtype)
-    param_dtype: str = "float32"
-    scan_layers: bool = False
-    remat_policy: str = "none"  # none | dots | dots_no_batch | full | offload
-    attention_impl: str = "einsum"
-    attention_chunks: int = 1
-    ffn_chunks: int = 1
-    dropout_impl: str = "hash"
-
-    def options(self) -> ModelOptions:
-        return ModelOptions(dtype=self.dtype, param_dtype=self.param_dtype, scan_layers=self.scan_layers,
-                            remat_policy=self.remat_policy, attention_impl=self.attention_impl,
-                            attention_chunks=self.attention_chunks, ffn_chunks=self.ffn_chunks,
-                            dropout_impl=self.dropout_impl)
 
 
 @dataclasses.dataclass

@@ -154,13 +154,7 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     (warm-started from model.init_from when the recipe names one). The effective recipe is written
     once the checkpoints accepted it: a refused recipe does not replace the one the run was saved with."""
     recipe, runner = run.recipe, run.runner
-    rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[1]
-    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
-    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
-    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
-    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
-                                      rng_abstract)
-    restored = ckpt.restore_latest(abstract, recipe.to_dict()) if ckpt.steps() else None
+    rng, restored = restore_latest(runner, ckpt, recipe.train.seed, recipe.to_dict())
     source = run.make_source("train")
     if restored is not None and restored[0] < recipe.train.steps:
         # The data position is global (sequences consumed by all processes together), the same in
@@ -193,6 +187,18 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
                 f"learning-rate schedule follows the new step count (at step {start} it is "
                 f"{float(run.schedule(start)):.3g})")
     return start, state, tree["rng"], source
+
+
+def restore_latest(runner, ckpt: Checkpoints, seed: int, recipe: dict):
+    """(the run's base rng key, replicated over the runner's devices; the newest readable checkpoint as
+    (step, arrays, meta), or None): the arrays restored straight into the runner's shardings."""
+    rng = jax.random.split(jax.random.PRNGKey(seed))[1]
+    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
+    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
+    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
+    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
+                                      rng_abstract)
+    return rng, (ckpt.restore_latest(abstract, recipe) if ckpt.steps() else None)
 
 
 def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):

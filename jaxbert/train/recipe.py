@@ -63,11 +63,9 @@ def recipe_names(folder: str = "train") -> dict[str, str]:
 
 
 @dataclasses.dataclass
-class ModelSection:
-    preset: str = "bert-tiny"  # preset name, config.json or a directory holding one
-    config: dict = dataclasses.field(default_factory=dict)  # BertConfig fields over the preset
-    model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss), RobertaForMaskedLM, ...
-    init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
+class ComputeSection:
+    """How a model computes (jaxbert.model.options.ModelOptions), shared by the pretraining and
+    fine-tuning recipes' model sections."""
     dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
     param_dtype: str = "float32"
     scan_layers: bool = False
@@ -83,6 +81,14 @@ class ModelSection:
                             remat_policy=self.remat_policy, attention_impl=self.attention_impl,
                             attention_chunks=self.attention_chunks, ffn_chunks=self.ffn_chunks,
                             dropout_impl=self.dropout_impl)
+
+
+@dataclasses.dataclass
+class ModelSection(ComputeSection):
+    preset: str = "bert-tiny"  # preset name, config.json or a directory holding one
+    config: dict = dataclasses.field(default_factory=dict)  # BertConfig fields over the preset
+    model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss), RobertaForMaskedLM, ...
+    init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
 
 
 @dataclasses.dataclass
