@@ -85,6 +85,15 @@ def atomic_write_text(path: PathLike, text: str) -> epath.Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def check_new_file(path: PathLike, flag: str) -> epath.Path:
+    """A report file a verb is about to write: refused, naming it, when something is there already
+    (the verb did not make it, and does not replace it); call it before the work."""
+    p = as_path(path)
+    if p.exists():
+        raise InputError(f"{flag} {p}: exists; give a path that does not, or remove it first")
+    return p
+
+
 def _marker(path: PathLike) -> dict | None:
     try:
         found = json.loads((as_path(path) / MARKER).read_text())

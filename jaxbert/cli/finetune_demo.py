@@ -19,6 +19,7 @@ from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune.demo import Contender, docstring_task, fresh_copy, results_table, run_demo
 from jaxbert.finetune.recipe import load
+from jaxbert.fs import atomic_write_text, check_new_file
 
 
 def add_arguments(parser) -> None:
@@ -46,6 +47,8 @@ def _pretrained(path) -> str:
 
 
 def run(args) -> int:
+    if args.json:
+        check_new_file(args.json, "--json")
     if not workdir_lib.is_workdir(args.tiny_demo):
         raise InputError(f"{args.tiny_demo}: no tiny-demo run there; make it first with `jaxbert train` "
                          f"(about 6 minutes on 2 CPU cores)")
@@ -66,6 +69,6 @@ def run(args) -> int:
     print(results_table(results, n_train, n_test))
     print(f"{wall:.0f} s in all (task built, three models fine-tuned and scored)")
     if args.json:
-        args.json.write_text(json.dumps({"recipe": recipe.to_dict(), "per_kind": [n_train, n_test],
+        atomic_write_text(args.json, json.dumps({"recipe": recipe.to_dict(), "per_kind": [n_train, n_test],
                                          "results": results, "wall_s": round(wall, 1)}, indent=2) + "\n")
     return 0

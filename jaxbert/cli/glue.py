@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jaxbert.finetune.glue_run import GLUE_EIGHT, SEED_COUNTS, glue_table, parse_tasks, run_glue, write_report
 from jaxbert.finetune.recipe import load
+from jaxbert.fs import check_new_file
 
 
 def add_arguments(parser) -> None:
@@ -30,6 +31,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.json:
+        check_new_file(args.json, "--json")
     tasks = parse_tasks(args.tasks)
     recipe = load(args.config, args.overrides)
     report = run_glue(args.model, args.data, recipe, tasks, args.seeds, args.workdir, args.tokenizer)

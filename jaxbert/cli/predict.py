@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from jaxbert.finetune.predict import predict_file, write_predictions
+from jaxbert.fs import check_new_file
 from jaxbert.finetune.readers import KINDS
 
 
@@ -23,6 +24,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.out:
+        check_new_file(args.out, "--out")
     rows = predict_file(args.model, args.file, args.task, args.text_columns, args.tokenizer)
     if args.out:
         write_predictions(rows, args.out)

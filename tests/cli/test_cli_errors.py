@@ -183,3 +183,15 @@ def test_install_hints_say_how_from_a_clone_and_pin_torch():
     package = Path(jaxbert.__file__).parent
     offenders = [str(p) for p in package.rglob("*.py") if "jaxbert[" in p.read_text()]
     assert offenders == []  # jaxbert is not on PyPI: no `pip install 'jaxbert[...]'`
+
+
+@pytest.mark.parametrize("argv,flag", [(["predict", "MODEL", "FILE", "--out"], "--out"),
+                                       (["glue", "MODEL", "--data", "GLUE", "--json"], "--json"),
+                                       (["finetune-demo", "--json"], "--json")])
+def test_a_report_file_that_exists_is_refused_before_any_work(tmp_path, capsys, argv, flag):
+    mine = tmp_path / "mine.json"
+    mine.write_text("a user's file")
+    assert main([*argv, str(mine)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{flag} {mine}: exists" in err[0], err
+    assert mine.read_text() == "a user's file"
