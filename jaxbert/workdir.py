@@ -37,6 +37,8 @@ from jaxbert import fs
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, ConfigError
+from jaxbert.model.families import FAMILIES
+from jaxbert.model.families.bert import BERT
 
 CHECKPOINTS = "checkpoints"
 CORRUPT = "checkpoints.corrupt"
@@ -419,7 +421,8 @@ def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
 def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
     """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint."""
     params, meta = read_params(workdir, step)
-    encoder = "roberta" if isinstance(params, dict) and "roberta" in params else "bert"  # the family's prefix
+    prefixes = [f.prefix for f in FAMILIES.values() if isinstance(params, dict) and f.prefix in params]
+    encoder = prefixes[0] if prefixes else BERT.prefix  # the family's name for the encoder
     try:
         vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
     except (KeyError, TypeError):
