@@ -32,12 +32,20 @@ finally:
 
 
 class MetricsWriter:
-    """Only the primary process writes; the others pass active=False."""
+    """Only the primary process writes; the others pass active=False.
 
-    def __init__(self, workdir: str | Path, active: bool = True, upload_every_s: float = 30.0):
+    resume_from: the step a run resumes from. Rows past it were written by a run that stopped
+    before its next checkpoint (kill -9): the resumed run replays those steps, so they are dropped
+    and metrics.jsonl keeps one record per step.
+    """
+
+    def __init__(self, workdir: str | Path, active: bool = True, upload_every_s: float = 30.0,
+                 resume_from: int | None = None):
         self.active = active
         if not active:
             return
+        if resume_from is not None:
+            _drop_rows_after(fs.as_path(workdir) / METRICS, resume_from)
         self._remote = None
         if fs.is_url(workdir):  # a bucket cannot append: write locally, upload whole files now and then
             self._remote = (fs.as_path(workdir), None, upload_every_s)
@@ -81,6 +89,22 @@ class MetricsWriter:
             self._events.close()
             if self._remote is not None:
                 shutil.rmtree(self._local, ignore_errors=True)
+
+
+def _drop_rows_after(path, step: int) -> None:
+    """Rewrites metrics.jsonl (atomically) without the rows of steps after `step`, if it has any."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+
+    def later(line: str) -> bool:
+        try:
+            return json.loads(line).get("step", 0) > step
+        except (ValueError, AttributeError):
+            return True  # the torn last row of a killed run (the file is the run's own)
+    kept = [line for line in lines if not later(line)]
+    if len(kept) != len(lines):
+        fs.atomic_write_text(path, "".join(kept))
 
 
 def read_metrics(workdir: str | Path) -> list[dict]:

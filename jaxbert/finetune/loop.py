@@ -13,12 +13,14 @@ key of (seed, step), so a run resumed at step k ends with the params of one that
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 import time
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
@@ -177,10 +179,28 @@ def prepare_runner(recipe: FinetuneRecipe, runner, class_name: str, config, tota
 
 
 def _task_record(run: _Run) -> dict:
-    """What a checkpoint must agree on to be resumed: the task, its labels and its epoch length."""
+    """What a checkpoint must agree on to be resumed: the task, its labels, its epoch length and the
+    content of the data it trains on (a fingerprint of the featurized training arrays)."""
     data = run.prep.data
     return {"task": data.spec.name, "labels": None if data.labels is None else list(data.labels),
-            "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch}
+            "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch,
+            "train_fingerprint": _fingerprint(run.prep.train)}
+
+
+def _fingerprint(features) -> str:
+    """sha256 (first 16 hex digits) of a split's arrays, keys in order: any changed text, label or length shows."""
+    h = hashlib.sha256()
+    for key in sorted(features.arrays):
+        a = np.ascontiguousarray(features.arrays[key])
+        h.update(f"{key}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+# How a changed record field is said when a resume is refused.
+_RECORD_MEANING = {"task": "the task", "labels": "the labels", "train_features": "the number of training rows",
+                   "steps_per_epoch": "the steps per epoch (the global batch size or the training rows)",
+                   "train_fingerprint": "the training data's content"}
 
 
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
@@ -195,11 +215,16 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         state = state.replace(params=runner.place_params(run.prep.loaded.params))
         return 0, state, rng, []
     start, tree, meta = restored
-    if meta.get("finetune", {}).get("task") != _task_record(run):
-        raise InputError(f"{ckpt.directory / str(start)} was saved for other data "
-                         f"({meta.get('finetune', {}).get('task')}); train in a new --workdir")
+    saved, now = workdir_lib.task_record(meta), _task_record(run)
+    if saved != now:
+        changed = [k for k in now if k in saved and saved[k] != now[k]]
+        what = "; ".join(f"{_RECORD_MEANING.get(k, k)}: saved {saved[k]!r}, now {now[k]!r}" for k in changed[:3])
+        if not changed:  # a checkpoint of an older jaxbert: it recorded no fingerprint
+            what = f"it records no fingerprint of its training data ({sorted(set(now) - set(saved))} missing)"
+        raise InputError(f"{ckpt.directory / str(start)} cannot be resumed by this run: {what}; run with what it "
+                         f"was saved with, or train in a new --workdir")
     run.log(f"resumed from {ckpt.directory / str(start)}")
-    return start, engine.state_from(runner, tree), tree["rng"], meta["finetune"]["history"]
+    return start, engine.state_from(runner, tree), tree["rng"], workdir_lib.task_history(meta)
 
 
 class FinetuneTask:
@@ -268,10 +293,9 @@ class FinetuneTask:
 
     def checkpoint_meta(self, step: int, loader_state) -> dict:
         run = self.run
-        meta = workdir_lib.checkpoint_meta(step, [{"epoch": step // run.per_epoch}], run.prep.recipe.to_dict(),
-                                           run.prep.loaded.config, run.prep.loaded.class_name)
-        meta["finetune"] = {"task": _task_record(run), "history": self.history}
-        return meta
+        return workdir_lib.checkpoint_meta(step, [{"epoch": step // run.per_epoch}], run.prep.recipe.to_dict(),
+                                           run.prep.loaded.config, run.prep.loaded.class_name,
+                                           task=(_task_record(run), self.history))
 
 
 def evaluate(run: _Run, params, eval_fn) -> dict:
@@ -311,7 +335,7 @@ def _export_best(run: _Run, state) -> None:
 
 def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, history: list, stop_at):
     task = FinetuneTask(run, history)
-    writer = MetricsWriter(run.workdir, active=run.primary)
+    writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
     try:
         out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log, stop_at=stop_at)
     finally:

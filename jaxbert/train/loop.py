@@ -170,11 +170,12 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         return start, None, None, source
     state = engine.state_from(runner, tree)
     run.log(f"resumed from {ckpt.directory / str(start)}")
-    saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl")
+    saved = workdir_lib.saved_recipe(meta)
+    saved_dropout = saved.get("model", {}).get("dropout_impl")
     if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:
         run.log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
                 f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
-    saved_steps = (meta.get("recipe") or {}).get("train", {}).get("steps")
+    saved_steps = saved.get("train", {}).get("steps")
     if saved_steps is not None and saved_steps != recipe.train.steps:
         run.log(f"note: the run was saved planning {saved_steps} steps and now trains to {recipe.train.steps}: the "
                 f"learning-rate schedule follows the new step count (at step {start} it is "
@@ -186,7 +187,7 @@ def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):
     """Steps start+1 .. train.steps on the engine: logs, evaluations and checkpoints as the recipe asks;
     SIGTERM saves and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
     task = MlmTask(run, source, start)
-    writer = MetricsWriter(run.workdir, active=run.primary)
+    writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
     try:
         out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log)
     finally:
