@@ -51,6 +51,10 @@ EXPORT = "hf"
 CURVES = "curves.png"
 FILL_MASK = "fill_mask.txt"
 BEST = "best"  # fine-tuning: the best evaluation's model, a Hugging Face directory
+DOWNSTREAM = "downstream"  # pretraining: the fine-tuning workdirs of outputs.downstream, one folder per item
+KIND_FILE = ".jaxbert-workdir"  # which kind of workdir a folder is: {"kind": PRETRAINING | FINETUNING}
+PRETRAINING, FINETUNING = "pretraining", "finetuning"
+LOCK = ".jaxbert-train.lock"  # jaxbert.engine.lock's file
 EVAL = "eval.json"  # fine-tuning: every evaluation and the best score
 OUTPUTS = {CURVES: "loss and accuracy curves",
            EXPORT: f"Hugging Face model + tokenizer (transformers with PyTorch: {install_hint('torch')})",
@@ -301,6 +305,45 @@ class Checkpoints:
 
 def is_workdir(path) -> bool:
     return (fs.as_path(path) / CHECKPOINTS).is_dir()
+
+
+def kind(path) -> str | None:
+    """PRETRAINING or FINETUNING for a jaxbert workdir (its KIND_FILE; a workdir of an older jaxbert,
+    without one, by its newest checkpoint's meta), None for any other folder."""
+    p = fs.as_path(path)
+    try:
+        found = json.loads((p / KIND_FILE).read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found in (PRETRAINING, FINETUNING):
+        return found
+    if not is_workdir(p):
+        return None
+    try:
+        return FINETUNING if task_record(_newest_meta(p)[1]) else PRETRAINING
+    except InputError:  # no readable checkpoint
+        return PRETRAINING
+
+
+def claim(workdir, what: str) -> None:
+    """Before a run writes anything: the folder is new, empty, or jaxbert's workdir of this kind; it
+    is then marked as one (KIND_FILE). A folder holding what jaxbert did not make (a user's own
+    recipe.yaml, notes, models) is not a workdir jaxbert may write into: WorkdirError naming it."""
+    p = fs.as_path(workdir)
+    if p.exists() and not p.is_dir():
+        raise WorkdirError(f"--workdir {p}: is a file; a workdir is a folder")
+    found = kind(p)
+    if found is None and p.exists():
+        others = sorted(e.name for e in p.iterdir() if e.name != LOCK)
+        if others:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise WorkdirError(f"--workdir {p}: holds {shown}, which jaxbert did not write (it is no jaxbert "
+                               f"workdir: no {KIND_FILE}); choose a new or empty folder")
+    elif found is not None and found != what:
+        raise WorkdirError(f"--workdir {p}: is a {found} workdir; a {what} run goes in a folder of its own")
+    p.mkdir(parents=True, exist_ok=True)
+    if not (p / KIND_FILE).exists():
+        atomic_write_text(p / KIND_FILE, json.dumps({"kind": what}) + "\n")
 
 
 def check_placement(workdir) -> None:

@@ -8,6 +8,7 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 
 from __future__ import annotations
 
+from jaxbert.errors import InputError
 from jaxbert.finetune.downstream import run_downstream
 from jaxbert.train import outputs
 from jaxbert.train.allocator import keep_freed_memory
@@ -26,6 +27,9 @@ def add_arguments(parser) -> None:
                              "a workdir with checkpoints resumes")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key, e.g. --set optim.learning_rate=3e-4 (repeatable)")
+    parser.add_argument("--stop-after", type=int, default=None, metavar="STEP",
+                        help="save and stop after this step, as a preemption would; the same command without it "
+                             "resumes on the same schedule")
     parser.add_argument("--coordinator", default=None, help="multi-host: HOST:PORT of process 0")
     parser.add_argument("--num-processes", type=int, default=None)
     parser.add_argument("--process-id", type=int, default=None)
@@ -42,9 +46,11 @@ def run(args) -> int:
         if flag is not None:
             overrides.append(f"parallel.{key}={flag}")
     recipe = load(args.config, overrides)
+    if args.stop_after is not None and not 1 <= args.stop_after:
+        raise InputError(f"--stop-after: {args.stop_after} is not a step (>= 1)")
     workdir = args.workdir or f"runs/{recipe.name}"
     keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
-    summary = train_and_evaluate(recipe, workdir)  # errors: one line and an exit code (cli.main)
+    summary = train_and_evaluate(recipe, workdir, stop_at=args.stop_after)  # errors: one line and an exit code (cli.main)
     if summary["status"] == "already finished":  # the loop said so in one line; show what the run left
         print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
         return 0

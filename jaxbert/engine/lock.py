@@ -18,8 +18,9 @@ from typing import Callable, Iterator
 
 from jaxbert.errors import InputError
 from jaxbert.fs import is_url
+from jaxbert.workdir import LOCK
 
-LOCK_NAME = ".jaxbert-train.lock"
+LOCK_NAME = LOCK  # the workdir format's name for it (jaxbert.workdir)
 
 
 class WorkdirBusy(InputError):

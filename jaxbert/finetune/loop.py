@@ -110,8 +110,19 @@ def finetune(recipe: FinetuneRecipe, spec: TaskSpec, source, workdir, tokenizer=
     primary = jax.process_index() == 0
     log = log if primary else (lambda msg: None)
     prep = prepare(recipe, spec, source, tokenizer, log)
+    if primary:
+        workdir_lib.claim(workdir, workdir_lib.FINETUNING)
+        _check_best(workdir)
     with workdir_lock(workdir, active=primary, log=log):
         return _run(prep, fs.as_path(workdir), stop_at, log, primary)
+
+
+def _check_best(workdir) -> None:
+    """WORKDIR/best is replaced at every better evaluation: refuse, before training, one jaxbert did not write."""
+    best = workdir_lib.path(workdir, workdir_lib.BEST)
+    if best.exists() and fs.output_kind(best) is None:
+        raise InputError(f"{best}: exists and is not a model jaxbert exported (no {fs.MARKER}); the run would "
+                         f"replace it with its best model: move it out of the workdir first")
 
 
 @dataclasses.dataclass
@@ -207,10 +218,8 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     """(start step, state, rng, evaluation history): the newest checkpoint's, or SRC's params at step 0."""
     recipe, runner = run.prep.recipe, run.runner
     rng, restored = restore_latest(runner, ckpt, recipe.train.seed, recipe.to_dict())
-    if run.primary:
-        workdir_lib.write_recipe(run.workdir, {"task": run.prep.data.spec.to_dict(), "source": run.prep.source,
-                                               **recipe.to_dict()})
     if restored is None:
+        _save_recipe(run)
         state = runner.create_state()
         state = state.replace(params=runner.place_params(run.prep.loaded.params))
         return 0, state, rng, []
@@ -223,8 +232,15 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
             what = f"it records no fingerprint of its training data ({sorted(set(now) - set(saved))} missing)"
         raise InputError(f"{ckpt.directory / str(start)} cannot be resumed by this run: {what}; run with what it "
                          f"was saved with, or train in a new --workdir")
+    _save_recipe(run)  # only once the checkpoint accepted this run: a refused one leaves recipe.yaml as it was
     run.log(f"resumed from {ckpt.directory / str(start)}")
     return start, engine.state_from(runner, tree), tree["rng"], workdir_lib.task_history(meta)
+
+
+def _save_recipe(run: _Run) -> None:
+    if run.primary:
+        workdir_lib.write_recipe(run.workdir, {"task": run.prep.data.spec.to_dict(), "source": run.prep.source,
+                                               **run.prep.recipe.to_dict()})
 
 
 class FinetuneTask:

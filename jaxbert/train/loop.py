@@ -39,16 +39,20 @@ from jaxbert.train.recipe import Recipe, save_effective
 from jaxbert.workdir import Checkpoints
 
 
-def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
+def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None = None) -> dict:
     """Trains recipe.train.steps optimizer steps; returns a summary with the last metrics.
 
-    The workdir is locked for the run: a second run on it is refused (WorkdirBusy).
+    stop_at: save and stop after this step, as a SIGTERM would (status "stopped"; a later run
+    resumes on the same schedule). The workdir is locked for the run: a second run on it is
+    refused (WorkdirBusy).
     """
     workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
+    if jax.process_index() == 0:
+        workdir_lib.claim(workdir, workdir_lib.PRETRAINING)
     with workdir_lock(workdir, active=jax.process_index() == 0, log=lambda m: tqdm.write(str(m))):
-        return _train_and_evaluate(recipe, workdir)
+        return _train_and_evaluate(recipe, workdir, stop_at)
 
 
 @dataclasses.dataclass
@@ -76,7 +80,7 @@ class _Run:
                                    vocab_size=self.cfg.vocab_size)
 
 
-def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
+def _train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None) -> dict:
     run = _set_up(recipe, workdir)
     hosts.align("orbax")  # Orbax's first sync is a device collective: meet before it
     c = run.recipe.checkpoint
@@ -92,7 +96,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
                 f"(or --set train.steps=N with N > {start} to train on)")
         return {"status": "already finished", "step": start, "wall_s": round(time.time() - run.t0, 1),
                 "train": {}, "eval": {}, "workdir": str(run.workdir), "tokenizer": run.tok_dir}
-    state, step, status, last, last_eval = _train(run, ckpt, state, rng, start, source)
+    state, step, status, last, last_eval = _train(run, ckpt, state, rng, start, source, stop_at)
     return _finish(run, state, step, status, last, last_eval)
 
 
@@ -183,13 +187,13 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     return start, state, tree["rng"], source
 
 
-def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):
+def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source, stop_at: int | None = None):
     """Steps start+1 .. train.steps on the engine: logs, evaluations and checkpoints as the recipe asks;
     SIGTERM saves and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
     task = MlmTask(run, source, start)
     writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
     try:
-        out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log)
+        out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log, stop_at=stop_at)
     finally:
         task.progress.close()
         ckpt.close()
