@@ -30,7 +30,7 @@ from jaxbert.finetune.batching import batches, n_batches
 from jaxbert.finetune.featurize import make_features
 from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
-from jaxbert.finetune.model import LoadedModel, load_task_model
+from jaxbert.finetune.model import LoadedModel, load_task_model, source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector, decode, score
@@ -43,7 +43,7 @@ from jaxbert.train.lock import workdir_lock
 from jaxbert.train.loop import SigtermFlag, restore_latest
 from jaxbert.train.metrics import MetricsWriter
 from jaxbert.train.optim import make_optimizer
-from jaxbert.train.recipe import RecipeError
+from jaxbert.train.recipe import RecipeError, position_limit
 from jaxbert.workdir import Checkpoints
 
 
@@ -72,6 +72,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     if tok_dir is None:
         raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
     tok = load_tokenizer(tok_dir)
+    recipe = fit_max_length(recipe, source_config(source), source, log)
     d = recipe.data
     featurize = lambda examples: make_features(spec.kind, examples, tok, d.max_length, d.stride, d.max_query_length)
     train = featurize(data.train)[0]
@@ -98,6 +99,16 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
                          f"({cfg.vocab_size}); is it the model's tokenizer?")
     log(loaded.describe(source))
     return Prepared(recipe, data, str(source), Path(str(tok_dir)), loaded, train, evals)
+
+
+def fit_max_length(recipe: FinetuneRecipe, cfg, source, log=print) -> FinetuneRecipe:
+    """The recipe with data.max_length cut to SRC's position table, saying so (a recipe's 128 on a model of 64)."""
+    limit = position_limit(cfg)
+    if recipe.data.max_length <= limit:
+        return recipe
+    log(f"data.max_length: {recipe.data.max_length} is more than the {limit} positions of {source}; using {limit} "
+        f"(--set data.max_length=N to choose)")
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, max_length=limit))
 
 
 def finetune(recipe: FinetuneRecipe, spec: TaskSpec, source, workdir, tokenizer=None, stop_at: int | None = None,
@@ -187,6 +198,20 @@ def _task_record(run: _Run) -> dict:
             "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch}
 
 
+def _resume_mismatch(where, meta: dict, now: dict) -> str:
+    """Why a checkpoint cannot be resumed, naming what differs: the data, or only the batch size."""
+    saved = meta.get("finetune", {}).get("task") or {}
+    differ = [k for k in now if saved.get(k) != now[k]]
+    if differ == ["steps_per_epoch"]:  # same task, labels and rows: the batch changed
+        train = (meta.get("recipe") or {}).get("train") or {}
+        was = f"per_device_batch_size {train.get('per_device_batch_size')}, accum_steps {train.get('accum_steps')}"
+        return (f"{where} was saved with another batch size ({was}: {saved.get('steps_per_epoch')} steps per epoch, "
+                f"{now['steps_per_epoch']} now); a fine-tuning run resumes with the batch it started with: rerun "
+                f"with that batch, or train in a new --workdir")
+    shown = "; ".join(f"{k} {saved.get(k)} there, {now[k]} now" for k in differ if k != "steps_per_epoch")
+    return f"{where} was saved for other data ({shown}); train in a new --workdir"
+
+
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     """(start step, state, rng, evaluation history): the newest checkpoint's, or SRC's params at step 0."""
     recipe, runner = run.prep.recipe, run.runner
@@ -200,8 +225,7 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         return 0, state, rng, []
     start, tree, meta = restored
     if meta.get("finetune", {}).get("task") != _task_record(run):
-        raise InputError(f"{ckpt.directory / str(start)} was saved for other data "
-                         f"({meta.get('finetune', {}).get('task')}); train in a new --workdir")
+        raise InputError(_resume_mismatch(ckpt.directory / str(start), meta, _task_record(run)))
     state = runner.from_saved(runner.abstract.replace(
         step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
     run.log(f"resumed from {ckpt.directory / str(start)}")
