@@ -388,7 +388,8 @@ def _check_downstream(items: list) -> None:
         for key in need:
             if not isinstance(item.get(key), str):
                 raise RecipeError(f"{where}: task {task} needs {key}: a path")
-            if not fs.is_url(item[key]) and not os.path.exists(item[key]):  # found now, not after pretraining
+        for key in need:  # found now, not after pretraining
+            if not fs.is_url(item[key]) and not os.path.exists(item[key]):
                 raise RecipeError(f"{where}: {key} {item[key]}: no such file or folder")
         if not isinstance(item.get("set", []), list) or not all(isinstance(v, str) for v in item.get("set", [])):
             raise RecipeError(f"{where}: set is a list of key=value strings")

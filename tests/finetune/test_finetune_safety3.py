@@ -206,6 +206,7 @@ def test_run_demo_checks_a_kept_workdir_before_writing_its_data(src, tmp_path):
 
 @pytest.mark.parametrize("where, how", [("{src}", "is"), ("{src}/ft", "is inside"), ("{parent}", "holds")])
 def test_a_workdir_that_is_holds_or_sits_in_the_model_is_refused(src, data, tmp_path, capsys, where, how):
+    src = Path(shutil.copytree(src, tmp_path / "parent" / "model"))  # its own copy: a run there would spoil it
     before = _snapshot(src)
     workdir = where.format(src=src, parent=src.parent)
     argv = ["finetune", "--task", "classification", "--model", str(src), "--train", str(data[0]),
@@ -218,6 +219,7 @@ def test_a_workdir_that_is_holds_or_sits_in_the_model_is_refused(src, data, tmp_
 
 def test_glue_workdir_equal_to_the_model_is_refused(src, tmp_path, capsys):
     glue = write_glue_dir(tmp_path / "glue_data", n_train=4, n_dev=2)
+    src = Path(shutil.copytree(src, tmp_path / "model"))
     before = _snapshot(src)
     assert main(["glue", str(src), "--data", str(glue), "--tasks", "sst2", "--workdir", str(src), *QUICK]) == 2
     assert f"--workdir {src} is MODEL {src}" in _err(capsys)
