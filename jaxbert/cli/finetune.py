@@ -12,6 +12,7 @@ from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune.demo import resolve_model
 from jaxbert.finetune.loop import finetune
+from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import finetune_recipe_names, load
 from jaxbert.finetune.task import parse_task
 
@@ -48,7 +49,6 @@ def _hidden_size(src) -> int | None:
         if workdir_lib.is_workdir(src):
             config = workdir_lib._newest_meta(fs.as_path(src))[1].get("config") or {}
             return config.get("hidden_size")
-        from jaxbert.finetune.model import source_config
         return source_config(src).hidden_size
     except Exception:  # noqa: BLE001 - unreadable here: the run reports it by name
         return None

@@ -11,6 +11,7 @@ import io
 import os
 
 from jaxbert import fs
+from jaxbert.train.plot import figure
 from jaxbert.workdir import CURVES
 
 SOFTWARE = "jaxbert plot"  # the PNG's Software text: how --overwrite knows the file is ours
@@ -44,7 +45,6 @@ def written_by_plot(path) -> bool:
 
 
 def run(args) -> int:
-    from jaxbert.train.plot import figure
     default = fs.as_path(args.workdir) / CURVES
     out = default
     if args.out is not None and os.fspath(fs.as_path(args.out)) != os.fspath(default):
