@@ -85,13 +85,49 @@ def atomic_write_text(path: PathLike, text: str) -> epath.Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def check_new_file(path: PathLike, flag: str) -> epath.Path:
-    """A report file a verb is about to write: refused, naming it, when something is there already
-    (the verb did not make it, and does not replace it); call it before the work."""
+def check_new_file(path: PathLike, flag: str, overwrite: bool = False, ours=None) -> epath.Path:
+    """A report file a verb is about to write, checked before the work: its folder must exist, and
+    a file already there is refused, naming it (the verb did not make it, and does not replace it).
+
+    With `overwrite`, a file that `ours(path)` recognises as an earlier report of this verb may be
+    replaced; anything else there is still refused. `ours` None: the verb has no --overwrite.
+    """
     p = as_path(path)
-    if p.exists():
+    parent = p.parent
+    if not is_url(p):
+        if not parent.exists():
+            raise InputError(f"{flag} {p}: its folder {parent} does not exist; make it first or give another path")
+        if not parent.is_dir():
+            raise InputError(f"{flag} {p}: {parent} is not a folder")
+        if p.is_dir():
+            raise InputError(f"{flag} {p}: is a folder; give a file path")
+    if not p.exists():
+        return p
+    if ours is None:
         raise InputError(f"{flag} {p}: exists; give a path that does not, or remove it first")
+    if not overwrite:
+        raise InputError(f"{flag} {p}: exists; give a path that does not, or pass --overwrite to replace "
+                         f"an earlier report of this verb")
+    try:
+        recognised = bool(ours(p))
+    except (OSError, ValueError):
+        recognised = False
+    if not recognised:
+        raise InputError(f"{flag} {p}: exists and is not a file this verb wrote; --overwrite replaces only "
+                         f"those: give another path")
     return p
+
+
+def json_report_of(*keys: str):
+    """A recogniser for check_new_file: a JSON object holding every one of `keys` (what a verb's
+    --json report holds); anything else (a note, another verb's report) is not ours."""
+    def ours(path) -> bool:
+        try:
+            found = json.loads(as_path(path).read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(found, dict) and all(k in found for k in keys)
+    return ours
 
 
 def _marker(path: PathLike) -> dict | None:
@@ -141,6 +177,25 @@ def _real(p: epath.Path) -> str:
 def _same_or_inside(a: epath.Path, b: epath.Path) -> bool:
     a, b = _real(a), _real(b)
     return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def check_apart(dst: PathLike, src: PathLike, dst_flag: str, src_flag: str) -> None:
+    """InputError when dst is src, holds it, or (src a folder) lies inside it: a run written there
+    would mix with, or replace, what it reads."""
+    if src is None or dst is None or is_url(src) != is_url(dst):
+        return
+    dst_p, src_p = as_path(dst), as_path(src)
+    a, b = _real(dst_p), _real(src_p)
+    if a == b:
+        how = "is"
+    elif b.startswith(a.rstrip("/") + "/"):
+        how = "holds"
+    elif src_p.is_dir() and a.startswith(b.rstrip("/") + "/"):
+        how = "is inside"
+    else:
+        return
+    raise InputError(f"{dst_flag} {dst_p} {how} {src_flag} {src_p}; a run there would mix with what it reads "
+                     f"(and could replace it): choose a {dst_flag} outside it")
 
 
 def _entries(folder: epath.Path) -> list[str]:

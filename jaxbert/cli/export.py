@@ -1,8 +1,14 @@
-"""`jaxbert export WORKDIR DST`: a Hugging Face directory from a training run."""
+"""`jaxbert export WORKDIR DST`: a Hugging Face directory from a training run.
+
+A fine-tuning workdir needs no export: its best evaluation's model already is a Hugging Face
+directory with its tokenizer (WORKDIR/best); export says so instead of failing on a tokenizer.
+"""
 
 from __future__ import annotations
 
+from jaxbert import workdir as workdir_lib
 from jaxbert.convert.export import export_workdir, load_instructions
+from jaxbert.errors import InputError
 
 
 def add_arguments(parser) -> None:
@@ -13,7 +19,24 @@ def add_arguments(parser) -> None:
                         help="replace DST when it is an earlier jaxbert model directory (anything else is refused)")
 
 
+def check_not_finetuning(workdir) -> None:
+    """InputError for a fine-tuning workdir (its recipe.yaml names a task), pointing at its best/."""
+    try:
+        recipe = workdir_lib.read_recipe(workdir)
+    except Exception:  # noqa: BLE001 - unreadable: export_workdir reports the workdir itself
+        return
+    if not isinstance(recipe, dict) or "task" not in recipe:
+        return
+    best = workdir_lib.path(workdir, workdir_lib.BEST)
+    if best.is_dir():
+        raise InputError(f"{workdir}: a fine-tuning workdir; its best model is already a Hugging Face directory "
+                         f"with its tokenizer: {best} (load it as is, or `jaxbert convert {best} DST`)")
+    raise InputError(f"{workdir}: a fine-tuning workdir with no {workdir_lib.BEST}/ yet (written at its first "
+                     f"evaluation); export is for pretraining workdirs")
+
+
 def run(args) -> int:
+    check_not_finetuning(args.workdir)
     path = export_workdir(args.workdir, args.dst, args.step, overwrite=args.overwrite)
     print(f"wrote {path}")
     print(load_instructions(path))

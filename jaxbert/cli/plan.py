@@ -10,6 +10,7 @@ import json
 import math
 from pathlib import Path
 
+from jaxbert import fs
 from jaxbert.devices import device_memory
 from jaxbert.errors import InputError
 from jaxbert.model.options import REMAT_POLICIES
@@ -35,7 +36,9 @@ def add_arguments(p):
     p.add_argument("--start", type=int, default=8, help="first batch compiled")
     p.add_argument("--max-batch", type=int, default=4096)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override")
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=None, help="write the plan as JSON (an existing file is refused)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --json when it is an earlier `jaxbert plan` report (anything else is refused)")
 
 
 def _recipe(args):
@@ -58,6 +61,9 @@ def _recipe(args):
 
 def _check_args(args) -> None:
     """Every numeric option and policy name, before a compile."""
+    if args.recipe and args.preset:  # the recipe's model.config would override the preset's sizes: not ignored
+        raise InputError(f"--preset {args.preset}: give --recipe or --preset, not both (a recipe names its own "
+                         f"model; to change it, --set model.preset=... and --set model.config... in full)")
     if args.hbm is not None and not (math.isfinite(args.hbm) and args.hbm > 0):
         raise InputError(f"--hbm {args.hbm}: must be a finite number of GiB > 0")
     for flag, value in (("--max-batch", args.max_batch), ("--start", args.start), ("--seq-len", args.seq_len)):
@@ -68,7 +74,12 @@ def _check_args(args) -> None:
             raise InputError(f"--policies {policy}: not a remat policy; choose from {', '.join(REMAT_POLICIES)}")
 
 
+PLAN_REPORT_KEYS = ("recipe", "target", "budget_bytes", "candidates", "recommended")
+
+
 def run(args) -> int:
+    if args.json:
+        fs.check_new_file(args.json, "--json", args.overwrite, ours=fs.json_report_of(*PLAN_REPORT_KEYS))
     _check_args(args)
     compile_step.check_target(args.target)
     r = _recipe(args)
@@ -109,7 +120,7 @@ def run(args) -> int:
         if args.recipe:
             print("\nthe recipe's per_device_batch_size is auto: a run plans it for its own devices")
     if args.json:
-        args.json.write_text(json.dumps({"recipe": r.name, "target": args.target, "budget_bytes": budget,
+        fs.atomic_write_text(args.json, json.dumps({"recipe": r.name, "target": args.target, "budget_bytes": budget,
                                          "budget_source": source,
                                          "candidates": [_row(c) for c in cands],
                                          "recommended": _row(choice),

@@ -9,7 +9,7 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 from __future__ import annotations
 
 from jaxbert.errors import InputError
-from jaxbert.finetune.downstream import run_downstream
+from jaxbert.finetune.downstream import check_items, run_downstream
 from jaxbert.train import outputs
 from jaxbert.train.allocator import keep_freed_memory
 from jaxbert.train.loop import train_and_evaluate
@@ -48,21 +48,27 @@ def run(args) -> int:
     recipe = load(args.config, overrides)
     if args.stop_after is not None and not 1 <= args.stop_after:
         raise InputError(f"--stop-after: {args.stop_after} is not a step (>= 1)")
+    check_items(recipe.outputs.downstream)  # every task, file and recipe, before any training
     workdir = args.workdir or f"runs/{recipe.name}"
     keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
     summary = train_and_evaluate(recipe, workdir, stop_at=args.stop_after)  # errors: one line and an exit code (cli.main)
     if summary["status"] == "already finished":  # the loop said so in one line; show what the run left
         print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
+        _downstream(recipe, workdir, summary["step"])  # a rerun completes the tasks still missing
         return 0
     print(f"{summary['status']} at step {summary['step']} in {_duration(summary['wall_s'])}")
     if summary["status"] == "finished":
         ev = summary["eval"]
         print(outputs.summary_block(recipe, workdir, {**ev, "step": summary["step"]} if ev else ev))
-        if recipe.outputs.downstream:
-            summary["downstream"] = run_downstream(recipe.outputs.downstream, workdir, summary["step"])
-            for r in summary["downstream"]:
-                print(f"downstream {r['task']}: {r['eval']} {r['metric']} {r['score']:.4f} ({r['workdir']})")
+        summary["downstream"] = _downstream(recipe, workdir, summary["step"])
     return 0
+
+
+def _downstream(recipe, workdir, step: int) -> list:
+    results = run_downstream(recipe.outputs.downstream, workdir, step) if recipe.outputs.downstream else []
+    for r in results:
+        print(f"downstream {r['task']}: {r['eval']} {r['metric']} {r['score']:.4f} ({r['workdir']})")
+    return results
 
 
 def _duration(seconds: float) -> str:

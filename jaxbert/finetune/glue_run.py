@@ -14,14 +14,18 @@ classifier never beats its majority class). Every task's folder is checked befor
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Sequence
 
 from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.finetune.glue import GLUE_TASKS, glue_task, task_folder
-from jaxbert.finetune.loop import finetune
+from jaxbert.finetune.loop import finetune, fit_max_length
+from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score
 from jaxbert.finetune.tables import TaskDataError
@@ -96,7 +100,9 @@ def run_glue(model, data, recipe: FinetuneRecipe, tasks: Sequence[str] = GLUE_EI
     tasks = parse_tasks(list(tasks))
     check_folders(data, tasks)
     root = fs.as_path(workdir)
+    recipe = fit_max_length(recipe, source_config(model), model, log)  # once, so the protocol records it
     base_seed = recipe.train.seed
+    check_rerun(root, model, data, tokenizer, recipe, tasks, seeds)
     report = {"model": str(model), "data": str(data), "protocol": protocol(recipe, seeds), "tasks": {},
               "average_rule": AVERAGE_RULE}
     for name in tasks:
@@ -120,6 +126,101 @@ def run_glue(model, data, recipe: FinetuneRecipe, tasks: Sequence[str] = GLUE_EI
                                  "seed": pick["seed"], "runs": runs}
     report["average"] = statistics.fmean(t["score"] for t in report["tasks"].values())
     return report
+
+
+PROTOCOL_FILE = "glue-protocol.json"  # WORKDIR's record of what its runs were trained with
+SECTIONS = ("model", "data", "optim", "train")  # the recipe sections a score depends on
+IGNORED = {"train.seed", "train.log_every"}  # the seed is the run folder's name; logging changes no score
+
+
+def _where(p) -> str | None:
+    return None if p is None else (os.fspath(p) if fs.is_url(p) else os.path.realpath(os.fspath(p)))
+
+
+def _model_fingerprint(model) -> str | None:
+    """What the model holds now: a workdir's newest checkpoint step, or the names, sizes and times of the
+    files in the model's folder; None for a URL. Another model behind the same path changes it."""
+    if fs.is_url(model):
+        return None
+    p = fs.as_path(model)
+    if workdir_lib.is_workdir(p):
+        steps = [int(c.name) for c in (p / workdir_lib.CHECKPOINTS).iterdir() if c.name.isdigit()]
+        return f"checkpoint step {max(steps) if steps else None}"
+    folder = p if p.is_dir() else p.parent
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir(), key=lambda f: f.name):
+        if f.is_file() and (p.is_dir() or f.name.startswith(p.name)):
+            st = os.stat(os.fspath(f))
+            h.update(f"{f.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def run_identity(model, data, tokenizer, recipe: FinetuneRecipe) -> dict:
+    """What a GLUE workdir's scores depend on, besides the seed: the model (where, and what it holds), the
+    data, the tokenizer and the recipe's values."""
+    sections = json.loads(json.dumps({k: v for k, v in recipe.to_dict().items() if k in SECTIONS}))
+    values = {k: v for k, v in _flat(sections).items() if k not in IGNORED}
+    return {"model": _where(model), "model_fingerprint": _model_fingerprint(model), "data": _where(data),
+            "tokenizer": _where(tokenizer), "recipe": values}
+
+
+def _differences(saved: dict, now: dict) -> list[str]:
+    out = []
+    for key in ("model", "model_fingerprint", "data", "tokenizer"):
+        if key in saved and saved[key] != now[key]:
+            what = "model's files" if key == "model_fingerprint" else key
+            out.append(f"{what} {now[key]} now, {saved[key]} there")
+    old, new = saved.get("recipe") or {}, now["recipe"]
+    out += [f"{key} {new.get(key)} now, {old.get(key)} there" for key in sorted(set(old) | set(new))
+            if old.get(key) != new.get(key)]
+    return out
+
+
+def check_rerun(root, model, data, tokenizer, recipe: FinetuneRecipe, tasks, seeds: int) -> None:
+    """A GLUE workdir holding runs is resumed only under the same protocol: the same model (path and
+    files), data, tokenizer and recipe values; anything else is refused naming what differs, before
+    anything is trained or written (its runs' scores belong to the protocol that made them). Then the
+    protocol is recorded in WORKDIR/glue-protocol.json."""
+    root = fs.as_path(root)
+    now = run_identity(model, data, tokenizer, recipe)
+    record = root / PROTOCOL_FILE
+    if record.exists():
+        try:
+            saved = json.loads(record.read_text())
+        except ValueError:
+            raise TaskDataError(f"{record}: not readable JSON; move it away or pass a new --workdir") from None
+        diff = _differences(saved, now)
+        if diff:
+            raise TaskDataError(f"{root}: holds GLUE runs of another protocol ({'; '.join(diff)}); their scores "
+                                f"are not this model's or recipe's: pass a new --workdir, or the same model, data "
+                                f"and recipe to resume")
+    for name in tasks:  # runs made without a record (`jaxbert finetune --workdir` there): their recipe.yaml
+        for k in range(seeds):
+            where = root / name / f"seed-{recipe.train.seed + k}"
+            saved = workdir_lib.read_recipe(where) if where.is_dir() else None
+            if saved is None:
+                continue
+            theirs = {"model": _where(saved.get("source")) if saved.get("source") else now["model"],
+                      "recipe": {k2: v for k2, v in _flat(json.loads(json.dumps(
+                          {s2: saved.get(s2) or {} for s2 in SECTIONS}))).items() if k2 not in IGNORED}}
+            diff = _differences(theirs, now)
+            if diff:
+                raise TaskDataError(f"{where}: a run of another protocol ({'; '.join(diff)}); its score is not "
+                                    f"this model's or recipe's: pass a new --workdir")
+    if not fs.is_url(root):
+        root.mkdir(parents=True, exist_ok=True)
+    fs.atomic_write_text(record, json.dumps(now, indent=2) + "\n")
 
 
 def protocol(recipe: FinetuneRecipe, seeds: int) -> dict:

@@ -31,7 +31,7 @@ from jaxbert.finetune.batching import batches, n_batches
 from jaxbert.finetune.featurize import make_features
 from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
-from jaxbert.finetune.model import LoadedModel, load_task_model
+from jaxbert.finetune.model import LoadedModel, load_task_model, source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector, decode, score
@@ -70,6 +70,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     if tok_dir is None:
         raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
     tok = load_tokenizer(tok_dir)
+    recipe = fit_max_length(recipe, source_config(source), source, log)
     d = recipe.data
     featurize = lambda examples: make_features(spec.kind, examples, tok, d.max_length, d.stride, d.max_query_length)
     train = featurize(data.train)[0]
@@ -96,6 +97,16 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
                          f"({cfg.vocab_size}); is it the model's tokenizer?")
     log(loaded.describe(source))
     return Prepared(recipe, data, str(source), Path(str(tok_dir)), loaded, train, evals)
+
+
+def fit_max_length(recipe: FinetuneRecipe, cfg, source, log=print) -> FinetuneRecipe:
+    """The recipe with data.max_length cut to SRC's position table, saying so (a recipe's 128 on a model of 64)."""
+    limit = cfg.position_limit()
+    if recipe.data.max_length <= limit:
+        return recipe
+    log(f"data.max_length: {recipe.data.max_length} is more than the {limit} positions of {source}; using {limit} "
+        f"(--set data.max_length=N to choose)")
+    return dataclasses.replace(recipe, data=dataclasses.replace(recipe.data, max_length=limit))
 
 
 def finetune(recipe: FinetuneRecipe, spec: TaskSpec, source, workdir, tokenizer=None, stop_at: int | None = None,
@@ -214,6 +225,23 @@ _RECORD_MEANING = {"task": "the task", "labels": "the labels", "train_features":
                    "train_fingerprint": "the training data's content"}
 
 
+def _resume_refusal(where, meta: dict, now: dict) -> str:
+    """Why a checkpoint cannot be resumed by this run, naming what differs: only the batch size, or the data."""
+    saved = workdir_lib.task_record(meta)
+    changed = [k for k in now if k in saved and saved[k] != now[k]]
+    if changed == ["steps_per_epoch"]:  # same task, labels and rows: the batch changed
+        train = workdir_lib.saved_recipe(meta).get("train") or {}
+        was = f"per_device_batch_size {train.get('per_device_batch_size')}, accum_steps {train.get('accum_steps')}"
+        return (f"{where} was saved with another batch size ({was}: {saved['steps_per_epoch']} steps per epoch, "
+                f"{now['steps_per_epoch']} now); a fine-tuning run resumes with the batch it started with: rerun "
+                f"with that batch, or train in a new --workdir")
+    what = "; ".join(f"{_RECORD_MEANING.get(k, k)}: saved {saved[k]!r}, now {now[k]!r}" for k in changed[:3])
+    if not changed:  # a checkpoint of an older jaxbert: it recorded no fingerprint
+        what = f"it records no fingerprint of its training data ({sorted(set(now) - set(saved))} missing)"
+    return (f"{where} cannot be resumed by this run: {what}; run with what it was saved with, or train in "
+            f"a new --workdir")
+
+
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     """(start step, state, rng, evaluation history): the newest checkpoint's, or SRC's params at step 0."""
     recipe, runner = run.prep.recipe, run.runner
@@ -224,14 +252,9 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         state = state.replace(params=runner.place_params(run.prep.loaded.params))
         return 0, state, rng, []
     start, tree, meta = restored
-    saved, now = workdir_lib.task_record(meta), _task_record(run)
-    if saved != now:
-        changed = [k for k in now if k in saved and saved[k] != now[k]]
-        what = "; ".join(f"{_RECORD_MEANING.get(k, k)}: saved {saved[k]!r}, now {now[k]!r}" for k in changed[:3])
-        if not changed:  # a checkpoint of an older jaxbert: it recorded no fingerprint
-            what = f"it records no fingerprint of its training data ({sorted(set(now) - set(saved))} missing)"
-        raise InputError(f"{ckpt.directory / str(start)} cannot be resumed by this run: {what}; run with what it "
-                         f"was saved with, or train in a new --workdir")
+    now = _task_record(run)
+    if workdir_lib.task_record(meta) != now:
+        raise InputError(_resume_refusal(ckpt.directory / str(start), meta, now))
     _save_recipe(run)  # only once the checkpoint accepted this run: a refused one leaves recipe.yaml as it was
     run.log(f"resumed from {ckpt.directory / str(start)}")
     return start, engine.state_from(runner, tree), tree["rng"], workdir_lib.task_history(meta)

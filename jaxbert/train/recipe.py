@@ -177,6 +177,7 @@ def _validate(r: Recipe) -> None:
                           "rows (at least at its end); give a fraction > 0")
 
 
+DOWNSTREAM_KINDS = ("classification", "regression", "tokens", "qa", "choice")  # finetune.readers.KINDS
 DOWNSTREAM_KEYS = ("task", "train", "eval", "data", "config", "set", "tokenizer", "text_columns", "label_column",
                    "labels")
 
@@ -193,10 +194,15 @@ def _check_downstream(items: list) -> None:
         task = item.get("task")
         if not isinstance(task, str) or not task:
             raise RecipeError(f"{where}: task is required (classification, regression, tokens, qa, choice or glue/NAME)")
+        if task not in DOWNSTREAM_KINDS and not task.lower().startswith("glue/"):
+            raise RecipeError(f"{where}: unknown task {task!r}; one of {', '.join(DOWNSTREAM_KINDS)} or glue/NAME")
         need = ("data",) if task.lower().startswith("glue/") else ("train", "eval")
         for key in need:
             if not isinstance(item.get(key), str):
                 raise RecipeError(f"{where}: task {task} needs {key}: a path")
+        for key in need:  # found now, not after pretraining
+            if not fs.is_url(item[key]) and not os.path.exists(item[key]):
+                raise RecipeError(f"{where}: {key} {item[key]}: no such file or folder")
         if not isinstance(item.get("set", []), list) or not all(isinstance(v, str) for v in item.get("set", [])):
             raise RecipeError(f"{where}: set is a list of key=value strings")
 

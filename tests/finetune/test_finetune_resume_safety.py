@@ -42,11 +42,11 @@ def test_a_resume_on_flipped_labels_of_the_same_size_is_refused_naming_the_conte
     assert done["status"] == "finished" and done["step"] == 6
 
 
-def test_a_resume_with_another_batch_size_names_the_steps_per_epoch(src, tmp_path):
+def test_a_resume_with_another_batch_size_names_the_batch(src, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", classification_rows(64, seed=2))
     spec = parse_task("classification", train, [train])
     loop_lib.finetune(load("finetune-tiny", ["train.steps=6"]), spec, src, tmp_path / "wd", stop_at=2, log=QUIET)
-    with pytest.raises(InputError, match=r"the steps per epoch .*: saved \d+, now \d+"):
+    with pytest.raises(InputError, match=r"saved with another batch size \(per_device_batch_size 16, .*: 4 steps per epoch, 8 now"):
         loop_lib.finetune(load("finetune-tiny", ["train.steps=6", "train.per_device_batch_size=8"]), spec, src,
                           tmp_path / "wd", log=QUIET)
 
