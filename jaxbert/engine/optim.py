@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxbert.engine.recipe import AT_LEAST_1, NON_NEGATIVE, POSITIVE, UNIT_OPEN, check_choice, check_ranges
+from jaxbert.engine.recipe import NON_NEGATIVE, POSITIVE, UNIT_OPEN, check_choice, check_ranges
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxbert import fs
-from jaxbert.errors import ConfigError, InputError  # noqa: F401 (ConfigError: its public home is here too)
+from jaxbert.errors import ConfigError  # noqa: F401 (its public home is here too)
 from jaxbert.model.families import FAMILIES, MODEL_TYPES, Family, family_of
 from jaxbert.fs import atomic_write_text
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
-from jaxbert.engine.step import StepSpec, TrainState, cross_entropy, make_eval_step, make_train_step  # noqa: F401
+from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step
 
 
 def _forward(params, apply_fn, mb, rng, deterministic):

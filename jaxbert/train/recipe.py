@@ -10,9 +10,11 @@ key=value`` overrides are parsed as YAML scalars and checked the same way.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Optional
 
+from jaxbert import fs
 from jaxbert.data.masking import masked_slots
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, CheckpointSection,  # noqa: F401
