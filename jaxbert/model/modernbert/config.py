@@ -268,8 +268,6 @@ class ModernBertConfig:
                 continue  # transformers derives num_labels from id2label
             if f.name == "id2label":
                 value = {str(k): v for k, v in value.items()}
-            if f.name == "architectures" and value is None:
-                continue
             out[f.name] = list(value) if isinstance(value, tuple) else value
         return out
 

@@ -51,7 +51,7 @@ class ModernBertMLP(ModernBertModule):
     @nn.compact
     def __call__(self, x, deterministic=True, dropout_key=None, whole=None, start=None):
         """dropout_key: HashDropout's key for the whole [B, T, I] of which x's rows are the block at
-        `start` (ffn_chunks); None: this module's own dropout layer."""
+        `start` (default: all of it); None: this module's own dropout layer."""
         cfg = self.config
         I = cfg.intermediate_size
         h = self.linear(2 * I, ("embed", "mlp"), "Wi", cfg.mlp_bias, self.std_in)(x)
@@ -91,23 +91,26 @@ class ModernBertEncoderLayer(ModernBertModule):
             x, mask, rope, is_global, deterministic, output_attentions)
         h = hidden_states + attn
         mlp_norm, mlp = self.norm("mlp_norm"), ModernBertMLP(self.config, self.options, name="mlp")
-        chunks = self.options.ffn_chunks
-        T = h.shape[1]
-        if chunks > 1 and T % chunks == 0:
-            h = h + self._mlp_chunked(h, mlp_norm, mlp, deterministic)
-        else:
-            h = h + mlp(mlp_norm(h), deterministic)
-        return constrain_batch(h), probs
-
-    def _mlp_chunked(self, h, mlp_norm, mlp, deterministic):
-        """mlp(mlp_norm(h)) over ffn_chunks blocks of tokens, each recomputed in the backward pass,
-        so one block's [B, T / chunks, 2I] is held at a time; dropout as on the whole array (hash)."""
-        B, T, _ = h.shape
-        C = T // self.options.ffn_chunks
+        chunked = self.options.ffn_chunks > 1 and h.shape[1] % self.options.ffn_chunks == 0
+        # With hash dropout the MLP's mask comes from one key per layer call, for the whole [B, T, I],
+        # whether the block runs whole or in blocks of tokens: the same output either way.
         key = None
         if not deterministic and self.config.mlp_dropout > 0:
-            self.require_hash_dropout("ffn_chunks", "mlp")
-            key = self.make_rng("dropout")
+            if chunked:
+                self.require_hash_dropout("ffn_chunks", "mlp")
+            if self.options.dropout_impl == "hash":
+                key = self.make_rng("dropout")
+        if chunked:
+            h = h + self._mlp_chunked(h, mlp_norm, mlp, deterministic, key)
+        else:
+            h = h + mlp(mlp_norm(h), deterministic, dropout_key=key)
+        return constrain_batch(h), probs
+
+    def _mlp_chunked(self, h, mlp_norm, mlp, deterministic, key):
+        """mlp(mlp_norm(h)) over ffn_chunks blocks of tokens, each recomputed in the backward pass,
+        so one block's [B, T / chunks, 2I] is held at a time; key: the hash dropout's, for the whole."""
+        B, T, _ = h.shape
+        C = T // self.options.ffn_chunks
         whole = (B, T, self.config.intermediate_size)
 
         def block(layer, hc, key, t0):
