@@ -23,7 +23,10 @@ import dataclasses
 import math
 from typing import Iterator
 
+from jaxbert.convert.result import ConversionError
+from jaxbert.model import modernbert
 from jaxbert.model.config import BertConfig, bert_class_name
+from jaxbert.model.modernbert.table import Table as ModernBertTable
 from jaxbert.model.registry import for_config, head
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
@@ -139,14 +142,11 @@ def table_for(config, model_class: str, scan_layers: bool = False, add_pooling_l
     """The key table of a model class, from the family its config's model_type names: BERT's
     (bert, roberta, xlm-roberta) or ModernBERT's (jaxbert.model.modernbert.table, the same interface).
     A class of the other family is refused naming both."""
-    from jaxbert.convert.result import ConversionError
-    from jaxbert.model import modernbert
     if modernbert.is_modernbert(config) != (model_class in modernbert.CLASS_NAMES):
         saved = (getattr(config, "architectures", None) or [f"a {config.model_type!r} class"])[0]
         raise ConversionError(f"a {saved} checkpoint (model_type {config.model_type!r}) does not load into "
                               f"{model_class}: they are different architectures")
     if modernbert.is_modernbert(config):
-        from jaxbert.model.modernbert.table import Table as ModernBertTable
         return ModernBertTable(config, model_class, scan_layers)
     return Table(config, model_class, scan_layers, add_pooling_layer)
 

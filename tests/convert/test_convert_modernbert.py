@@ -98,7 +98,8 @@ def test_jaxbert_to_state_dict_to_jaxbert_is_bit_exact_in_both_layouts(name, con
     scanned, _ = state_dict_to_params(sd, config, name, scan_layers=True, strict=True)
     layers = scanned["model"]["layers"]
     assert set(layers) == {"0", "scan"} and layers["scan"]["attn"]["Wqkv"]["kernel"].shape == (2, 32, 96)
-    np.testing.assert_array_equal(layers["scan"]["mlp"]["Wo"]["kernel"][1], params["model"]["layers"]["2"]["mlp"]["Wo"]["kernel"])
+    np.testing.assert_array_equal(layers["scan"]["mlp"]["Wo"]["kernel"][1],
+                                  params["model"]["layers"]["2"]["mlp"]["Wo"]["kernel"])
     _bytes_equal(sd, params_to_state_dict(scanned, config, name))
     shapes = jax.eval_shape(build(name, config, ModelOptions(scan_layers=True)).init, jax.random.PRNGKey(0),
                             dummy_inputs(name)[0])["params"]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from scipy.stats import truncnorm
 
 from jaxbert.model.config import ConfigError
 from jaxbert.model.modernbert import ModernBertConfig, build
@@ -158,7 +159,8 @@ def test_scanned_gradients_equal_unscanned_and_hidden_states_line_up():
     for scan in (False, True):
         module = build(name, config_of(hf), ModelOptions(scan_layers=scan, remat_policy="full" if scan else "none"))
         params = params_of(hf, name, scan_layers=scan)
-        loss = lambda p: module.apply({"params": p}, jnp.asarray(ids), attention_mask=jnp.asarray(mask)).logits.sum()  # noqa: E731
+        def loss(p, module=module):
+            return module.apply({"params": p}, jnp.asarray(ids), attention_mask=jnp.asarray(mask)).logits.sum()
         g = jax.jit(jax.grad(loss))(params)
         grads.append(g["model"]["layers"]["1"]["attn"]["Wqkv"]["kernel"] if not scan
                      else g["model"]["layers"]["scan"]["attn"]["Wqkv"]["kernel"][0])
@@ -212,7 +214,6 @@ def test_init_follows_modernbert_truncated_normal_per_role():
                 "tok_embeddings": (params["model"]["embeddings"]["tok_embeddings"]["embedding"], r),
                 "head.dense": (params["head"]["dense"]["kernel"], r / np.sqrt(2 * 4))}
     # std of a normal truncated at +-c standard deviations: sigma * sqrt(1 - 2c phi(c) / (2 Phi(c) - 1))
-    from scipy.stats import truncnorm
     shrink = truncnorm(-c, c).std()
     for role, (w, std) in expected.items():
         w = np.asarray(w)
@@ -283,6 +284,17 @@ def test_configs_jaxbert_cannot_honour_are_refused_by_name(change, message):
 def test_a_sliding_window_is_not_needed_when_every_layer_is_global():
     config = ModernBertConfig.from_dict(dict(TINY, global_attn_every_n_layers=1, local_attention=None))
     assert config.layer_kinds == (FULL,) * 3
+    name = "ModernBertForMaskedLM"
+    ids, mask = padded_inputs(name)
+    plain = build(name, config)
+    params = jax.jit(plain.init)(jax.random.PRNGKey(0), jnp.asarray(ids))["params"]
+    ref = np.asarray(_run_jax(plain, params, ids, mask).logits)
+    scanned = build(name, config, ModelOptions(scan_layers=True, attention_impl="dot_product"))
+    layers = params["model"]["layers"]
+    rest = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), layers["1"], layers["2"])
+    stacked = dict(params, model=dict(params["model"], layers={"0": layers["0"], "scan": rest}))
+    got = np.asarray(_run_jax(scanned, stacked, ids, mask).logits)
+    np.testing.assert_allclose(got, ref, atol=2e-6, rtol=0)  # every row has real keys: all positions agree
 
 
 # ---- published shapes ---------------------------------------------------------------------------

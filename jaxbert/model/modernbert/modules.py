@@ -122,7 +122,8 @@ class ModernBertEncoderLayer(ModernBertModule):
 
 
 class _ScanLayer(ModernBertEncoderLayer):
-    """A layer in nn.scan's (carry, x) -> (carry, y) form; x is the layer's is_global flag."""
+    """A layer in nn.scan's (carry, x) -> (carry, y) form; x is the layer's is_global flag (read
+    when ``kind`` is None, i.e. when the scanned layers are of both kinds)."""
 
     def __call__(self, carry, is_global, mask, ropes, deterministic=True, output_attentions=False):
         hidden, probs = super().__call__(carry, mask, ropes, is_global, deterministic, output_attentions)
@@ -164,8 +165,10 @@ class _Layers(ModernBertModule):
                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                 length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
             is_global = jnp.array([k == FULL for k in kinds[1:]])
-            x, (per_layer, p) = scanned(cfg, opts, name=SCAN)(x, is_global, mask, ropes, deterministic,
-                                                              output_attentions)
+            # When the scanned layers are all of one kind (every layer global, say), the kind stays static.
+            same = kinds[1] if len(set(kinds[1:])) == 1 else None
+            x, (per_layer, p) = scanned(cfg, opts, kind=same, name=SCAN)(x, is_global, mask, ropes, deterministic,
+                                                                         output_attentions)
             states += [per_layer[i] for i in range(rest)]
             probs += [None if p is None else p[i] for i in range(rest)]
         return x, tuple(states), tuple(probs)
