@@ -209,3 +209,13 @@ def test_a_bad_config_is_refused_by_name_on_load(tmp_path):
     with pytest.raises(jaxbert.model.config.ConfigError, match="config.json: local_attention 9 must be a positive "
                                                               "even integer"):
         jaxbert.from_pretrained(tmp_path / "hf")
+
+
+def test_the_class_comes_from_the_keys_when_config_names_none(tmp_path):
+    for name in ("ModernBertForMaskedLM", "ModernBertModel"):
+        tiny_hf(name, seed=12).save_pretrained(tmp_path / name)
+        path = tmp_path / name / "config.json"
+        data = json.loads(path.read_text())
+        del data["architectures"]
+        path.write_text(json.dumps(data))
+        assert jaxbert.convert.load_checkpoint(tmp_path / name)[1] == name

@@ -331,3 +331,28 @@ def test_published_shapes_build_abstractly_with_transformers_param_counts(shape,
     with torch.device("meta"):
         hf = getattr(transformers, name)(transformers.ModernBertConfig(**kwargs, num_labels=2))
     assert count == param_count(config, name) == sum(p.numel() for p in hf.parameters())
+
+
+def test_attention_probabilities_match_transformers_eager_and_bf16_runs_close():
+    name = "ModernBertModel"
+    hf = tiny_hf(name, seed=23)
+    ids, mask = padded_inputs(name)
+    hf.config._attn_implementation = "eager"
+    with torch.no_grad():
+        ref = hf(torch.tensor(ids), attention_mask=torch.tensor(mask), output_attentions=True)
+    module, params = build(name, config_of(hf)), params_of(hf, name)
+    out = jax.jit(lambda p: module.apply({"params": p}, jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                         output_attentions=True))(params)
+    assert len(out.attentions) == 3
+    for i, (a, b) in enumerate(zip(ref.attentions, out.attentions)):
+        np.testing.assert_allclose(np.asarray(b), a.numpy(), atol=1e-5, rtol=0)
+    # The sliding layer (1) gives no weight outside the window of a real query; the global ones do.
+    probs = np.asarray(out.attentions[1])[0]  # row 0 has no padding: [N, T, T]
+    far = np.abs(np.arange(LENGTH)[:, None] - np.arange(LENGTH)[None, :]) > TINY["local_attention"] // 2
+    assert probs[:, far].max() == 0 and np.asarray(out.attentions[0])[0][:, far].max() > 1e-3
+    bf16 = build(name, config_of(hf), ModelOptions(dtype=jnp.bfloat16))
+    low = _run_jax(bf16, params, ids, mask).last_hidden_state
+    assert low.dtype == jnp.bfloat16
+    real = mask.astype(bool)
+    err = np.abs(np.asarray(low, np.float32) - ref.last_hidden_state.numpy())[real]
+    assert err.max() < 0.25 and err.mean() < 0.02, (err.max(), err.mean())
