@@ -132,10 +132,10 @@ class ModernBertAttention(ModernBertModule):
         outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it."""
         B, T, N, D = q.shape
         pad = jnp.broadcast_to(mask, (B, N, T, T))
-        w = self.config.half_window if self.config.local_attention else None
         attend = functools.partial(jax.nn.dot_product_attention, scale=D ** -0.5)
         if is_global is True:
             return attend(q, k, v, mask=pad)
+        w = self.config.half_window  # only reached with a sliding layer, so the config has a window
         if is_global is False:
             return attend(q, k, v, mask=pad, local_window_size=(w, w))
         # A scanned layer: its kind is data, the window a static argument; cond runs one branch.
