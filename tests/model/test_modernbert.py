@@ -138,37 +138,45 @@ def test_dot_product_attention_equals_einsum():
         np.testing.assert_allclose(got[real], ref[real], atol=2e-6, rtol=0)
 
 
+@pytest.fixture(scope="module")
+def mlm_reference():
+    """A tiny MLM and its plain (unscanned, einsum, no remat) outputs, shared by the option tests."""
+    name = "ModernBertForMaskedLM"
+    hf = tiny_hf(name, seed=13)
+    ids, mask = padded_inputs(name)
+    return hf, _run_jax(build(name, config_of(hf)), params_of(hf, name), ids, mask)
+
+
 @pytest.mark.parametrize("options", [
     ModelOptions(scan_layers=True),
     ModelOptions(scan_layers=True, remat_policy="full", attention_chunks=4, ffn_chunks=3),
     ModelOptions(remat_policy="dots", attention_chunks=2, ffn_chunks=2),
 ], ids=["scan", "scan-remat-chunks", "remat-chunks"])
-def test_scan_remat_and_chunks_give_the_same_logits(options):
+def test_scan_remat_and_chunks_give_the_same_outputs(options, mlm_reference):
     name = "ModernBertForMaskedLM"
-    hf = tiny_hf(name, seed=13)
-    ref, _ = _logits(name, hf, ModelOptions())
-    got, _ = _logits(name, hf, options, scan=options.scan_layers)
-    np.testing.assert_allclose(got, ref, atol=2e-6, rtol=0)
-
-
-def test_scanned_gradients_equal_unscanned_and_hidden_states_line_up():
-    name = "ModernBertForSequenceClassification"
-    hf = tiny_hf(name, seed=17, global_attn_every_n_layers=3, num_hidden_layers=4)  # G L L G
+    hf, ref = mlm_reference
     ids, mask = padded_inputs(name)
-    grads, states = [], []
+    got = _run_jax(build(name, config_of(hf), options), params_of(hf, name, scan_layers=options.scan_layers), ids, mask)
+    np.testing.assert_allclose(got.logits, ref.logits, atol=2e-6, rtol=0)
+    assert len(got.hidden_states) == len(ref.hidden_states) == 4
+    for a, b in zip(ref.hidden_states, got.hidden_states):  # the scanned stack's per-layer states, in order
+        np.testing.assert_allclose(b, a, atol=2e-6, rtol=0)
+
+
+def test_scanned_remat_gradients_equal_unscanned():
+    name = "ModernBertForSequenceClassification"
+    hf = tiny_hf(name, seed=17)
+    ids, mask = padded_inputs(name)
+    grads = []
     for scan in (False, True):
         module = build(name, config_of(hf), ModelOptions(scan_layers=scan, remat_policy="full" if scan else "none"))
-        params = params_of(hf, name, scan_layers=scan)
+
         def loss(p, module=module):
             return module.apply({"params": p}, jnp.asarray(ids), attention_mask=jnp.asarray(mask)).logits.sum()
-        g = jax.jit(jax.grad(loss))(params)
-        grads.append(g["model"]["layers"]["1"]["attn"]["Wqkv"]["kernel"] if not scan
-                     else g["model"]["layers"]["scan"]["attn"]["Wqkv"]["kernel"][0])
-        states.append(_run_jax(module, params, ids, mask).hidden_states)
+        g = jax.jit(jax.grad(loss))(params_of(hf, name, scan_layers=scan))["model"]["layers"]
+        grads.append(g["1"]["attn"]["Wqkv"]["kernel"] if not scan else g["scan"]["attn"]["Wqkv"]["kernel"][0])
     np.testing.assert_allclose(grads[1], grads[0], atol=1e-6, rtol=1e-5)
     assert float(jnp.abs(grads[0]).max()) > 1e-3
-    for a, b in zip(*states):
-        np.testing.assert_allclose(b, a, atol=2e-6, rtol=0)
 
 
 def test_dropout_runs_and_chunked_dropout_needs_hash():
@@ -285,16 +293,14 @@ def test_a_sliding_window_is_not_needed_when_every_layer_is_global():
     config = ModernBertConfig.from_dict(dict(TINY, global_attn_every_n_layers=1, local_attention=None))
     assert config.layer_kinds == (FULL,) * 3
     name = "ModernBertForMaskedLM"
+    hf = tiny_hf(name, seed=29, global_attn_every_n_layers=1)
     ids, mask = padded_inputs(name)
-    plain = build(name, config)
-    params = jax.jit(plain.init)(jax.random.PRNGKey(0), jnp.asarray(ids))["params"]
-    ref = np.asarray(_run_jax(plain, params, ids, mask).logits)
-    scanned = build(name, config, ModelOptions(scan_layers=True, attention_impl="dot_product"))
-    layers = params["model"]["layers"]
-    rest = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), layers["1"], layers["2"])
-    stacked = dict(params, model=dict(params["model"], layers={"0": layers["0"], "scan": rest}))
-    got = np.asarray(_run_jax(scanned, stacked, ids, mask).logits)
-    np.testing.assert_allclose(got, ref, atol=2e-6, rtol=0)  # every row has real keys: all positions agree
+    config = config_of(hf).replace(local_attention=None)
+    ref = _run_jax(build(name, config), params_of(hf, name), ids, mask).logits
+    # Scanned, the one kind stays static, and dot_product needs no window.
+    options = ModelOptions(scan_layers=True, attention_impl="dot_product")
+    got = _run_jax(build(name, config, options), params_of(hf, name, scan_layers=True), ids, mask).logits
+    np.testing.assert_allclose(got, ref, atol=2e-6, rtol=0)  # every query has real keys: all positions agree
 
 
 # ---- published shapes ---------------------------------------------------------------------------
