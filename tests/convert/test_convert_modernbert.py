@@ -199,7 +199,13 @@ def test_a_transformers_5_config_loads_and_keeps_its_spelling(tmp_path):
     jaxbert.save_pretrained(tmp_path / "back", module, params)
     back = json.loads((tmp_path / "back" / "config.json").read_text())
     assert back["layer_types"] == data["layer_types"] and back["rope_parameters"] == data["rope_parameters"]
-    assert back["sliding_window"] == 4 and "global_attn_every_n_layers" in back
+    # ... and the 4.x keys agree with them, so transformers 4.57 builds the same model from the export.
+    assert back["sliding_window"] == 4 and back["local_attention"] == 8
+    assert back["global_attn_every_n_layers"] == 2 and back["global_rope_theta"] == 160000.0
+    reloaded = transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "back", attn_implementation="sdpa")
+    with torch.no_grad():
+        theirs = reloaded.eval()(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    np.testing.assert_allclose(theirs, out["v4"], atol=1e-5, rtol=0)
 
 
 def test_a_bad_config_is_refused_by_name_on_load(tmp_path):

@@ -261,7 +261,13 @@ def test_config_reads_the_transformers_5_spellings():
     assert (config.global_theta, config.local_theta) == (80000.0, 5000.0)
     back = config.to_dict()
     assert back["layer_types"] == data["layer_types"] and back["rope_parameters"] == data["rope_parameters"]
-    assert ModernBertConfig.from_dict(back) == config
+    # The 4.x keys are written too, with the values in effect, so either reader builds the same model.
+    assert (back["global_attn_every_n_layers"], back["local_attention"]) == (3, 32)
+    assert (back["global_rope_theta"], back["local_rope_theta"]) == (80000.0, 5000.0)
+    again = ModernBertConfig.from_dict(back)
+    assert again.to_dict() == back
+    assert (again.layer_kinds, again.half_window, again.global_theta, again.local_theta) == \
+        (config.layer_kinds, 16, 80000.0, 5000.0)
     assert ModernBertConfig.from_dict(dict(TINY, rope_theta=1234.0)).global_theta == 1234.0
 
 

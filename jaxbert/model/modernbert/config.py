@@ -257,10 +257,21 @@ class ModernBertConfig:
         # local_attention then comes from sliding_window.
         if "sliding_window" in data and "local_attention" not in data:
             kwargs["local_attention"] = None
+        # Likewise global_attn_every_n_layers from layer_types, when they follow such a pattern.
+        if isinstance(data.get("layer_types"), (list, tuple)) and "global_attn_every_n_layers" not in data:
+            kinds = tuple(data["layer_types"])
+            for n in range(1, len(kinds) + 1):
+                if kinds == tuple(FULL if i % n == 0 else SLIDING for i in range(len(kinds))):
+                    kwargs["global_attn_every_n_layers"] = n
+                    break
         return cls(**kwargs, extra=extra)
 
     def to_dict(self) -> dict[str, Any]:
-        """config.json: every key that came in, plus this version's fields (5.x keys only when given)."""
+        """config.json: every key that came in, plus this version's fields (5.x keys only when given).
+
+        The 4.x theta keys carry the thetas in effect (a 5.x config's rope_parameters win), so that
+        transformers 4.x, which reads only them, builds the same model from the file.
+        """
         out = dict(self.extra)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
@@ -269,6 +280,9 @@ class ModernBertConfig:
             if f.name == "id2label":
                 value = {str(k): v for k, v in value.items()}
             out[f.name] = list(value) if isinstance(value, tuple) else value
+        out["global_rope_theta"] = self.global_theta
+        if self.local_rope_theta is not None or self._theta(SLIDING) is not None:
+            out["local_rope_theta"] = self.local_theta
         return out
 
     @classmethod
