@@ -163,13 +163,27 @@ def test_scan_remat_and_chunks_give_the_same_outputs(options, mlm_reference):
         np.testing.assert_allclose(b, a, atol=2e-6, rtol=0)
 
 
+def test_masked_positions_give_the_logits_at_those_positions(mlm_reference):
+    name = "ModernBertForMaskedLM"
+    hf, ref = mlm_reference
+    ids, mask = padded_inputs(name)
+    positions = np.array([[0, 5, 23], [1, 1, 16], [8, 2, 3]], np.int32)
+    module = build(name, config_of(hf))
+    got = jax.jit(lambda p: module.apply({"params": p}, jnp.asarray(ids), attention_mask=jnp.asarray(mask),
+                                         masked_positions=positions).logits)(params_of(hf, name))
+    assert got.shape == (3, 3, TINY["vocab_size"])
+    np.testing.assert_allclose(got, np.take_along_axis(np.asarray(ref.logits), positions[..., None], axis=1),
+                               atol=2e-6, rtol=0)
+
+
 def test_scanned_remat_gradients_equal_unscanned():
     name = "ModernBertForSequenceClassification"
     hf = tiny_hf(name, seed=17)
     ids, mask = padded_inputs(name)
     grads = []
     for scan in (False, True):
-        module = build(name, config_of(hf), ModelOptions(scan_layers=scan, remat_policy="full" if scan else "none"))
+        # "offload": full remat with each layer's input moved to host memory (layers are checkpoint_named)
+        module = build(name, config_of(hf), ModelOptions(scan_layers=scan, remat_policy="offload" if scan else "none"))
 
         def loss(p, module=module):
             return module.apply({"params": p}, jnp.asarray(ids), attention_mask=jnp.asarray(mask)).logits.sum()
