@@ -9,7 +9,7 @@ Param tree (base model; the head classes hold it under ``model``):
   mlp/{Wi, Wo}}, final_norm.
 With scan_layers, layer 0 stays layers/0 (it lacks attn_norm) and layers 1..L-1 are one
 layers/scan whose leaves carry a leading axis of L - 1; each scanned layer takes its kind
-(full or sliding) as data.
+(full or sliding) as data, unless they are all of one kind.
 """
 
 from __future__ import annotations
@@ -142,14 +142,15 @@ class _Layers(ModernBertModule):
         kinds = cfg.layer_kinds
         remat = opts.remat_policy != "none"
 
-        def wrap(cls, static):
+        def wrap(cls, in_scan):
             if not remat:
                 return cls
-            return nn.remat(cls, policy=REMAT_POLICIES[opts.remat_policy], prevent_cse=not opts.scan_layers,
-                            static_argnums=static)
+            # deterministic and output_attentions stay static (arguments 5 and 6 counting self); under
+            # scan, CSE cannot merge the recomputation into the forward pass, so its guard is not needed.
+            return nn.remat(cls, policy=REMAT_POLICIES[opts.remat_policy], prevent_cse=not in_scan,
+                            static_argnums=(5, 6))
 
-        # deterministic and output_attentions stay static (arguments 5 and 6 counting self).
-        layer_cls = wrap(ModernBertEncoderLayer, (5, 6))
+        layer_cls = wrap(ModernBertEncoderLayer, False)
         states, probs = [], []
         n_unscanned = 1 if opts.scan_layers else cfg.num_hidden_layers
         for i in range(n_unscanned):
@@ -160,7 +161,7 @@ class _Layers(ModernBertModule):
         rest = cfg.num_hidden_layers - n_unscanned
         if rest:
             scanned = nn.scan(
-                wrap(_ScanLayer, (5, 6)), variable_axes={"params": 0},
+                wrap(_ScanLayer, True), variable_axes={"params": 0},
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                 length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
