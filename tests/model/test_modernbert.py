@@ -241,6 +241,9 @@ def test_init_follows_modernbert_truncated_normal_per_role():
         w = np.asarray(w)
         assert np.abs(w).max() <= c * std * (1 + 1e-6), role
         assert abs(w.std() / (std * shrink) - 1) < 0.05, (role, w.std(), std * shrink)
+    classifier = np.asarray(params["classifier"]["kernel"])  # 1280 draws at hidden_size ** -0.5
+    assert np.abs(classifier).max() <= c * 256 ** -0.5 * (1 + 1e-6)
+    assert abs(classifier.std() / (256 ** -0.5 * shrink) - 1) < 0.1
     assert "attn_norm" not in params["model"]["layers"]["0"] and "bias" not in layer["mlp_norm"]
     assert np.all(np.asarray(layer["mlp_norm"]["scale"]) == 1)
     assert np.all(np.asarray(params["classifier"]["bias"]) == 0)

@@ -3,6 +3,9 @@ jaxbert family: its config, its six classes, and the key table the converter dis
 
     config = ModernBertConfig.from_json_file("config.json")
     module = build("ModernBertForMaskedLM", config, ModelOptions(scan_layers=True))
+    table = Table(config, "ModernBertForMaskedLM", scan_layers=True)  # state-dict key <-> param path
+
+The converter (jaxbert.convert.table.table_for) dispatches to ``Table`` by model_type.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import jax.numpy as jnp
 
 from jaxbert.model.modernbert.config import CLASS_NAMES, MODEL_TYPE, ModernBertConfig
 from jaxbert.model.modernbert.heads import MODEL_CLASSES
+from jaxbert.model.modernbert.table import Table, param_count
 from jaxbert.model.options import ModelOptions
 
 
@@ -36,4 +40,5 @@ def is_modernbert(config) -> bool:
     return getattr(config, "model_type", None) == MODEL_TYPE
 
 
-__all__ = ["CLASS_NAMES", "MODEL_CLASSES", "MODEL_TYPE", "ModernBertConfig", "build", "dummy_inputs", "is_modernbert"]
+__all__ = ["CLASS_NAMES", "MODEL_CLASSES", "MODEL_TYPE", "ModernBertConfig", "Table", "build", "dummy_inputs",
+           "is_modernbert", "param_count"]
