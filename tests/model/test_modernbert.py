@@ -39,10 +39,10 @@ def _run_jax(module, params, ids, mask):
     return apply(params, jnp.asarray(ids), jnp.asarray(mask))
 
 
-def _max_errors(hf_out, jax_out) -> dict:
+def _max_errors(hf_out, jax_out, layers=TINY["num_hidden_layers"]) -> dict:
     """Largest |difference| per stage: every hidden state (embeddings, each layer), the head outputs."""
     errors = {}
-    assert len(hf_out.hidden_states) == len(jax_out.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert len(hf_out.hidden_states) == len(jax_out.hidden_states) == layers + 1
     for i, (a, b) in enumerate(zip(hf_out.hidden_states, jax_out.hidden_states)):
         errors[f"hidden {i}"] = float(np.abs(a.numpy() - np.asarray(b)).max())
     for name in HEAD_OUTPUTS + ("last_hidden_state",):
@@ -69,6 +69,24 @@ def test_every_class_matches_transformers_eager_and_sdpa_in_float32(name, poolin
         errors = _max_errors(_run_hf(hf, ids, mask, attn), out)
         assert max(errors.values()) < 1e-5, (attn, errors)
         assert any(k in errors for k in HEAD_OUTPUTS + ("last_hidden_state",))
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_config_with_every_bias_untied_decoder_and_one_rope_theta_matches_transformers(scan):
+    """ModernBERT-base's layer pattern (global every 3rd) on 5 layers; biases everywhere; the decoder
+    untied; local_rope_theta null (transformers then uses the global theta); another activation."""
+    name = "ModernBertForMaskedLM"
+    hf = tiny_hf(name, seed=31, num_hidden_layers=5, global_attn_every_n_layers=3, norm_bias=True,
+                 attention_bias=True, mlp_bias=True, classifier_bias=True, tie_word_embeddings=False,
+                 local_rope_theta=None, hidden_activation="gelu_pytorch_tanh", classifier_activation="silu")
+    config = config_of(hf)
+    assert config.local_theta == config.global_theta and not config.tie_word_embeddings
+    ids, mask = padded_inputs(name)
+    out = _run_jax(build(name, config, ModelOptions(scan_layers=scan)), params_of(hf, name, scan), ids, mask)
+    assert set(params_of(hf, name)["decoder"]) == {"kernel", "bias"}
+    for attn in ("eager", "sdpa"):
+        errors = _max_errors(_run_hf(hf, ids, mask, attn), out, layers=5)
+        assert max(errors.values()) < 1e-5, (attn, errors)
 
 
 def _float64_rope(hf):
