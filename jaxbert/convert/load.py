@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxbert.model import modernbert
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.heads import ALL_MODEL_CLASSES, dummy_inputs
 from jaxbert.model.options import ModelOptions
@@ -24,13 +25,12 @@ from jaxbert.model.registry import head
 from jaxbert.convert.readers import tensor_to_numpy
 from jaxbert.convert.result import ConversionError, ConversionReport
 from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
-from jaxbert.convert.table import LEGACY_LEAVES, Table, to_flax
+from jaxbert.convert.table import LEGACY_LEAVES, Table, table_for, to_flax
 
-_BASE_MODULES = ("embeddings.", "encoder.", "pooler.")
 # A load that finds fewer of the model's tensors than this share is refused: the
 # checkpoint is of another architecture (a head or two may be missing, not the body).
 MIN_MATCHED = 0.5
-_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
+_LAYER = re.compile(r"(?:^|\.)(?:encoder\.layer|layers)\.(\d+)\.")  # BERT's and ModernBERT's layer keys
 
 
 def check_layer_count(keys: list[str], config: BertConfig, source: str) -> None:
@@ -49,7 +49,7 @@ def _normalise(key: str, table: Table, ckpt_has_prefix: bool) -> tuple[str | Non
     if key.endswith("embeddings.position_ids") or key.endswith("embeddings.token_type_ids"):
         return None, "buffer, recomputed by the model"
     family_prefix = table.spec.family.prefix + "."
-    if table.prefix and not ckpt_has_prefix and key.startswith(_BASE_MODULES):
+    if table.prefix and not ckpt_has_prefix and key.startswith(table.base_modules):
         key = table.prefix + key  # a base-model checkpoint into a head class
     elif not table.prefix and key.startswith(family_prefix):
         key = key[len(family_prefix):]  # a head checkpoint into the base model
@@ -63,7 +63,8 @@ def _unused_reason(key: str, table: Table) -> str:
         return f"{table.model_class} has no cross-attention here (config.add_cross_attention or class)"
     if ".distance_embedding." in key:
         return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
-    if key.startswith("lm_head.") and not table.spec.family.mlm_decoder.startswith("lm_head."):
+    family = getattr(getattr(table, "spec", None), "family", None)  # a BERT-built family's naming
+    if key.startswith("lm_head.") and family is not None and not family.mlm_decoder.startswith("lm_head."):
         return "a BertGeneration head (decoder without a transform layer); no jaxbert class has it"
     if key.startswith(table.spec.family.mlm_decoder + ".weight"):
         return "config ties the decoder to the word embeddings, and no MLM head uses it"
@@ -137,7 +138,7 @@ def state_dict_to_params(state_dict: Mapping | Iterable, config: BertConfig, mod
     else:
         items = state_dict
     check_layer_count(keys, config, source)  # before the table: its size follows the config
-    table = Table(config, model_class, scan_layers, add_pooling_layer)
+    table = table_for(config, model_class, scan_layers, add_pooling_layer)
     actions, ignored, unused = match_keys(keys, table)
     report = ConversionReport(source, model_class, ignored=ignored, unused=unused)
     loaded_keys = {target for action, target in actions.values() if action == "load"}
@@ -255,11 +256,17 @@ def _dominant(report: ConversionReport):
 
 def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtype, seed=0) -> dict:
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
-    pooling = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
-    module = ALL_MODEL_CLASSES[model_class](config, ModelOptions(param_dtype=dtype, scan_layers=scan_layers), **pooling)
-    ids, types = dummy_inputs(model_class, 1, 4)
+    options = ModelOptions(param_dtype=dtype, scan_layers=scan_layers)
     kwargs = {}
-    if config.add_cross_attention and head(bert_class_name(model_class)).cross_attention:
+    if modernbert.is_modernbert(config):
+        module = modernbert.build(model_class, config, options)
+        ids, types = modernbert.dummy_inputs(model_class, 1, 4)
+    else:
+        pooling = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
+        module = ALL_MODEL_CLASSES[model_class](config, options, **pooling)
+        ids, types = dummy_inputs(model_class, 1, 4)
+    if not modernbert.is_modernbert(config) and config.add_cross_attention and \
+            head(bert_class_name(model_class)).cross_attention:
         kwargs["encoder_hidden_states"] = jnp.zeros((1, 4, config.hidden_size), jnp.float32)
     paths = sorted(paths)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from pathlib import Path
@@ -14,7 +15,8 @@ from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.workdir import WorkdirError, is_workdir, read_run
-from jaxbert.model.config import BertConfig, ConfigError, bert_class_name
+from jaxbert.model import modernbert
+from jaxbert.model.config import PRESETS, BertConfig, ConfigError, bert_class_name
 from jaxbert.model.heads import ALL_MODEL_CLASSES
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, unflatten
@@ -46,13 +48,52 @@ def _class_name(model_class) -> str | None:
     if model_class is None:
         return None
     name = model_class if isinstance(model_class, str) else model_class.__name__
-    if name not in ALL_MODEL_CLASSES:
-        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(ALL_MODEL_CLASSES)}")
+    known = {**ALL_MODEL_CLASSES, **modernbert.MODEL_CLASSES}
+    if name not in known:
+        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(known)}")
     return name
+
+
+def read_config(path):
+    """config.json -> the config class its model_type names: ModernBertConfig for 'modernbert', else BertConfig."""
+    path = fs.as_path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None  # BertConfig.from_json_file reports what is wrong with the file
+    if model_type == modernbert.MODEL_TYPE:
+        return modernbert.ModernBertConfig.from_json_file(path)
+    return BertConfig.from_json_file(path)
+
+
+def _is_base(name: str) -> bool:
+    """Whether a class is a bare encoder of BERT's family (which may lack the pooler)."""
+    return name not in modernbert.CLASS_NAMES and head(bert_class_name(name)).base
+
+
+def _infer_modernbert_class(config, keys: list[str]) -> str:
+    """A ModernBERT checkpoint's class: its architectures entry, else what its head keys say
+    (a classifier is taken for sequence classification, the commonest)."""
+    for arch in config.architectures or ():
+        if arch in modernbert.CLASS_NAMES:
+            return arch
+    if config.architectures:
+        raise ConversionError(f"config architectures {list(config.architectures)} name no ModernBERT class; "
+                              f"pass model_class= one of {modernbert.CLASS_NAMES}")
+    modules = {k.rpartition(".")[0] for k in keys}
+    if "decoder" in modules:
+        return "ModernBertForMaskedLM"
+    if "classifier" in modules:
+        return "ModernBertForSequenceClassification"
+    return "ModernBertModel"
 
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
+    if modernbert.is_modernbert(config):
+        return _infer_modernbert_class(config, keys)
     for arch in config.architectures or ():
         if arch in ALL_MODEL_CLASSES:
             return arch
@@ -106,14 +147,14 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
         if src.config_path is None:
             raise ConversionError(f"{path}: no config.json beside it; pass config= (a BertConfig, "
                                   "a preset name or a config.json path)")
-        config = BertConfig.from_json_file(src.config_path)
-    elif not isinstance(config, BertConfig):
-        config = BertConfig.from_pretrained(config)
+        config = read_config(src.config_path)
+    elif not isinstance(config, (BertConfig, modernbert.ModernBertConfig)):
+        config = BertConfig.from_pretrained(config) if str(config) in PRESETS else read_config(config)
     keys = src.keys()
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
     if name == "BertLMHeadModel" and not config.is_decoder:
         raise ConversionError(f"{path}: BertLMHeadModel needs is_decoder=true in its config")
-    if add_pooling_layer is None and head(bert_class_name(name)).base:
+    if add_pooling_layer is None and _is_base(name):
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(
         src.items(), config, name, keys=keys, scan_layers=scan_layers, dtype=resolve_dtype(dtype),
@@ -171,7 +212,12 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
         options = ModelOptions(param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
     except TypeError as e:  # an option ModelOptions does not have
         raise ValueError(f"from_pretrained: {e}") from None
-    module = ALL_MODEL_CLASSES[name](config, options, **pooling)
+    if modernbert.is_modernbert(config):
+        if pooling:
+            raise ValueError(f"from_pretrained: add_pooling_layer: {name} has no pooler")
+        module = modernbert.build(name, config, options)
+    else:
+        module = ALL_MODEL_CLASSES[name](config, options, **pooling)
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 
@@ -192,7 +238,7 @@ def save_pretrained(path, module, params, format: str = "hf", max_shard_size: in
     if format not in ("hf", "jaxbert"):
         raise InputError(f"format {format!r} is unknown; expected 'hf' or 'jaxbert'")
     name = type(module).__name__
-    pooling = getattr(module, "add_pooling_layer", None) if head(bert_class_name(name)).base else None
+    pooling = getattr(module, "add_pooling_layer", None) if _is_base(name) else None
     with publish_dir(path, MODEL_KIND, overwrite) as tmp:  # a URL: filled locally, then published
         _write(tmp, format, module.config, name, params, max_shard_size, pooling)
     return path if fs.is_url(path) else Path(path)

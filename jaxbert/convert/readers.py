@@ -28,6 +28,7 @@ from jaxbert.model.params import iter_flat, stacked
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
+from jaxbert.model.modernbert.modules import SCAN as MODERNBERT_SCAN
 from jaxbert.convert.tf_checkpoint import TFCheckpointSource, checkpoint_prefix
 
 JAXBERT_META = "jaxbert.json"
@@ -164,6 +165,12 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
                 leaf = np.asarray(leaf)
                 for i in range(leaf.shape[0]):
                     yield _as_state_dict_item(path + (name, str(i)) + sub, leaf[i])
+        elif name == "layers" and MODERNBERT_SCAN in value:  # ModernBERT: layers/0, then 1..L-1 stacked
+            for sub, leaf in iter_flat(value[MODERNBERT_SCAN]):
+                leaf = np.asarray(leaf)
+                for i in range(leaf.shape[0]):
+                    yield _as_state_dict_item(path + (name, str(i + 1)) + sub, leaf[i])
+            yield from _flatten_per_layer({k: v for k, v in value.items() if k != MODERNBERT_SCAN}, path + (name,))
         else:
             yield from _flatten_per_layer(value, path + (name,))
 

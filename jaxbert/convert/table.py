@@ -23,7 +23,10 @@ import dataclasses
 import math
 from typing import Iterator
 
+from jaxbert.convert.result import ConversionError
+from jaxbert.model import modernbert
 from jaxbert.model.config import BertConfig, bert_class_name
+from jaxbert.model.modernbert.table import Table as ModernBertTable
 from jaxbert.model.registry import for_config, head
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
@@ -96,6 +99,8 @@ class Table:
       leaf_shapes: param path -> full leaf shape (with the layer axis when scanned).
     """
 
+    base_modules = ("embeddings.", "encoder.", "pooler.")  # the encoder's top-level modules
+
     def __init__(self, config: BertConfig, model_class: str, scan_layers: bool = False,
                  add_pooling_layer: bool | None = None):
         config.class_name(model_class)  # refuses a head the config's family lacks
@@ -131,6 +136,19 @@ class Table:
 
     def leaf_bytes(self, itemsize: int) -> int:
         return sum(math.prod(s) for s in self.leaf_shapes.values()) * itemsize
+
+
+def table_for(config, model_class: str, scan_layers: bool = False, add_pooling_layer: bool | None = None):
+    """The key table of a model class, from the family its config's model_type names: BERT's
+    (bert, roberta, xlm-roberta) or ModernBERT's (jaxbert.model.modernbert.table, the same interface).
+    A class of the other family is refused naming both."""
+    if modernbert.is_modernbert(config) != (model_class in modernbert.CLASS_NAMES):
+        saved = (getattr(config, "architectures", None) or [f"a {config.model_type!r} class"])[0]
+        raise ConversionError(f"a {saved} checkpoint (model_type {config.model_type!r}) does not load into "
+                              f"{model_class}: they are different architectures")
+    if modernbert.is_modernbert(config):
+        return ModernBertTable(config, model_class, scan_layers)
+    return Table(config, model_class, scan_layers, add_pooling_layer)
 
 
 # ---- transforms -----------------------------------------------------------------

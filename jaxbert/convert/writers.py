@@ -21,7 +21,9 @@ from jaxbert.model.registry import head
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
-from jaxbert.convert.table import Table, to_torch
+from jaxbert.convert.table import Table, table_for, to_torch
+from jaxbert.model import modernbert
+from jaxbert.model.modernbert.table import is_scanned as modernbert_is_scanned
 
 SAFE_NAME = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -59,6 +61,8 @@ def check_params(params, table: Table) -> dict:
 
 
 def _table(params, config, model_class, add_pooling_layer=None) -> Table:
+    if modernbert.is_modernbert(config) or model_class in modernbert.CLASS_NAMES:
+        return table_for(config, model_class, modernbert_is_scanned(_unwrap(params)))
     if add_pooling_layer is None and head(bert_class_name(model_class)).base:
         add_pooling_layer = "pooler" in _unwrap(params)  # the base model without a pooler has none
     return Table(config, model_class, is_scanned(params), add_pooling_layer)

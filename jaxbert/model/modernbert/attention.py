@@ -1,0 +1,143 @@
+"""ModernBERT self-attention: fused Wqkv, rotary position embeddings, full or sliding-window
+attention, in the two implementations ModelOptions names (einsum, dot_product)."""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxbert.model.attention import masked_softmax
+from jaxbert.model.dropout import apply_hash_dropout
+from jaxbert.model.modernbert.base import ModernBertModule
+
+Array = jax.Array
+
+
+def rope_tables(positions: Array, head_dim: int, theta: float, dtype) -> tuple[Array, Array]:
+    """cos, sin [B or 1, T, D] of rotate-half RoPE at positions [B or 1, T].
+
+    The inverse frequencies are rounded to float32, as transformers builds them; the angles
+    and their cos / sin are taken in float32, or float64 when that is the compute dtype
+    (transformers takes them in float32 whatever the dtype: its float64 model is then only
+    float32-exact, and tests give it float64 tables too), and cast to the compute dtype.
+    """
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    wide = jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
+    angles = positions.astype(wide)[..., None] * inv_freq.astype(wide)  # [B, T, D / 2]
+    angles = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """x [B, T, N, D] rotated by cos, sin [B, T, D]: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
+
+
+def band(length: int, half_window: int) -> Array:
+    """bool [1, 1, T, T]: True where |query - key| <= half_window (a sliding layer's reach)."""
+    pos = jnp.arange(length)
+    return (jnp.abs(pos[:, None] - pos[None, :]) <= half_window)[None, None]
+
+
+class ModernBertAttention(ModernBertModule):
+    """Wqkv -> rotary q, k -> attention (whole, or within the window) -> Wo -> dropout.
+
+    Args:
+      hidden_states: [B, T, H] (already attn_norm-ed).
+      mask: bool [B, 1, 1, T] padding mask; True = attend.
+      rope: (cos, sin) [B or 1, T, D] of this layer's theta.
+      is_global: True for a full-attention layer, False for a sliding one; a traced bool
+        scalar inside the scanned layer stack (then both paths are built and one runs).
+    Returns:
+      [B, T, H] and the attention probabilities [B, N, T, T] (or None).
+    """
+
+    @nn.compact
+    def __call__(self, hidden_states, mask, rope, is_global, deterministic=True, output_attentions=False):
+        cfg = self.config
+        B, T, H = hidden_states.shape
+        N, D = cfg.num_attention_heads, cfg.head_dim
+        qkv = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in)(hidden_states)
+        qkv = qkv.reshape(B, T, 3, N, D)  # transformers' q | k | v blocks, each head-major
+        cos, sin = rope
+        q, k, v = apply_rope(qkv[:, :, 0], cos, sin), apply_rope(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
+
+        rate = cfg.attention_dropout
+        needs_probs = output_attentions or (not deterministic and rate > 0)
+        if (self.options.attention_impl == "dot_product" and not needs_probs
+                and jnp.dtype(self.options.dtype) != jnp.float64):
+            context = self._dot_product(q, k, v, mask, is_global)
+            probs = None
+        else:
+            context, probs = self._einsum(q, k, v, mask, is_global, deterministic, output_attentions)
+        out = self.linear(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out)(context.reshape(B, T, H))
+        # transformers' out_drop: the attention_dropout rate again, on the projected output.
+        return self.dropout_layer(rate)(out, deterministic=deterministic), probs
+
+    def _full_mask(self, mask, T, is_global):
+        """Padding mask, narrowed to the band on sliding layers: [B, 1, 1 or T, T]."""
+        if is_global is True:
+            return mask
+        near = band(T, self.config.half_window)
+        if is_global is not False:  # traced: every key is near on a global layer
+            near = near | is_global
+        return mask & near
+
+    def _einsum(self, q, k, v, mask, is_global, deterministic, output_attentions):
+        B, T, N, D = q.shape
+        scale = jnp.asarray(D ** -0.5, self.options.dtype)  # rounded once, as transformers multiplies
+        full = self._full_mask(mask, T, is_global)
+        rate = self.config.attention_dropout
+        chunks = self.options.attention_chunks
+        if chunks > 1 and T % chunks == 0 and not output_attentions:
+            return self._chunked(q, k, v, full, scale, deterministic), None
+        scores = jnp.einsum("BTND,BSND->BNTS", q, k) * scale
+        # A row with every key masked (padding far from any real token on a sliding layer) comes
+        # out uniform over all keys, as transformers' additive finfo.min mask makes it.
+        probs = masked_softmax(scores, full)
+        probs = self.dropout_layer(rate)(probs, deterministic=deterministic)
+        context = jnp.einsum("BNTS,BSND->BTND", probs, v)
+        return context, (probs if output_attentions else None)
+
+    def _chunked(self, q, k, v, full, scale, deterministic):
+        """The einsum path over attention_chunks blocks of queries, each recomputed in the backward
+        pass; dropout (hash only: its mask is a function of position) as on the whole array."""
+        B, T, N, D = q.shape
+        C = T // self.options.attention_chunks
+        rate = self.config.attention_dropout
+        key = None
+        if not deterministic and rate > 0:
+            self.require_hash_dropout("attention_chunks", "attention")
+            key = self.dropout_layer(rate).draw_key()
+        full = jnp.broadcast_to(full, (full.shape[0], 1, T, T))
+
+        def block(qc, kk, vv, mc, kc, t0):
+            probs = masked_softmax(jnp.einsum("BTND,BSND->BNTS", qc, kk) * scale, mc)
+            if kc is not None:
+                probs = apply_hash_dropout(probs, kc, rate, whole=(B, N, T, T), start=(0, 0, t0, 0))
+            return jnp.einsum("BNTS,BSND->BTND", probs, vv)
+
+        out = [jax.checkpoint(functools.partial(block, t0=i * C))(q[:, i * C:(i + 1) * C], k, v,
+                                                                 full[:, :, i * C:(i + 1) * C], key)
+               for i in range(self.options.attention_chunks)]
+        return jnp.concatenate(out, axis=1)
+
+    def _dot_product(self, q, k, v, mask, is_global):
+        """jax.nn.dot_product_attention: the window as local_window_size (cuDNN skips what lies
+        outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it."""
+        B, T, N, D = q.shape
+        pad = jnp.broadcast_to(mask, (B, N, T, T))
+        attend = functools.partial(jax.nn.dot_product_attention, scale=D ** -0.5)
+        if is_global is True:
+            return attend(q, k, v, mask=pad)
+        w = self.config.half_window  # only reached with a sliding layer, so the config has a window
+        if is_global is False:
+            return attend(q, k, v, mask=pad, local_window_size=(w, w))
+        # A scanned layer: its kind is data, the window a static argument; cond runs one branch.
+        return jax.lax.cond(is_global, lambda q, k, v, m: attend(q, k, v, mask=m),
+                            lambda q, k, v, m: attend(q, k, v, mask=m, local_window_size=(w, w)), q, k, v, pad)

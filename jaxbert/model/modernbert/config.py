@@ -1,0 +1,335 @@
+"""ModernBertConfig: transformers' ModernBERT config.json as a frozen dataclass.
+
+Both spellings are read: transformers 4.x's ``global_attn_every_n_layers``,
+``global_rope_theta`` / ``local_rope_theta`` and ``local_attention`` (the whole window),
+and 5.x's ``layer_types``, ``rope_parameters`` (per layer type) / ``rope_theta`` and
+``sliding_window`` (half the window). Whatever a config.json holds is written back
+as it came (keys jaxbert does not model stay in ``extra``); the derived values
+(``layer_kinds``, ``global_theta``, ``local_theta``, ``half_window``) are what the
+modules read. Anything jaxbert cannot honour is refused by name when the config is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+from jaxbert import fs
+from jaxbert.fs import atomic_write_text
+from jaxbert.model.config import ACTIVATIONS, ConfigError
+
+MODEL_TYPE = "modernbert"
+FULL, SLIDING = "full_attention", "sliding_attention"
+LAYER_TYPES = (FULL, SLIDING)
+POOLINGS = ("cls", "mean")
+# The classes transformers 4.57 has; a ModernBERT config names no other.
+CLASS_NAMES = ("ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification",
+               "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModernBertConfig:
+    """transformers' ModernBertConfig (4.57 defaults: ModernBERT-base)."""
+
+    vocab_size: int = 50368
+    hidden_size: int = 768
+    intermediate_size: int = 1152
+    num_hidden_layers: int = 22
+    num_attention_heads: int = 12
+    hidden_activation: str = "gelu"
+    max_position_embeddings: int = 8192
+    initializer_range: float = 0.02
+    initializer_cutoff_factor: float | None = 2.0
+    norm_eps: float = 1e-5
+    norm_bias: bool = False
+    pad_token_id: int | None = 50283
+    eos_token_id: int | None = 50282
+    bos_token_id: int | None = 50281
+    cls_token_id: int | None = 50281
+    sep_token_id: int | None = 50282
+    global_rope_theta: float = 160000.0
+    attention_bias: bool = False
+    attention_dropout: float = 0.0
+    global_attn_every_n_layers: int = 3
+    local_attention: int | None = 128
+    local_rope_theta: float | None = 10000.0
+    embedding_dropout: float = 0.0
+    mlp_bias: bool = False
+    mlp_dropout: float = 0.0
+    decoder_bias: bool = True
+    classifier_pooling: str = "cls"
+    classifier_dropout: float = 0.0
+    classifier_bias: bool = False
+    classifier_activation: str = "gelu"
+    deterministic_flash_attn: bool = False
+    sparse_prediction: bool = False
+    sparse_pred_ignore_index: int = -100
+    reference_compile: bool | None = None
+    repad_logits_with_grad: bool = False
+    tie_word_embeddings: bool = True
+    num_labels: int | None = None  # derived from id2label when that is given, as transformers does
+    id2label: Mapping[int, str] | None = None
+    label2id: Mapping[str, int] | None = None
+    problem_type: str | None = None
+    architectures: tuple | None = None
+    # transformers 5.x spellings; None when the config.json does not have them.
+    layer_types: tuple | None = None
+    rope_parameters: Mapping[str, Any] | None = None
+    rope_theta: float | None = None
+    sliding_window: int | None = None
+    model_type: str = MODEL_TYPE
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        self._check_types()
+        id2label = self.id2label
+        if id2label is None:
+            id2label = {i: f"LABEL_{i}" for i in range(2 if self.num_labels is None else self.num_labels)}
+        id2label = {int(k): str(v) for k, v in id2label.items()}
+        label2id = {str(k): int(v) for k, v in (self.label2id or {}).items()}
+        if set(label2id) != set(id2label.values()):
+            label2id = {v: k for k, v in id2label.items()}
+        set_("id2label", id2label)
+        set_("label2id", label2id)
+        set_("num_labels", len(id2label))
+        set_("extra", dict(self.extra))
+        if self.layer_types is not None:
+            set_("layer_types", tuple(self.layer_types))
+        if self.architectures is not None:
+            set_("architectures", tuple(self.architectures))
+        if self.local_attention is None and self.sliding_window is not None:
+            set_("local_attention", 2 * self.sliding_window if _is_int(self.sliding_window) else self.sliding_window)
+        self.validate()
+
+    # ---- checks --------------------------------------------------------------------
+    def _check_types(self) -> None:
+        """Each field's JSON type before anything uses it: "false" is not a bool, "12" not an int."""
+        for name, kind in _FIELD_TYPES.items():
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            ok = {int: _is_int, float: _is_number, bool: lambda v: isinstance(v, bool),
+                  str: lambda v: isinstance(v, str), Mapping: lambda v: isinstance(v, Mapping),
+                  list: lambda v: isinstance(v, (list, tuple))}[kind](value)
+            if not ok:
+                raise ConfigError(f"{name} must be {_TYPE_NAMES[kind]}, got {value!r}")
+
+    def validate(self) -> None:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "max_position_embeddings", "global_attn_every_n_layers"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by "
+                              f"num_attention_heads ({self.num_attention_heads})")
+        if self.head_dim % 2:
+            raise ConfigError(f"head dim hidden_size / num_attention_heads = {self.head_dim} must be even: "
+                              "rotary embeddings rotate its two halves")
+        for name in ("hidden_activation", "classifier_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise ConfigError(f"{name} {getattr(self, name)!r} is unknown; expected one of {ACTIVATIONS}")
+        if self.classifier_pooling not in POOLINGS:
+            raise ConfigError(f"classifier_pooling {self.classifier_pooling!r} is unknown; expected one of {POOLINGS}")
+        for name in ("attention_dropout", "embedding_dropout", "mlp_dropout", "classifier_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        for name in ("initializer_range", "norm_eps"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.initializer_cutoff_factor is not None and not self.initializer_cutoff_factor > 0:
+            raise ConfigError(f"initializer_cutoff_factor must be > 0, got {self.initializer_cutoff_factor!r}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
+        if self.model_type != MODEL_TYPE:
+            raise ConfigError(f"model_type {self.model_type!r} is not a ModernBERT config (expected {MODEL_TYPE!r})")
+        if self.layer_types is not None:
+            for i, kind in enumerate(self.layer_types):
+                if kind not in LAYER_TYPES:
+                    raise ConfigError(f"layer_types[{i}] {kind!r} is not supported; jaxbert builds {LAYER_TYPES}")
+            if len(self.layer_types) != self.num_hidden_layers:
+                raise ConfigError(f"layer_types has {len(self.layer_types)} entries for "
+                                  f"num_hidden_layers={self.num_hidden_layers}")
+        if SLIDING in self.layer_kinds:
+            window = self.local_attention
+            if not _is_int(window) or window <= 0 or window % 2:
+                raise ConfigError(f"local_attention {window!r} must be a positive even integer "
+                                  "(the window spans local_attention // 2 tokens on each side)")
+            if self.sliding_window is not None and self.sliding_window != window // 2:
+                raise ConfigError(f"sliding_window {self.sliding_window!r} disagrees with local_attention "
+                                  f"{window} (sliding_window is half the window)")
+        if self.rope_parameters is not None:
+            for kind, params in self.rope_parameters.items():
+                if kind not in LAYER_TYPES:
+                    raise ConfigError(f"rope_parameters[{kind!r}]: not a layer type; expected one of {LAYER_TYPES}")
+                if not isinstance(params, Mapping):
+                    raise ConfigError(f"rope_parameters[{kind!r}] must be a JSON object, got {params!r}")
+                rope_type = params.get("rope_type", params.get("type", "default"))
+                if rope_type != "default":
+                    raise ConfigError(f"rope_parameters[{kind!r}] rope_type {rope_type!r} is not supported; "
+                                      "jaxbert builds 'default' rotary embeddings")
+                if "rope_theta" in params and not _is_number(params["rope_theta"]):
+                    raise ConfigError(f"rope_parameters[{kind!r}].rope_theta must be a number, "
+                                      f"got {params['rope_theta']!r}")
+        if self.extra.get("rope_scaling") is not None:
+            raise ConfigError(f"rope_scaling {self.extra['rope_scaling']!r} is not supported; "
+                              "jaxbert builds 'default' rotary embeddings")
+        if self.architectures:
+            for name in self.architectures:
+                if name not in CLASS_NAMES and not name.startswith("ModernBert"):
+                    raise ConfigError(f"architectures names {name!r}, not a ModernBERT class {CLASS_NAMES}")
+        if self.num_labels <= 0:
+            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
+
+    def __hash__(self):
+        # Modules hold the config and may be jit static arguments, so it must hash.
+        return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
+
+    # ---- derived ---------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def layer_kinds(self) -> tuple:
+        """FULL or SLIDING per layer: layer_types when given, else every global_attn_every_n_layers-th is global."""
+        if self.layer_types is not None:
+            return self.layer_types
+        n = self.global_attn_every_n_layers
+        return tuple(FULL if i % n == 0 else SLIDING for i in range(self.num_hidden_layers))
+
+    @property
+    def half_window(self) -> int:
+        """A sliding layer's query attends to keys at most this far away on either side."""
+        return self.local_attention // 2
+
+    def _theta(self, kind: str):
+        params = (self.rope_parameters or {}).get(kind) or {}
+        return params.get("rope_theta")
+
+    @property
+    def global_theta(self) -> float:
+        """RoPE base of the full-attention layers: rope_parameters, else rope_theta, else global_rope_theta."""
+        theta = self._theta(FULL)
+        if theta is None:
+            theta = self.rope_theta if self.rope_theta is not None else self.global_rope_theta
+        return float(theta)
+
+    @property
+    def local_theta(self) -> float:
+        """RoPE base of the sliding layers; transformers 4.x falls back to the global one when it is null."""
+        theta = self._theta(SLIDING)
+        if theta is None:
+            theta = self.local_rope_theta if self.local_rope_theta is not None else self.global_theta
+        return float(theta)
+
+    @property
+    def cutoff(self) -> float:
+        """Truncation of the normal init, in standard deviations (transformers: 3 when the config says null)."""
+        return 3.0 if self.initializer_cutoff_factor is None else float(self.initializer_cutoff_factor)
+
+    def class_name(self, name: str) -> str:
+        """The name itself when it is a ModernBERT class; refused by name otherwise."""
+        if name not in CLASS_NAMES:
+            raise ConfigError(f"model_type 'modernbert' has no class {name!r}; its classes are {CLASS_NAMES}")
+        return name
+
+    def replace(self, **changes) -> "ModernBertConfig":
+        if "num_labels" in changes and "id2label" not in changes:
+            changes.update(id2label=None, label2id=None)
+        return dataclasses.replace(self, **changes)
+
+    # ---- config.json -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ModernBertConfig":
+        model_type = data.get("model_type", MODEL_TYPE)
+        if model_type != MODEL_TYPE:
+            raise ConfigError(f"model_type {model_type!r} is not a ModernBERT config (expected {MODEL_TYPE!r})")
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known}
+        if kwargs.get("id2label") is not None:
+            kwargs["num_labels"] = None  # id2label decides
+        # Keys the 5.x spelling leaves out must not take 4.x's defaults when the 5.x keys are there:
+        # local_attention then comes from sliding_window.
+        if "sliding_window" in data and "local_attention" not in data:
+            kwargs["local_attention"] = None
+        # Likewise global_attn_every_n_layers from layer_types, when they follow such a pattern.
+        if isinstance(data.get("layer_types"), (list, tuple)) and "global_attn_every_n_layers" not in data:
+            kinds = tuple(data["layer_types"])
+            for n in range(1, len(kinds) + 1):
+                if kinds == tuple(FULL if i % n == 0 else SLIDING for i in range(len(kinds))):
+                    kwargs["global_attn_every_n_layers"] = n
+                    break
+        return cls(**kwargs, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """config.json: every key that came in, plus this version's fields (5.x keys only when given).
+
+        The 4.x theta keys carry the thetas in effect (a 5.x config's rope_parameters win), so that
+        transformers 4.x, which reads only them, builds the same model from the file.
+        """
+        out = dict(self.extra)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("extra", "num_labels") or (f.name in _NEW_SPELLINGS and value is None):
+                continue  # transformers derives num_labels from id2label
+            if f.name == "id2label":
+                value = {str(k): v for k, v in value.items()}
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        out["global_rope_theta"] = self.global_theta
+        if self.local_rope_theta is not None or self._theta(SLIDING) is not None:
+            out["local_rope_theta"] = self.local_theta
+        return out
+
+    @classmethod
+    def from_json_file(cls, path) -> "ModernBertConfig":
+        path = fs.as_path(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} is not a JSON object")
+        try:
+            return cls.from_dict(data)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from e
+
+    def to_json_file(self, path: str | Path) -> None:
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+_NEW_SPELLINGS = ("layer_types", "rope_parameters", "rope_theta", "sliding_window")
+_FIELD_TYPES = {
+    **dict.fromkeys(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "max_position_embeddings", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
+                     "sep_token_id", "global_attn_every_n_layers", "sparse_pred_ignore_index", "num_labels",
+                     "sliding_window"), int),
+    **dict.fromkeys(("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
+                     "attention_dropout", "local_rope_theta", "embedding_dropout", "mlp_dropout",
+                     "classifier_dropout", "rope_theta"), float),
+    **dict.fromkeys(("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias",
+                     "deterministic_flash_attn", "sparse_prediction", "repad_logits_with_grad",
+                     "tie_word_embeddings"), bool),
+    **dict.fromkeys(("hidden_activation", "classifier_pooling", "classifier_activation", "model_type",
+                     "problem_type"), str),
+    **dict.fromkeys(("id2label", "label2id", "rope_parameters", "extra"), Mapping),
+    **dict.fromkeys(("layer_types", "architectures"), list),
+}
+_OPTIONAL = {"initializer_cutoff_factor", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
+             "sep_token_id", "local_rope_theta", "num_labels", "id2label", "label2id", "problem_type",
+             "architectures", "layer_types", "rope_parameters", "rope_theta", "sliding_window", "local_attention"}
+_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
+               Mapping: "a JSON object", list: "a JSON list"}

@@ -1,0 +1,209 @@
+"""ModernBERT's encoder in flax.linen under transformers' parameter names.
+
+Pre-norm layers: x + attn(attn_norm(x)), then x + mlp(mlp_norm(x)); layer 0 has no attn_norm
+(its input is the embeddings' norm already). Embeddings: tok_embeddings -> norm -> dropout,
+no position or token-type table: positions enter through RoPE in every attention.
+
+Param tree (base model; the head classes hold it under ``model``):
+  embeddings/{tok_embeddings, norm}, layers/{0, 1, ...}/{attn_norm, attn/{Wqkv, Wo}, mlp_norm,
+  mlp/{Wi, Wo}}, final_norm.
+With scan_layers, layer 0 stays layers/0 (it lacks attn_norm) and layers 1..L-1 are one
+layers/scan whose leaves carry a leading axis of L - 1; each scanned layer takes its kind
+(full or sliding) as data, unless they are all of one kind.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+from jaxbert.model.activations import ACT_FNS
+from jaxbert.model.base import ModelOutput
+from jaxbert.model.dropout import apply_hash_dropout
+from jaxbert.model.modernbert.attention import ModernBertAttention, rope_tables
+from jaxbert.model.modernbert.base import ModernBertModule
+from jaxbert.model.modernbert.config import FULL
+from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
+
+SCAN = "scan"  # the name of the scanned stack of layers 1..L-1 under layers/
+
+
+class ModernBertEmbeddings(ModernBertModule):
+    """input_ids [B, T] -> norm(tok_embeddings) [B, T, H], dropped out."""
+
+    @nn.compact
+    def __call__(self, input_ids, deterministic=True):
+        cfg = self.config
+        words = self.embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), "tok_embeddings")(input_ids)
+        if cfg.pad_token_id is not None:
+            # As nn.Embedding(padding_idx=pad): looking up the pad token sends no gradient to its row.
+            is_pad = (input_ids == cfg.pad_token_id)[..., None]
+            words = jnp.where(is_pad, jax.lax.stop_gradient(words), words)
+        x = constrain_batch(self.norm("norm")(words))
+        return self.dropout_layer(cfg.embedding_dropout)(x, deterministic=deterministic)
+
+
+class ModernBertMLP(ModernBertModule):
+    """GeGLU: Wi [H -> 2I] splits into input | gate; Wo(dropout(act(input) * gate)) [.., H]."""
+
+    @nn.compact
+    def __call__(self, x, deterministic=True, dropout_key=None, whole=None, start=None):
+        """dropout_key: HashDropout's key for the whole [B, T, I] of which x's rows are the block at
+        `start` (default: all of it); None: this module's own dropout layer."""
+        cfg = self.config
+        I = cfg.intermediate_size
+        h = self.linear(2 * I, ("embed", "mlp"), "Wi", cfg.mlp_bias, self.std_in)(x)
+        h = ACT_FNS[cfg.hidden_activation](h[..., :I]) * h[..., I:]
+        if dropout_key is None:
+            h = self.dropout_layer(cfg.mlp_dropout)(h, deterministic=deterministic)
+        elif not deterministic and cfg.mlp_dropout > 0:
+            h = apply_hash_dropout(h, dropout_key, cfg.mlp_dropout, whole=whole, start=start)
+        return self.linear(cfg.hidden_size, ("mlp", "embed"), "Wo", cfg.mlp_bias, self.std_out)(h)
+
+
+class ModernBertEncoderLayer(ModernBertModule):
+    """One pre-norm layer.
+
+    Attributes:
+      first: layer 0, which has no attn_norm.
+      kind: FULL or SLIDING; None in the scanned stack, where ``is_global`` comes as data.
+    Args:
+      hidden_states: [B, T, H]; mask: bool [B, 1, 1, T]; ropes: {True: (cos, sin) of the global
+      theta, False: of the local one}, each [B or 1, T, D].
+    Returns: (hidden_states [B, T, H], attention probabilities or None).
+    """
+
+    first: bool = False
+    kind: str | None = None
+
+    @nn.compact
+    def __call__(self, hidden_states, mask, ropes, is_global=None, deterministic=True, output_attentions=False):
+        hidden_states = checkpoint_name(hidden_states, LAYER_INPUT)
+        if self.kind is not None:
+            is_global = self.kind == FULL
+            rope = ropes[is_global]
+        else:  # traced: pick the table by data
+            rope = tuple(jnp.where(is_global, g, l) for g, l in zip(ropes[True], ropes[False]))
+        x = hidden_states if self.first else self.norm("attn_norm")(hidden_states)
+        attn, probs = ModernBertAttention(self.config, self.options, name="attn")(
+            x, mask, rope, is_global, deterministic, output_attentions)
+        h = hidden_states + attn
+        mlp_norm, mlp = self.norm("mlp_norm"), ModernBertMLP(self.config, self.options, name="mlp")
+        chunked = self.options.ffn_chunks > 1 and h.shape[1] % self.options.ffn_chunks == 0
+        # With hash dropout the MLP's mask comes from one key per layer call, for the whole [B, T, I],
+        # whether the block runs whole or in blocks of tokens: the same output either way.
+        key = None
+        if not deterministic and self.config.mlp_dropout > 0:
+            if chunked:
+                self.require_hash_dropout("ffn_chunks", "mlp")
+            if self.options.dropout_impl == "hash":
+                key = self.make_rng("dropout")
+        if chunked:
+            h = h + self._mlp_chunked(h, mlp_norm, mlp, deterministic, key)
+        else:
+            h = h + mlp(mlp_norm(h), deterministic, dropout_key=key)
+        return constrain_batch(h), probs
+
+    def _mlp_chunked(self, h, mlp_norm, mlp, deterministic, key):
+        """mlp(mlp_norm(h)) over ffn_chunks blocks of tokens, each recomputed in the backward pass,
+        so one block's [B, T / chunks, 2I] is held at a time; key: the hash dropout's, for the whole."""
+        B, T, _ = h.shape
+        C = T // self.options.ffn_chunks
+        whole = (B, T, self.config.intermediate_size)
+
+        def block(layer, hc, key, t0):
+            return mlp(mlp_norm(hc), deterministic, dropout_key=key, whole=whole, start=(0, t0, 0))
+
+        remat_block = nn.remat(block, static_argnums=(3,))
+        return jnp.concatenate([remat_block(self, h[:, i * C:(i + 1) * C], key, i * C)
+                                for i in range(self.options.ffn_chunks)], axis=1)
+
+
+class _ScanLayer(ModernBertEncoderLayer):
+    """A layer in nn.scan's (carry, x) -> (carry, y) form; x is the layer's is_global flag (read
+    when ``kind`` is None, i.e. when the scanned layers are of both kinds)."""
+
+    def __call__(self, carry, is_global, mask, ropes, deterministic=True, output_attentions=False):
+        hidden, probs = super().__call__(carry, mask, ropes, is_global, deterministic, output_attentions)
+        return hidden, (hidden, probs)
+
+
+class _Layers(ModernBertModule):
+    """The layer stack under ``layers``: 0, 1, ..., or 0 and the scanned rest.
+
+    Returns (last hidden state [B, T, H], per-layer outputs, per-layer probabilities or None).
+    """
+
+    @nn.compact
+    def __call__(self, x, mask, ropes, deterministic, output_attentions):
+        cfg, opts = self.config, self.options
+        kinds = cfg.layer_kinds
+        remat = opts.remat_policy != "none"
+
+        def wrap(cls, in_scan):
+            if not remat:
+                return cls
+            # deterministic and output_attentions stay static (arguments 5 and 6 counting self); under
+            # scan, CSE cannot merge the recomputation into the forward pass, so its guard is not needed.
+            return nn.remat(cls, policy=REMAT_POLICIES[opts.remat_policy], prevent_cse=not in_scan,
+                            static_argnums=(5, 6))
+
+        layer_cls = wrap(ModernBertEncoderLayer, False)
+        states, probs = [], []
+        n_unscanned = 1 if opts.scan_layers else cfg.num_hidden_layers
+        for i in range(n_unscanned):
+            x, p = layer_cls(cfg, opts, first=i == 0, kind=kinds[i], name=str(i))(
+                x, mask, ropes, None, deterministic, output_attentions)
+            states.append(x)
+            probs.append(p)
+        rest = cfg.num_hidden_layers - n_unscanned
+        if rest:
+            scanned = nn.scan(
+                wrap(_ScanLayer, True), variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
+            is_global = jnp.array([k == FULL for k in kinds[1:]])
+            # When the scanned layers are all of one kind (every layer global, say), the kind stays static.
+            same = kinds[1] if len(set(kinds[1:])) == 1 else None
+            x, (per_layer, p) = scanned(cfg, opts, kind=same, name=SCAN)(x, is_global, mask, ropes, deterministic,
+                                                                         output_attentions)
+            states += [per_layer[i] for i in range(rest)]
+            probs += [None if p is None else p[i] for i in range(rest)]
+        return x, tuple(states), tuple(probs)
+
+
+class ModernBertModel(ModernBertModule):
+    """The encoder. input_ids [B, T]; attention_mask [B, T] (1 = real token); position_ids [B, T]
+    (default 0..T-1). token_type_ids is accepted so BERT's callers can pass it; ModernBERT has
+    no token types and does not read it.
+
+    Returns ModelOutput: last_hidden_state = final_norm(last layer) [B, T, H]; hidden_states
+    (with output_hidden_states) = the embeddings and every layer's output before final_norm,
+    as transformers' eager / sdpa paths return them; attentions [B, N, T, T] per layer.
+    Padded positions are computed as those paths compute them (they attend to the real keys
+    in reach); transformers' flash-attention path unpads and returns zeros there instead.
+    """
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
+                 deterministic: bool = True, output_hidden_states: bool = False,
+                 output_attentions: bool = False):
+        cfg = self.config
+        if head_mask is not None:
+            raise ValueError("head_mask: ModernBERT has no head mask (transformers' ModernBertModel takes none)")
+        B, T = input_ids.shape
+        mask = (jnp.ones((B, 1, 1, T), bool) if attention_mask is None
+                else attention_mask.astype(bool)[:, None, None, :])
+        positions = jnp.arange(T)[None] if position_ids is None else position_ids
+        D, dtype = cfg.head_dim, self.options.dtype
+        ropes = {True: rope_tables(positions, D, cfg.global_theta, dtype),
+                 False: rope_tables(positions, D, cfg.local_theta, dtype)}
+        x = ModernBertEmbeddings(cfg, self.options, name="embeddings")(input_ids, deterministic)
+        last, states, probs = _Layers(cfg, self.options, name="layers")(x, mask, ropes, deterministic,
+                                                                        output_attentions)
+        return ModelOutput(last_hidden_state=self.norm("final_norm")(last),
+                           hidden_states=(x,) + states if output_hidden_states else None,
+                           attentions=probs if output_attentions else None)
