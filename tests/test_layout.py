@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import jaxbert
@@ -114,11 +115,15 @@ def test_no_import_cycles():
 
 # The workdir format's names: only jaxbert/workdir.py spells them; every other module goes through it.
 WORKDIR_NAMES = ('"recipe.yaml"', '"meta"', '"checkpoints"', '"checkpoints.corrupt"', '"metrics.jsonl"',
-                 '"curves.png"', '"fill_mask.txt"')
+                 '"curves.png"', '"fill_mask.txt"', '"eval.json"', '".jaxbert-workdir"', '".jaxbert-train.lock"')
+# Names that are common words elsewhere ("hf" is also a --to format): caught where a path is joined with them.
+WORKDIR_FOLDERS = ("downstream", "best", "hf")
 
 
 def _workdir_spellings(text: str) -> list[str]:
-    return [name for name in WORKDIR_NAMES if name in text or name.replace('"', "'") in text]
+    found = [name for name in WORKDIR_NAMES if name in text or name.replace('"', "'") in text]
+    return found + [f'/ "{name}"' for name in WORKDIR_FOLDERS
+                    if re.search(rf"/\s*[\"']{name}[\"']", text)]
 
 
 def test_one_module_owns_the_workdir_format():
@@ -134,6 +139,8 @@ def test_the_owner_check_sees_a_path_spelt_by_hand():
         ['"meta"']
     assert _workdir_spellings("path = workdir / 'recipe.yaml'") == ['"recipe.yaml"']
     assert _workdir_spellings("x = 'checkpoint'") == []
+    assert _workdir_spellings('where = root / "downstream" / spec.name') == ['/ "downstream"']
+    assert _workdir_spellings('p.add_argument("--to", choices=("jaxbert", "hf"))') == []
 
 
 def test_the_checker_sees_a_violation(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune.glue_run import check_folders
 from jaxbert.finetune.loop import finetune
@@ -90,7 +91,7 @@ def run_downstream(items: list, workdir, step: int, log=print) -> list[dict]:
     for item, folder in zip(items, folder_names(items)):
         spec = _spec(item)
         recipe = _recipe(item, spec.kind)
-        where = root / "downstream" / folder
+        where = workdir_lib.downstream_dir(root, folder)
         log(f"outputs.downstream: fine-tuning {root} on {spec.name} into {where}")
         summary = finetune(recipe, spec, root, where, tokenizer=item.get("tokenizer"), log=log)
         if summary["status"] == "stopped":
