@@ -151,6 +151,21 @@ class CheckpointSection:
         check_ranges(prefix, {"every_steps": (self.every_steps, *AT_LEAST_1), "keep": (self.keep, *AT_LEAST_1)})
 
 
+@dataclasses.dataclass
+class RunRecipe:
+    """What every recipe has beside its task's own sections: a name, the parallel layout, checkpoints.
+    Pretraining's and fine-tuning's recipes extend it with their model, data, optim and train sections."""
+    name: str = "custom"
+    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
+    checkpoint: CheckpointSection = dataclasses.field(default_factory=CheckpointSection)
+
+    def to_dict(self) -> dict:
+        """The recipe as a plain dict, as recipe.yaml shows it: name, the task's sections, then these."""
+        whole = dataclasses.asdict(self)
+        shared = ("parallel", "checkpoint")
+        return {k: whole[k] for k in ("name", *(k for k in whole if k not in ("name", *shared)), *shared)}
+
+
 def check_sections(recipe) -> None:
     """Every section of a recipe that checks itself, under its own key."""
     for f in dataclasses.fields(recipe):

@@ -18,7 +18,7 @@ from jaxbert import fs
 from jaxbert.data.masking import masked_slots
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, CheckpointSection,  # noqa: F401
-                                   ComputeSection, ParallelSection, RecipeError, apply_override, build,
+                                   ComputeSection, ParallelSection, RecipeError, RunRecipe, apply_override, build,
                                    check_choice, check_ranges, check_sections, read_yaml, recipe_names,
                                    recipe_path)
 from jaxbert.engine import recipe as engine_recipe
@@ -123,18 +123,12 @@ class OutputsSection:
 
 
 @dataclasses.dataclass
-class Recipe:
-    name: str = "custom"
+class Recipe(RunRecipe):
     model: ModelSection = dataclasses.field(default_factory=ModelSection)
     data: DataSection = dataclasses.field(default_factory=DataSection)
     optim: OptimSection = dataclasses.field(default_factory=OptimSection)
     train: TrainSection = dataclasses.field(default_factory=TrainSection)
-    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
-    checkpoint: CheckpointSection = dataclasses.field(default_factory=CheckpointSection)
     outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def bert_config(self, vocab_size: int | None = None) -> BertConfig:
         """The model's BertConfig: the preset, then model.config, then the tokenizer's vocabulary size."""
