@@ -7,6 +7,7 @@ best evaluation's model lands in WORKDIR/best as a Hugging Face directory.
 
 from __future__ import annotations
 
+from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import finetune_recipe_names, load
@@ -41,6 +42,9 @@ def run(args) -> int:
         return 0
     if not args.task or not args.model:
         raise InputError("--task and --model are required (or --list)")
+    model = fs.as_path(args.model)  # a TF checkpoint is named by its prefix (model.ckpt -> model.ckpt.index)
+    if not (model.exists() or model.parent.joinpath(model.name + ".index").exists()):
+        raise InputError(f"--model {args.model}: not found (no such file or folder)")
     spec = parse_task(args.task or "", args.train, args.eval, args.data,
                       **({} if (args.task or "").startswith("glue/") else {
                           "text_columns": tuple(args.text_columns), "label_column": args.label_column,

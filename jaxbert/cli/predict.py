@@ -1,7 +1,9 @@
 """`jaxbert predict MODEL FILE [--task KIND] [--out PRED.jsonl]`: a fine-tuned model's predictions as JSONL.
 
-One line per example: classification {id, label, score}; regression {id, value}; tokens {id,
-words, tags}; qa {id, answer}; choice {id, label, score}. Without --out they go to stdout.
+One line per example, its input beside the prediction: classification {id, <text columns>,
+label, score}; regression {id, <text columns>, value}; tokens {id, words, tags[, empty_words]};
+qa {id, question, answer}; choice {id, context, endings, label, score}. Without --out they go
+to stdout. The model's head decides the task; a --task that contradicts it is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from jaxbert.finetune.readers import KINDS
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
     parser.add_argument("file", help="examples to predict (labels not needed)")
-    parser.add_argument("--task", choices=KINDS, default=None, help="default: from the model's config")
+    parser.add_argument("--task", choices=KINDS, default=None, help="default: from the model's config (a task its head does not have is refused)")
     parser.add_argument("--out", default=None, help="PRED.jsonl (default: stdout)")
     parser.add_argument("--text-columns", nargs="+", default=None, metavar="COLUMN",
                         help="default: the columns the model was trained on")

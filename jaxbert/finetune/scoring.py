@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxbert.finetune.features import IGNORE, Features
+from jaxbert.finetune.features import EMPTY_WORD_TAG, IGNORE, Features
 from jaxbert.finetune.metrics import compute
 from jaxbert.finetune.qa_features import QAWindows, postprocess_qa
 from jaxbert.finetune.squad import gold_answers
@@ -50,7 +50,10 @@ def decode(kind: str, outputs: dict, features: Features, windows: QAWindows | No
     """{"predictions": per example, "scores": per example or None}.
 
     classification / choice: class (ending) ids and their softmax probability; regression: the
-    value; tokens: tag names per word (words cut by truncation get "O"); qa: question id -> answer.
+    value; qa: question id -> answer; tokens: one tag name per word of every sentence, aligned by
+    word ids (a word in several windows takes the window where it sits furthest from an edge),
+    "O" (EMPTY_WORD_TAG) for a word without word pieces, and "empty_words": per sentence the
+    indices of those words.
     """
     if kind == "qa":
         answers = postprocess_qa(outputs["start_logits"], outputs["end_logits"], windows, n_best,
@@ -60,12 +63,29 @@ def decode(kind: str, outputs: dict, features: Features, windows: QAWindows | No
     if kind == "regression":
         return {"predictions": logits[:, 0].astype(np.float64), "scores": None}
     if kind == "tokens":
-        word_starts = features.arrays["labels"] != IGNORE  # [N, L]: the first piece of every word
-        ids = logits.argmax(-1)
-        tags = [[labels[t] for t in ids[i][word_starts[i]]] for i in range(len(features))]
-        return {"predictions": tags, "scores": None}
+        return _decode_tags(logits, features, labels)
     probs = softmax(logits.astype(np.float64))
     return {"predictions": probs.argmax(-1), "scores": probs.max(-1)}
+
+
+def _decode_tags(logits, features: Features, labels: Sequence[str]) -> dict:
+    ids = logits.argmax(-1)
+    if features.word_index is None:  # one row per sentence, tags on first pieces (features built elsewhere)
+        word_starts = features.arrays["labels"] != IGNORE
+        return {"predictions": [[labels[t] for t in ids[i][word_starts[i]]] for i in range(len(features))],
+                "scores": None}
+    best: list[dict[int, tuple[int, int]]] = [{} for _ in range(len(features.n_words))]
+    for row in range(len(features)):
+        k, n = int(features.example_index[row]), int(features.lengths[row])
+        for t in np.flatnonzero(features.word_index[row] >= 0):
+            word, margin = int(features.word_index[row, t]), min(int(t), n - 1 - int(t))
+            if word not in best[k] or margin > best[k][word][0]:
+                best[k][word] = (margin, int(ids[row, t]))
+    tags, empty = [], []
+    for k, n_words in enumerate(features.n_words.tolist()):
+        tags.append([labels[best[k][w][1]] if w in best[k] else EMPTY_WORD_TAG for w in range(n_words)])
+        empty.append([w for w in range(n_words) if w not in best[k]])
+    return {"predictions": tags, "scores": None, "empty_words": empty}
 
 
 def references(kind: str, examples: list, labels: Sequence[str] | None = None):

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from jaxbert.finetune.glue import glue_task, load_glue
 from jaxbert.finetune.metrics import KIND_METRICS
-from jaxbert.finetune.readers import KINDS, read_task
+from jaxbert.finetune.readers import KINDS, check_label_names, read_task
 from jaxbert.finetune.tables import TaskDataError
 
 
@@ -54,6 +54,8 @@ def parse_task(task: str, train=None, evals: Sequence[str] = (), data_dir=None, 
         raise TaskDataError(f"unknown task {task!r}; expected one of {', '.join(KINDS)} or glue/NAME")
     if train is None or not evals:
         raise TaskDataError(f"--task {task} needs --train FILE and --eval FILE")
+    if kwargs.get("labels") is not None:
+        kwargs["labels"] = check_label_names(kwargs["labels"])
     names = {}
     for path in evals:
         stem = Path(path).stem or "eval"
@@ -85,6 +87,7 @@ def read_task_data(spec: TaskSpec) -> TaskData:
         train, evals, labels = load_glue(spec.glue, spec.data_dir)
         return TaskData(spec, train, evals, labels, preset.metrics, preset.main_metric)
     train, evals, labels = read_task(spec.kind, spec.train, spec.evals, labels=spec.labels,
+                                     version_2=spec.version_2 or spec.kind != "qa",
                                      **({"text_columns": spec.text_columns, "label_column": spec.label_column}
                                         if spec.kind in ("classification", "regression") else {}))
     if spec.kind == "classification" and len(labels) < 2:

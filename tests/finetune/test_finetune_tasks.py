@@ -239,6 +239,6 @@ def test_choice_swag_csv_and_jsonl(tmp_path):
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     with pytest.raises(TaskDataError, match=r"c.jsonl: line 2 has 2 endings where 3 are expected"):
         read_choice(tmp_path / "c.jsonl")
-    (tmp_path / "c.jsonl").write_text(json.dumps({"context": "c", "endings": ["a"], "label": 4}))
-    with pytest.raises(TaskDataError, match=r"line 1 has label 4 for 1 endings"):
+    (tmp_path / "c.jsonl").write_text(json.dumps({"context": "c", "endings": ["a", "b"], "label": 4}))
+    with pytest.raises(TaskDataError, match=r"line 1 has label 4 for 2 endings"):
         read_choice(tmp_path / "c.jsonl")
