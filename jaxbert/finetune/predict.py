@@ -207,6 +207,8 @@ def evaluate_file(model_dir, kind: str | None, path, text_columns=None, label_co
         log(f"note: {sum(map(len, empty))} word(s) in {sum(map(bool, empty))} sentence(s) of {path} have no "
             f"word pieces (e.g. a soft hyphen, a zero-width space, a byte-order mark, \"\"): tagged O")
     names = KIND_METRICS["qa_v2" if m.kind == "qa" and m.option("version_2", False) else m.kind][0]
+    if m.task.get("glue"):  # a GLUE model is scored as its leaderboard scores it (CoLA: mcc)
+        names = glue_task(m.task["glue"]).metrics
     out = score(m.kind, names, decoded["predictions"], examples, m.labels)
     return {k: float(v) for k, v in out.items()}
 

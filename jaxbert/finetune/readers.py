@@ -162,10 +162,7 @@ def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
         found = {n: _target(path, v, n, label_column) for v, n in raw}
         targets, labels = [found.get(n, 0.0) for n in lines], None
     else:
-        ids, labels = _label_ids(path, [v for v, _ in raw], [n for _, n in raw], labels, label_column, values) \
-            if raw or labels is None else ([], tuple(labels))
-        if not labelled and labels is None:
-            labels = ()
+        ids, labels = _label_ids(path, [v for v, _ in raw], [n for _, n in raw], labels, label_column, values)
         found = dict(zip([n for _, n in raw], ids))
         targets = [found.get(n, 0) for n in lines]
     name = local_path(path).name

@@ -460,10 +460,10 @@ def test_predict_and_evaluate_read_headerless_cola_as_finetune_does(models, tmp_
     assert [p["id"] for p in preds] == [f"dev.tsv:{i}" for i in range(1, 5)]  # no row taken as a header
     assert all(p["label"] in ("unacceptable", "acceptable") for p in preds)
     assert main(["evaluate", model, "--eval", str(tmp_path / "dev.tsv")]) == 0
-    from sklearn.metrics import accuracy_score
+    from sklearn.metrics import matthews_corrcoef
     gold = [("unacceptable", "acceptable")[r[1]] for r in rows]
-    out = capsys.readouterr().out
-    assert f"accuracy             {accuracy_score(gold, [p['label'] for p in preds]):.4f}" in out
+    out = capsys.readouterr().out  # scored as GLUE scores CoLA: Matthews correlation
+    assert out.split() == ["mcc", f"{matthews_corrcoef(gold, [p['label'] for p in preds]):.4f}"]
     (tmp_path / "test.tsv").write_text("index\tsentence\n0\tthe cat sat\n1\ta dog\n")  # CoLA's test file is headed
     assert [p["sentence"] for p in predict_lib.predict_file(model, tmp_path / "test.tsv")] == ["the cat sat", "a dog"]
 
