@@ -84,6 +84,12 @@ def _label_key(path, value, line: int, what: str) -> str:
     return str(value)
 
 
+def _no_label(value) -> bool:
+    """In a file to predict on: a row without a label (null, or -1, the Hugging Face datasets'
+    label of an unlabelled test row)."""
+    return value is None or (not isinstance(value, bool) and value in (-1, "-1"))
+
+
 def _number(text: str) -> float | None:
     try:
         return float(text)
@@ -143,8 +149,8 @@ def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
 
     text_columns: one or two column names (sentence, or sentence pair); `columns` names the
     fields of a headerless TSV/CSV. labelled=False (predict): the label column may be absent,
-    and a row's label may be null; a label that is there is checked as in training (label 0
-    stands in where there is none). values: the file's spelling of each label (see _label_ids).
+    and a row's label may be null or -1 (unlabelled); a label that is there is checked as in
+    training (label 0 stands in where there is none). values: the file's spelling of each label (see _label_ids).
     """
     if not 1 <= len(text_columns) <= 2:
         raise TaskDataError(f"{path}: text_columns must name 1 or 2 columns, got {list(text_columns)}")
@@ -157,7 +163,7 @@ def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
         raw = [(cell(path, r, n, label_column), n) for r, n in zip(rows, lines)]
     else:
         raw = [(r.get(label_column), n) for r, n in zip(rows, lines)]
-        raw = [(v, n) for v, n in raw if v is not None]
+        raw = [(v, n) for v, n in raw if not _no_label(v)]
     if kind == "regression":
         found = {n: _target(path, v, n, label_column) for v, n in raw}
         targets, labels = [found.get(n, 0.0) for n in lines], None
@@ -278,7 +284,7 @@ def read_choice(path, n_choices: int | None = None, labelled: bool = True):
 
     In the SWAG layout the context is sent1 and each candidate is "sent2 ending_i". Every row
     needs the same number of endings, at least 2. labelled=False (predict): the label may be
-    absent or null (0 stands in); one that is there is checked as in training.
+    absent, null or -1 (0 stands in); one that is there is checked as in training.
     """
     rows, lines = read_rows(path)
     name, examples = local_path(path).name, []
@@ -308,7 +314,7 @@ def read_choice(path, n_choices: int | None = None, labelled: bool = True):
             raise TaskDataError(f"{path}: line {n} has {len(options)} endings where {n_choices} are expected")
         n_choices = len(options)
         value = row.get("label") if not labelled else cell(path, row, n, "label")
-        index = 0 if value is None and not labelled else _ending_index(path, value, n, len(options))
+        index = 0 if not labelled and _no_label(value) else _ending_index(path, value, n, len(options))
         examples.append(ChoiceExample(f"{name}:{n}", context, options, index))
     return examples, None
 

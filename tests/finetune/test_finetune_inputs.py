@@ -344,6 +344,12 @@ def test_predict_on_a_choice_file_whose_label_is_a_letter(models, tmp_path, caps
                                        {"context": "a dog", "endings": ["sat", "ran"], "label": "b"}])
     assert main(["predict", models("choice"), str(tmp_path / "c.jsonl")]) == 2
     _one_line(capsys, "predict", "c.jsonl: line 2 has label 'b', not an ending index (0 .. 1)")
+    # an unlabelled row (no label, null, or the datasets' -1) is fine to predict on
+    write_jsonl(tmp_path / "u.jsonl", [{"context": "the cat", "endings": ["sat", "ran"], "label": -1},
+                                       {"context": "a dog", "endings": ["sat", "ran"], "label": None},
+                                       {"context": "a dog", "endings": ["sat", "ran"]}])
+    assert len(predict_lib.read_examples(predict_lib.load_finetuned(models("choice"), weights=False),
+                                         tmp_path / "u.jsonl", labelled=False)) == 3
 
 
 @pytest.mark.parametrize("what", ["vocab without [UNK]", "a text file"])
@@ -383,6 +389,8 @@ def test_unanswerable_questions_in_a_v1_eval_set_are_refused_when_read(src, tmp_
                  "--config", "finetune-tiny"]) == 2
     _one_line(capsys, "finetune", "dev.json: 2 question(s) without an answer", "data.version_2=true")
     assert not (tmp_path / "run").exists()
+    assert main(["evaluate", models("qa"), "--eval", str(tmp_path / "dev.json")]) == 2  # a v1.1 model
+    _one_line(capsys, "evaluate", "dev.json: 2 question(s) without an answer")
 
 
 def test_a_bom_before_docstart_is_not_a_sentence(models, tmp_path):
