@@ -374,7 +374,7 @@ def test_a_tokenizer_that_is_not_one_is_refused_before_any_work(models, src, tmp
 
 # --- item 18: refused early, named right ---------------------------------------------------
 
-def test_unanswerable_questions_in_a_v1_eval_set_are_refused_when_read(src, tmp_path, capsys):
+def test_unanswerable_questions_in_a_v1_eval_set_are_refused_when_read(models, src, tmp_path, capsys):
     answered = [{"id": "a", "question": "who", "answers": [{"text": "cat", "answer_start": 4}]}]
     (tmp_path / "train.json").write_text(json.dumps(_squad_doc(answered)))
     (tmp_path / "dev.json").write_text(json.dumps(_squad_doc(answered + [
