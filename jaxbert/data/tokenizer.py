@@ -105,7 +105,8 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
             with open(p, encoding="utf-8") as f:
                 for n, line in enumerate(f, 1):
                     token = line.rstrip("\r\n")
-                    if token != token.strip() or len(token.split()) > 1:
+                    inner = token.strip(" \t")
+                    if " " in inner or "\t" in inner:  # prose, a table: words, not one token
                         raise TokenizerError(f"{p}: line {n} holds {token[:40]!r}, which is not one token; "
                                              f"is it a WordPiece vocab.txt (one token a line)?")
                     if token and token not in vocab:
@@ -115,7 +116,7 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
         if not vocab:
             raise TokenizerError(f"{p} is an empty vocabulary")
         specials = special_token_names(p)
-        if specials["unk"] not in vocab:
+        if not {specials["unk"], "[UNK]", "<unk>"} & set(vocab):  # WordPiece cannot encode an unknown word
             raise TokenizerError(f"{p} has no unknown token {specials['unk']!r}; is it a WordPiece vocab.txt?")
         lowercase = True
         if (p.parent / "tokenizer_config.json").is_file():
