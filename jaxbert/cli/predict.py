@@ -2,7 +2,7 @@
 
 One line per example, its input beside the prediction: classification {id, <text columns>,
 label, score}; regression {id, <text columns>, value}; tokens {id, words, tags[, empty_words]};
-qa {id, question, answer}; choice {id, context, endings, label, score}. Without --out they go
+qa {id, question, context, answer}; choice {id, context, endings, label, score}. Without --out they go
 to stdout. The model's head decides the task; a --task that contradicts it is refused.
 """
 

@@ -135,7 +135,8 @@ def _decode(m: FinetunedModel, out, features, windows):
     return decode(m.kind, out, features, windows, m.labels, version_2=bool(m.option("version_2", False)))
 
 
-_OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empty_words")
+_OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empty_words", "question", "context",
+                "endings")
 
 
 def _inputs(m: FinetunedModel, e, columns: dict) -> dict:
@@ -147,7 +148,7 @@ def _inputs(m: FinetunedModel, e, columns: dict) -> dict:
     if m.kind == "choice":
         return {"context": e.context, "endings": list(e.endings)}
     if m.kind == "qa":
-        return {"question": e.question}
+        return {"question": e.question, "context": e.context}
     return {"words": list(e.words)}
 
 
@@ -155,7 +156,7 @@ def predict_file(model_dir, path, kind: str | None = None, text_columns=None, to
                  batch_size: int = 32) -> list[dict]:
     """One dict per example, its input beside the prediction: classification {id, <text columns>,
     label, score}, regression {id, <text columns>, value}, tokens {id, words, tags[, empty_words]},
-    qa {id, question, answer}, choice {id, context, endings, label, score}.
+    qa {id, question, context, answer}, choice {id, context, endings, label, score}.
 
     empty_words lists the words the tokenizer reduced to nothing, tagged "O" (the model never saw them).
     """

@@ -74,9 +74,11 @@ def check_label_names(labels: Sequence[str], what: str = "--labels") -> tuple[st
 
 
 def _label_key(path, value, line: int, what: str) -> str:
-    """A class label cell as its name: a string or a whole number; null, a list, true / false,
-    NaN and a fractional number are refused."""
-    bad = (value is None or isinstance(value, (bool, list, dict))
+    """A class label cell as its name: a string, a whole number, or true / false (named as JSON
+    spells them); null, a list, NaN and a fractional number are refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    bad = (value is None or isinstance(value, (list, dict))
            or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
            or (isinstance(value, str) and not value.strip()))
     if bad:

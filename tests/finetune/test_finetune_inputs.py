@@ -286,6 +286,8 @@ def test_null_labels_in_parquet_and_in_an_eval_file_are_refused(tmp_path):
                                          {"sentence": "c", "label": None}]), tmp_path / "t.parquet")
     with pytest.raises(TaskDataError, match=r"t.parquet: line 3 has label null, which is not a class label"):
         read_task("classification", tmp_path / "t.parquet", {})
+    write_jsonl(tmp_path / "b.jsonl", [{"sentence": "a", "label": True}, {"sentence": "b", "label": False}])
+    assert read_task("classification", tmp_path / "b.jsonl", {})[2] == ("false", "true")  # named as JSON spells them
     write_jsonl(tmp_path / "ok.jsonl", [{"sentence": "a", "label": 1.5}])
     write_jsonl(tmp_path / "dev.jsonl", [{"sentence": "a", "label": 1.0}, {"sentence": "b", "label": "-inf"}])
     with pytest.raises(TaskDataError, match=r"dev.jsonl: line 2 has label '-inf', which is not a finite number"):
@@ -438,7 +440,7 @@ def test_predict_rows_carry_their_input_columns(models, tmp_path):
     assert row["label"] in ("no", "yes")
     (tmp_path / "q.json").write_text(json.dumps(_squad_doc([{"id": "q", "question": "who sat", "answers": []}])))
     row = predict_lib.predict_file(models("qa"), tmp_path / "q.json")[0]
-    assert row["question"] == "who sat" and isinstance(row["answer"], str)
+    assert (row["question"], row["context"]) == ("who sat", "the cat sat on the mat") and isinstance(row["answer"], str)
     write_jsonl(tmp_path / "c.jsonl", [{"context": "the cat", "endings": ["sat", "ran"]}])
     row = predict_lib.predict_file(models("choice"), tmp_path / "c.jsonl")[0]
     assert row["context"] == "the cat" and row["endings"] == ["sat", "ran"] and row["label"] in (0, 1)
