@@ -492,3 +492,10 @@ def test_predict_and_evaluate_read_swag_csv_as_finetune_does(models, tmp_path, c
     assert f"accuracy             {expected:.4f}" in capsys.readouterr().out
     examples, _ = read_split("choice", tmp_path / "val.csv")
     assert [e.label for e in examples] == [2, 0, 1]
+
+
+def test_predict_out_in_a_missing_folder_is_refused_before_any_work(models, tmp_path, capsys, no_weights):
+    write_jsonl(tmp_path / "d.jsonl", [{"sentence": "the cat"}])
+    assert main(["predict", models("classification"), str(tmp_path / "d.jsonl"), "--out",
+                 str(tmp_path / "nodir" / "x.jsonl")]) == 2
+    _one_line(capsys, "predict", f"--out {tmp_path / 'nodir' / 'x.jsonl'}: the folder {tmp_path / 'nodir'} does not exist")
