@@ -32,10 +32,6 @@ class GlueTask:
     values: tuple[str, ...] | None = None   # how the files spell each class, in id order (None: as named)
 
     @property
-    def spellings(self) -> tuple[str, ...] | None:
-        return self.values or self.labels
-
-    @property
     def metrics(self) -> tuple[str, ...]:
         return GLUE_METRICS[self.name]
 
