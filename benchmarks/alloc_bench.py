@@ -19,10 +19,12 @@ if sys.argv[1] == "jaxbert":
     from jaxbert.train.allocator import keep_freed_memory
     keep_freed_memory()
 import jax, jax.numpy as jnp
-from jaxbert.train import parallel, sources
+from jaxbert.engine import parallel
+from jaxbert.train import sources
 from jaxbert.model.heads import build_model
-from jaxbert.train.optim import make_optimizer
+from jaxbert.engine.optim import make_optimizer
 from jaxbert.train.recipe import load
+from jaxbert.train.mlm import train_step
 steps = int(sys.argv[2])
 r = load("tiny-demo", ["data.source=synthetic"])
 model = build_model(r.model.model_class, r.bert_config(r.data.vocab_size), r.model.options())
@@ -30,7 +32,7 @@ runner = parallel.make_runner(r.parallel)
 tx, schedule = make_optimizer(r.optim, r.train.steps)
 dummy = jnp.zeros((1, r.data.seq_len), jnp.int32)
 runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), dummy, dummy)["params"], tx, schedule)
-state, train_fn, rng = runner.create_state(), runner.compile_train(), jax.random.PRNGKey(1)
+state, train_fn, rng = runner.create_state(), runner.compile_train(train_step), jax.random.PRNGKey(1)
 src = sources.make_source(r, None, r.train.per_device_batch_size, vocab_size=r.data.vocab_size)
 batches = [runner.shard_batch({k: v[None] for k, v in next(src).items()}) for _ in range(8)]
 for b in batches[:3]:  # compile and warm up

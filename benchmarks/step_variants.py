@@ -37,12 +37,15 @@ BASE = ["model.scan_layers=false", "model.remat_policy=none", "parallel.fsdp=fal
 
 
 def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) -> dict:
+    import dataclasses
+
     import jax
     import jax.numpy as jnp
     import optax
 
     from jaxbert.model import attention
-    from jaxbert.train import compile_step, plan, step
+    from jaxbert.engine.step import make_train_step
+    from jaxbert.train import compile_step, mlm, plan
     from jaxbert.train import recipe as recipes
 
     over = list(BASE)
@@ -52,7 +55,7 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
             return jax.nn.softmax(wide, axis=-1).astype(scores.dtype)
         attention.masked_softmax = wide_softmax
     elif variant == "fp32-loss-grad":
-        step.cross_entropy = lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
+        mlm.cross_entropy = lambda logits, labels: optax.softmax_cross_entropy_with_integer_labels(
             logits.astype(jnp.float32), labels)
     elif variant == "norm-metrics":
         over.append("train.norm_metrics=true")
@@ -67,12 +70,12 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
         jax.nn.dot_product_attention = _pallas_attention
     elif variant == "rbg-dropout":
         over.append("model.dropout_impl=threefry")
-        sums = step._sums
+        forward = mlm.MLM.forward
 
-        def rbg_sums(params, apply_fn, mb, rng, deterministic):
+        def rbg_forward(params, apply_fn, mb, rng, deterministic):
             key = jax.random.wrap_key_data(jax.random.bits(rng, (4,), jnp.uint32), impl="rbg")
-            return sums(params, apply_fn, mb, key, deterministic)
-        step._sums = rbg_sums
+            return forward(params, apply_fn, mb, key, deterministic)
+        mlm.train_step = make_train_step(dataclasses.replace(mlm.MLM, forward=rbg_forward))
     r = recipes.load("bert-base-phase1", over)
     cfg = r.bert_config()
     out = None if hlo_dir is None else os.path.join(hlo_dir, variant)

@@ -60,7 +60,7 @@ _EXPORTS = {
     'state_dict_to_params': 'jaxbert.convert',
 }
 __all__ = sorted(_EXPORTS)
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):

@@ -33,6 +33,10 @@ class InputError(JaxbertError, ValueError):
     exit_code = EXIT_BAD_INPUT
 
 
+class ConfigError(InputError):
+    """An invalid model config value; the message names the field."""
+
+
 class CheckFailed(JaxbertError):
     """A check ran to completion and its verdict is "no"."""
 

@@ -37,6 +37,8 @@ from jaxbert import fs
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, ConfigError
+from jaxbert.model.families import FAMILIES
+from jaxbert.model.families.bert import BERT
 
 CHECKPOINTS = "checkpoints"
 CORRUPT = "checkpoints.corrupt"
@@ -91,11 +93,34 @@ def state_tree(step, params, opt_state, rng) -> dict:
     return {"step": step, "params": params, "opt_state": opt_state, "rng": rng}
 
 
-def checkpoint_meta(step: int, loader_states: list, recipe: dict, config: BertConfig, model_class: str) -> dict:
+def checkpoint_meta(step: int, loader_states: list, recipe: dict, config: BertConfig, model_class: str,
+                    task: tuple[dict, list] | None = None) -> dict:
     """The JSON beside a checkpoint's arrays: loader_states holds every process's loader state, in order
-    (each records the global stream position, the same in every process: a resume reads the first)."""
-    return {"step": step, "loader": loader_states, "recipe": recipe, "config": config.to_dict(),
+    (each records the global stream position, the same in every process: a resume reads the first).
+    task: a fine-tuning run's (record a resume must match, evaluation history)."""
+    meta = {"step": step, "loader": loader_states, "recipe": recipe, "config": config.to_dict(),
             "model_class": model_class}
+    if task is not None:
+        meta[_TASK_META] = {"task": task[0], "history": task[1]}
+    return meta
+
+
+def saved_recipe(meta: Mapping) -> dict:
+    """The recipe (as a dict) a checkpoint was saved with; {} for a checkpoint without one."""
+    return dict(meta.get("recipe") or {})
+
+
+_TASK_META = "finetune"  # the meta key of a fine-tuning run's task record and history
+
+
+def task_record(meta: Mapping) -> dict:
+    """The task record a fine-tuning checkpoint was saved with ({} for a pretraining one)."""
+    return dict((meta.get(_TASK_META) or {}).get("task") or {})
+
+
+def task_history(meta: Mapping) -> list:
+    """The evaluation history a fine-tuning checkpoint was saved with."""
+    return list((meta.get(_TASK_META) or {}).get("history") or [])
 
 
 def _read_meta(root: Path, step: int) -> dict:
@@ -419,7 +444,8 @@ def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
 def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
     """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint."""
     params, meta = read_params(workdir, step)
-    encoder = "roberta" if isinstance(params, dict) and "roberta" in params else "bert"  # the family's prefix
+    prefixes = [f.prefix for f in FAMILIES.values() if isinstance(params, dict) and f.prefix in params]
+    encoder = prefixes[0] if prefixes else BERT.prefix  # the family's name for the encoder
     try:
         vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
     except (KeyError, TypeError):

@@ -9,7 +9,7 @@ docs/demo-fingerprint.json: the training loss every 10 steps, the learning rate 
 the held-out loss and accuracy after step 150.
 
 Why 150 steps: the recipe's schedule is a linear warmup over `optim.warmup_steps` = 150 steps, then
-a linear decay to zero at `train.steps` (jaxbert.train.optim.make_schedule, which warms up over
+a linear decay to zero at `train.steps` (jaxbert.engine.optim.make_schedule, which warms up over
 min(warmup_steps, steps)). With `train.steps=150` the warmup keeps its length and steps 1..150 see
 exactly the learning rates of the full run (the decay would only start at the 151st update), so the
 losses are those of the demo's own first 150 steps. A shorter run would shorten the warmup and change

@@ -1,6 +1,6 @@
 """The work each contender does: a callable that runs one unit and blocks until done.
 
-jaxbert runs its real train step (jaxbert.train.step.train_step: MLM loss at
+jaxbert runs its real train step (jaxbert.train.mlm.train_step: MLM loss at
 the masked positions only, AdamW); transformers runs BertForMaskedLM with
 labels (its head covers every position) and torch.optim.AdamW.
 """
@@ -23,9 +23,10 @@ from jaxbert.model.options import ModelOptions
 from jaxbert.finetune.loop import prepare_runner
 from jaxbert.finetune.model import task_config
 from jaxbert.finetune.recipe import load as load_finetune_recipe
-from jaxbert.finetune.step import make_train_step
-from jaxbert.train import parallel
-from jaxbert.train.step import TrainState, train_step
+from jaxbert.finetune.step import step_spec
+from jaxbert.engine import parallel
+from jaxbert.engine.step import TrainState, make_train_step
+from jaxbert.train.mlm import train_step
 
 MASK_RATE = 0.15
 
@@ -249,7 +250,7 @@ def jax_finetune(cfg: BertConfig, batch: int, seq_len: int, **options):
     runner = parallel.make_runner(recipe.parallel)
     prepare_runner(recipe, runner, "BertForSequenceClassification", config, total=10_000)
     state = {"s": runner.create_state()}
-    train_fn = runner.compile_train(make_train_step("classification"))
+    train_fn = runner.compile_train(make_train_step(step_spec("classification")))
     data = runner.shard_batch({k: v[None] for k, v in _classification_batch(cfg, batch, seq_len).items()})
     rng = jax.random.PRNGKey(1)  # the loop's key kind
 

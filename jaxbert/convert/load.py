@@ -63,7 +63,7 @@ def _unused_reason(key: str, table: Table) -> str:
         return f"{table.model_class} has no cross-attention here (config.add_cross_attention or class)"
     if ".distance_embedding." in key:
         return f"config.position_embedding_type is {table.config.position_embedding_type!r}"
-    if key.startswith("lm_head.") and not table.config.is_roberta:
+    if key.startswith("lm_head.") and not table.spec.family.mlm_decoder.startswith("lm_head."):
         return "a BertGeneration head (decoder without a transform layer); no jaxbert class has it"
     if key.startswith(table.spec.family.mlm_decoder + ".weight"):
         return "config ties the decoder to the word embeddings, and no MLM head uses it"

@@ -13,7 +13,7 @@ from jaxbert import fs
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import load
 from jaxbert.finetune.task import parse_task
-from jaxbert.train.metrics import MetricsWriter
+from jaxbert.engine.metrics import MetricsWriter
 
 
 def _spec(item: dict):

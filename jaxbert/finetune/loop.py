@@ -13,19 +13,20 @@ key of (seed, step), so a run resumed at step k ends with the params of one that
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 import time
 from pathlib import Path
 
 import jax
-from jax.experimental import multihost_utils
+import numpy as np
 
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.convert.export import export_params
 from jaxbert.data.tokenizer import load_tokenizer
-from jaxbert.errors import Diverged, InputError
+from jaxbert.errors import InputError
 from jaxbert.finetune.batching import batches, n_batches
 from jaxbert.finetune.featurize import make_features
 from jaxbert.finetune.glue import glue_task
@@ -34,21 +35,18 @@ from jaxbert.finetune.model import LoadedModel, load_task_model
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector, decode, score
-from jaxbert.finetune.step import make_eval_step, make_train_step
+from jaxbert.finetune.step import eval_outputs, step_spec
 from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
 from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.params import unscan_params
-from jaxbert.train import hosts, parallel
-from jaxbert.train.lock import workdir_lock
-from jaxbert.train.loop import SigtermFlag, restore_latest
-from jaxbert.train.metrics import MetricsWriter
-from jaxbert.train.optim import make_optimizer
-from jaxbert.train.recipe import RecipeError
+from jaxbert.engine import loop as engine
+from jaxbert.engine import parallel
+from jaxbert.engine.lock import workdir_lock
+from jaxbert.engine.loop import restore_latest
+from jaxbert.engine.metrics import MetricsWriter
+from jaxbert.engine.optim import make_optimizer
+from jaxbert.engine.recipe import RecipeError
 from jaxbert.workdir import Checkpoints
-
-
-class FinetuneDiverged(Diverged):
-    """The loss, a gradient or a param became NaN or Inf; the message names the step."""
 
 
 @dataclasses.dataclass
@@ -90,7 +88,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     loaded = load_task_model(source, spec.kind, data.labels, scan_layers=recipe.model.scan_layers,
                              dtype=recipe.model.param_dtype, seed=recipe.train.seed, task_info=info)
     cfg = loaded.config
-    limit = cfg.max_position_embeddings - (cfg.pad_token_id + 1 if cfg.is_roberta else 0)
+    limit = cfg.position_limit()
     if d.max_length > limit:
         raise RecipeError(f"data.max_length: {d.max_length} is more than the {limit} positions of {source}")
     if (tok.get_vocab_size() > cfg.vocab_size):
@@ -140,7 +138,7 @@ def _run(prep: Prepared, workdir: Path, stop_at, log, primary) -> dict:
     runner = parallel.make_runner(r.parallel)
     if runner.strategy == "pmap" and jax.process_count() > 1:
         raise RecipeError("parallel.strategy: fine-tuning over several hosts needs mesh")
-    batch = r.train.per_device_batch_size * runner.num_devices * r.train.accum_steps
+    batch = parallel.global_batch_size(r, runner)
     eval_batch = r.train.eval_batch_size or batch // r.train.accum_steps
     if eval_batch % runner.num_devices:
         raise RecipeError(f"train.eval_batch_size: {eval_batch} does not divide over {runner.num_devices} devices")
@@ -181,10 +179,28 @@ def prepare_runner(recipe: FinetuneRecipe, runner, class_name: str, config, tota
 
 
 def _task_record(run: _Run) -> dict:
-    """What a checkpoint must agree on to be resumed: the task, its labels and its epoch length."""
+    """What a checkpoint must agree on to be resumed: the task, its labels, its epoch length and the
+    content of the data it trains on (a fingerprint of the featurized training arrays)."""
     data = run.prep.data
     return {"task": data.spec.name, "labels": None if data.labels is None else list(data.labels),
-            "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch}
+            "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch,
+            "train_fingerprint": _fingerprint(run.prep.train)}
+
+
+def _fingerprint(features) -> str:
+    """sha256 (first 16 hex digits) of a split's arrays, keys in order: any changed text, label or length shows."""
+    h = hashlib.sha256()
+    for key in sorted(features.arrays):
+        a = np.ascontiguousarray(features.arrays[key])
+        h.update(f"{key}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+# How a changed record field is said when a resume is refused.
+_RECORD_MEANING = {"task": "the task", "labels": "the labels", "train_features": "the number of training rows",
+                   "steps_per_epoch": "the steps per epoch (the global batch size or the training rows)",
+                   "train_fingerprint": "the training data's content"}
 
 
 def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
@@ -199,43 +215,87 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
         state = state.replace(params=runner.place_params(run.prep.loaded.params))
         return 0, state, rng, []
     start, tree, meta = restored
-    if meta.get("finetune", {}).get("task") != _task_record(run):
-        raise InputError(f"{ckpt.directory / str(start)} was saved for other data "
-                         f"({meta.get('finetune', {}).get('task')}); train in a new --workdir")
-    state = runner.from_saved(runner.abstract.replace(
-        step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
+    saved, now = workdir_lib.task_record(meta), _task_record(run)
+    if saved != now:
+        changed = [k for k in now if k in saved and saved[k] != now[k]]
+        what = "; ".join(f"{_RECORD_MEANING.get(k, k)}: saved {saved[k]!r}, now {now[k]!r}" for k in changed[:3])
+        if not changed:  # a checkpoint of an older jaxbert: it recorded no fingerprint
+            what = f"it records no fingerprint of its training data ({sorted(set(now) - set(saved))} missing)"
+        raise InputError(f"{ckpt.directory / str(start)} cannot be resumed by this run: {what}; run with what it "
+                         f"was saved with, or train in a new --workdir")
     run.log(f"resumed from {ckpt.directory / str(start)}")
-    return start, state, tree["rng"], meta["finetune"]["history"]
+    return start, engine.state_from(runner, tree), tree["rng"], workdir_lib.task_history(meta)
 
 
-def _train_batches(run: _Run, start: int):
-    """This process's share [A, B_host, ...] of each step's batch from step `start` on: epoch e's
-    rows in the order drawn from (seed, e), the step's place in its epoch skipped to."""
-    r = run.prep.recipe
-    A, n_proc, pid = r.train.accum_steps, jax.process_count(), jax.process_index()
-    rows = run.batch // A // n_proc
-    for epoch in itertools.count(start // run.per_epoch):
-        skip = start - epoch * run.per_epoch if epoch == start // run.per_epoch else 0
-        for b in itertools.islice(batches(run.prep.train, run.batch, shuffle=True, seed=r.train.seed, epoch=epoch),
-                                  skip, None):
-            b.pop("index")
-            yield {k: v.reshape(A, run.batch // A, *v.shape[1:])[:, pid * rows:(pid + 1) * rows]
-                   for k, v in b.items()}
+class FinetuneTask:
+    """Fine-tuning as the engine's task: bucketed batches in an order drawn from (seed, epoch),
+    evaluation at each epoch end and every train.eval_every steps, the best model exported to
+    WORKDIR/best, the evaluation history in every checkpoint."""
 
+    def __init__(self, run: _Run, history: list):
+        r = run.prep.recipe
+        self.run, self.history, self.main = run, history, run.prep.data.main
+        self.step, self.apply_fn = step_spec(run.kind), run.model.apply
+        self.total, self.log_every = run.total, r.train.log_every
+        self.eval_fn = engine.compile_eval(self, run.runner, eval_outputs(run.kind))
+        self.best = max(history, key=lambda h: main_score(h, self.main)) if history else None
 
-def _per_shape(fn, name: str):
-    """fn; in a multi-host run each new batch shape is compiled ahead and the processes meet
-    after it (hosts.compiled_then_aligned, once per bucket)."""
-    if jax.process_count() == 1:
-        return fn
-    compiled = {}
+    summarize = staticmethod(summarize)
 
-    def call(*args):
-        key = tuple(tuple(x.shape) for x in jax.tree_util.tree_leaves(args[1]))
-        if key not in compiled:
-            compiled[key] = hosts.compiled_then_aligned(fn, f"{name}-{len(compiled)}")
-        return compiled[key](*args)
-    return call
+    def batches(self, start: int):
+        """This process's share [A, B_host, ...] of each step's batch from step `start` on: epoch e's
+        rows in the order drawn from (seed, e), the step's place in its epoch skipped to."""
+        run, r = self.run, self.run.prep.recipe
+        A, n_proc, pid = r.train.accum_steps, jax.process_count(), jax.process_index()
+        rows = run.batch // A // n_proc
+        for epoch in itertools.count(start // run.per_epoch):
+            skip = start - epoch * run.per_epoch if epoch == start // run.per_epoch else 0
+            for b in itertools.islice(batches(run.prep.train, run.batch, shuffle=True, seed=r.train.seed,
+                                              epoch=epoch), skip, None):
+                b.pop("index")
+                yield {k: v.reshape(A, run.batch // A, *v.shape[1:])[:, pid * rows:(pid + 1) * rows]
+                       for k, v in b.items()}, None
+
+    def throughput(self):
+        return None  # batches are cut to their bucket: no fixed tokens per step
+
+    def stepped(self, step: int) -> None:
+        pass
+
+    def logged(self, step: int, scalars: dict) -> None:
+        epoch = step / self.run.per_epoch
+        scalars.update(epoch=round(epoch, 4), elapsed_s=round(time.time() - self.run.t0, 1))
+        rate = f", {scalars['steps_per_s']:.2f} steps/s" if "steps_per_s" in scalars else ""
+        self.run.log(f"step {step}/{self.total} epoch {epoch:.2f} loss {scalars['loss']:.4f} "
+                     f"lr {scalars['learning_rate']:.2e}{rate}")
+
+    def eval_due(self, step: int) -> bool:
+        every = self.run.prep.recipe.train.eval_every
+        return step % self.run.per_epoch == 0 or bool(every and step % every == 0)
+
+    def evaluate(self, state) -> dict:
+        evals = self._evals = evaluate(self.run, self.run.runner.params_of(state), self.eval_fn)
+        return {f"eval_{n}_{k}": v for n, ms in evals.items() for k, v in ms.items()}
+
+    def evaluated(self, step: int, state, figures: dict, seconds: float) -> None:
+        run = self.run
+        record = {"step": step, "epoch": round(step / run.per_epoch, 4), "evals": self._evals}
+        self.history.append(record)
+        improved = self.best is None or main_score(record, self.main) > main_score(self.best, self.main)
+        run.log(f"eval at step {step}: " + "; ".join(
+            f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in ms.items()) for n, ms in record["evals"].items())
+            + (" (best so far)" if improved else ""))
+        if improved:
+            self.best = record
+            _export_best(run, state)
+        if run.primary:
+            write_eval_json(run.workdir, run.prep.data.spec.name, self.main, self.history, self.best)
+
+    def checkpoint_meta(self, step: int, loader_state) -> dict:
+        run = self.run
+        return workdir_lib.checkpoint_meta(step, [{"epoch": step // run.per_epoch}], run.prep.recipe.to_dict(),
+                                           run.prep.loaded.config, run.prep.loaded.class_name,
+                                           task=(_task_record(run), self.history))
 
 
 def evaluate(run: _Run, params, eval_fn) -> dict:
@@ -264,15 +324,9 @@ def evaluate(run: _Run, params, eval_fn) -> dict:
     return out
 
 
-def _host_params(run: _Run, state):
-    params = run.runner.to_saved(state).params
-    # FSDP shards live on several hosts: every process takes part in gathering them.
-    params = jax.device_get(params) if jax.process_count() == 1 else multihost_utils.process_allgather(params, tiled=True)
-    return unscan_params(params) if run.prep.recipe.model.scan_layers else params
-
-
 def _export_best(run: _Run, state) -> None:
-    params = _host_params(run, state)
+    params = engine.host_params(run.runner, state)
+    params = unscan_params(params) if run.prep.recipe.model.scan_layers else params
     if run.primary:
         loaded = run.prep.loaded
         export_params(workdir_lib.path(run.workdir, workdir_lib.BEST), loaded.config, loaded.class_name, params,
@@ -280,63 +334,14 @@ def _export_best(run: _Run, state) -> None:
 
 
 def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, history: list, stop_at):
-    r, runner, log = run.prep.recipe, run.runner, run.log
-    tr, main = r.train, run.prep.data.main
-    train_fn = _per_shape(runner.compile_train(make_train_step(run.kind)), "train")
-    eval_fn = _per_shape(runner.compile_eval(run.model.apply, make_eval_step(run.kind)), "eval")
-    writer = MetricsWriter(run.workdir, active=run.primary)
-    stop = SigtermFlag()
-    best = max(history, key=lambda h: main_score(h, main)) if history else None
-    window, step, status = {}, start, "finished"
+    task = FinetuneTask(run, history)
+    writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
     try:
-        source = _train_batches(run, start)
-        while step < run.total:
-            state, metrics = train_fn(state, runner.shard_batch(next(source)), rng)
-            step += 1
-            m = runner.metrics_to_host(metrics)
-            if not m.pop("finite"):
-                raise FinetuneDiverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
-                                       f"it (metrics: {summarize(m)})")
-            for k, v in m.items():
-                window[k] = v if k in ("grad_norm", "update_norm", "param_norm", "learning_rate") else window.get(k, 0.0) + v
-            epoch = step / run.per_epoch
-            if step % tr.log_every == 0 or step == run.total:
-                scalars = {**summarize(window), "epoch": round(epoch, 4), "elapsed_s": round(time.time() - run.t0, 1)}
-                writer.write(step, scalars)
-                log(f"step {step}/{run.total} epoch {epoch:.2f} loss {scalars['loss']:.4f} "
-                    f"lr {scalars['learning_rate']:.2e}")
-                window = {}
-            if step == run.total or step % run.per_epoch == 0 or (tr.eval_every and step % tr.eval_every == 0):
-                record = {"step": step, "epoch": round(epoch, 4),
-                          "evals": evaluate(run, runner.params_of(state), eval_fn)}
-                history.append(record)
-                writer.write(step, {f"eval_{n}_{k}": v for n, ms in record["evals"].items() for k, v in ms.items()})
-                improved = best is None or main_score(record, main) > main_score(best, main)
-                log(f"eval at step {step}: " + "; ".join(
-                    f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in ms.items()) for n, ms in record["evals"].items())
-                    + (" (best so far)" if improved else ""))
-                if improved:
-                    best = record
-                    _export_best(run, state)
-                if run.primary:
-                    write_eval_json(run.workdir, run.prep.data.spec.name, main, history, best)
-            stopping = stop.requested(step % tr.log_every == 0) or step == stop_at
-            if ckpt.due(step) or step == run.total or stopping:
-                writer.flush()
-                meta = workdir_lib.checkpoint_meta(step, [{"epoch": step // run.per_epoch}], r.to_dict(),
-                                                   run.prep.loaded.config, run.prep.loaded.class_name)
-                meta["finetune"] = {"task": _task_record(run), "history": history}
-                saved = runner.to_saved(state)
-                ckpt.save(step, workdir_lib.state_tree(saved.step, saved.params, saved.opt_state, rng), meta)
-            if stopping and step < run.total:
-                status = "stopped"
-                log(f"stopped: saved step {step} to {ckpt.directory}; run again to resume")
-                break
+        out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log, stop_at=stop_at)
     finally:
         ckpt.close()
         writer.close()
-        stop.restore()
-    return state, step, status, history
+    return out.state, out.step, out.status, task.history
 
 
 def _summary(run: _Run, status: str, step: int, history: list) -> dict:

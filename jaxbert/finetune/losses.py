@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from jaxbert.finetune.features import IGNORE
-from jaxbert.train.step import cross_entropy
+from jaxbert.engine.step import cross_entropy
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from jaxbert import fs
+from jaxbert.convert.load import init_leaves
 from jaxbert.convert.pretrained import load_checkpoint
 from jaxbert.errors import InputError
 from jaxbert.model.config import BertConfig
@@ -96,15 +97,53 @@ class LoadedModel:
 def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype="float32", seed: int = 0,
                     task_info: dict | None = None) -> LoadedModel:
     """SRC's encoder in the task's class, with a new head; InputError if more than the head is missing."""
-    config = task_config(source_config(src), kind, labels, task_info)
+    own = source_config(src)
+    config = task_config(own, kind, labels, task_info)
     name = config.class_name(HEAD_CLASS[kind])
     config, name, params, report = load_checkpoint(src, name, config=config, dtype=dtype, strict=False,
                                                    scan_layers=scan_layers, seed=seed)
     prefix = config.base_prefix
+    note = _fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
     body = [p for p in report.missing_paths if p.split("/")[0] == prefix and not p.startswith(f"{prefix}/pooler/")]
     if body:
         shown = ", ".join(body[:6]) + (" ..." if len(body) > 6 else "")
         raise InputError(f"{src} lacks {len(body)} encoder params of {name} ({shown}); it is not a "
                          f"{config.model_type} encoder of this size")
-    fresh = [p.replace("/", ".") for p in report.missing_paths]
+    fresh = [p.replace("/", ".") for p in report.missing_paths] + note
     return LoadedModel(config, name, params, report.unused_keys, fresh)
+
+
+def _fresh_head_for_other_labels(own: BertConfig, config: BertConfig, name: str, params: dict, report,
+                                 scan_layers: bool, seed: int) -> list[str]:
+    """SRC fine-tuned with the same head class but other labels (same count, so the shapes fit): its head
+    would silently map old classes onto new ones. Its head params are initialised fresh instead, in
+    place; returns them as "path (SRC's head had labels [...])" for the report."""
+    same_class = (own.architectures or [""])[0] == name
+    old = [own.id2label[i] for i in sorted(own.id2label)] if own.id2label else None
+    new = [config.id2label[i] for i in sorted(config.id2label)]
+    if not same_class or old is None or old == new or config.extra.get("problem_type") == "regression":
+        return []
+    prefix = config.base_prefix
+    paths = []
+
+    def walk(node, path):
+        for k, v in node.items():
+            if isinstance(v, dict):
+                walk(v, path + (k,))
+            elif path[:1] != (prefix,):
+                paths.append(path + (k,))
+    walk(params, ())
+    if not paths:
+        return []
+    fresh = init_leaves(config, name, scan_layers, None, paths, next(iter(_leaves(params))).dtype, seed)
+    for path, value in fresh.items():
+        node = params
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return [f"{'.'.join(p)} (SRC's head had labels {old})" for p in paths]
+
+
+def _leaves(node):
+    for v in node.values():
+        yield from (_leaves(v) if isinstance(v, dict) else [v])

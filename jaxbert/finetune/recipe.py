@@ -3,7 +3,7 @@
 Sections: model (compute options: dtype, remat, scan), data (sequence length, QA windows),
 optim (the pretraining OptimSection plus warmup_ratio), train (epochs or steps, batch,
 seed, evaluation cadence), parallel and checkpoint (the pretraining sections). Keys are
-checked by jaxbert.train.recipe's machinery: an unknown key or a wrong type is a
+checked by jaxbert.engine.recipe's machinery: an unknown key or a wrong type is a
 RecipeError naming it, and ``--set key=value`` overrides are checked the same way.
 Shipped recipes live in configs/finetune/ (``jaxbert finetune --list``).
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from jaxbert.model.dropout import DROPOUT_IMPLS
-from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES
-from jaxbert.train.recipe import (CheckpointSection, ComputeSection, OptimSection, ParallelSection, RecipeError, build,
-                                  read_yaml, recipe_names)
+from jaxbert.engine import recipe as engine_recipe
+from jaxbert.engine.optim import OptimSection
+from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, CheckpointSection, ComputeSection, ParallelSection,  # noqa: F401
+                                   RecipeError, check_ranges, check_sections, recipe_names)
 
 FOLDER = "finetune"  # configs/finetune/
 DEFAULT_RECIPE = "finetune-glue"
@@ -41,12 +41,21 @@ class FinetuneDataSection:
     max_answer_length: int = 30  # QA: longest answer, in tokens
     version_2: bool = False  # QA: SQuAD v2.0 (unanswerable questions; scored with squad_v2)
 
+    def check(self, prefix: str = "data.") -> None:
+        check_ranges(prefix, {k: (getattr(self, k), *POSITIVE) for k in (
+            "max_length", "stride", "max_query_length", "n_best", "max_answer_length")})
+
 
 @dataclasses.dataclass
 class FinetuneOptimSection(OptimSection):
     learning_rate: float = 2e-5
     eps: float = 1e-6
-    warmup_ratio: float = 0.1  # linear warmup over this share of the total steps (replaces warmup_steps)
+    warmup_ratio: float = 0.1  # linear warmup over this share of the total steps
+    warmup_steps: int = 0  # > 0: warm up over this many steps (warmup_ratio is then not used)
+
+    def check(self, prefix: str = "optim.") -> None:
+        OptimSection.check(self, prefix)
+        check_ranges(prefix, {"warmup_ratio": (self.warmup_ratio, lambda v: 0 <= v < 1, "in [0, 1)")})
 
 
 @dataclasses.dataclass
@@ -60,6 +69,17 @@ class FinetuneTrainSection:
     eval_every: int = 0  # evaluate every N steps too; 0 = at each epoch end only (always at the end)
     eval_batch_size: Optional[int] = None  # global eval batch; None = the global train batch
     norm_metrics: bool = False
+
+    def check(self, prefix: str = "train.") -> None:
+        check_ranges(prefix, {
+            "epochs": (self.epochs, *POSITIVE),
+            "steps": (self.steps, *AT_LEAST_1),
+            "per_device_batch_size": (self.per_device_batch_size, *AT_LEAST_1),
+            "accum_steps": (self.accum_steps, *AT_LEAST_1),
+            "seed": (self.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+            "log_every": (self.log_every, *AT_LEAST_1),
+            "eval_every": (self.eval_every, lambda v: v >= 0, ">= 0 (0: at each epoch end only)"),
+            "eval_batch_size": (self.eval_batch_size, *AT_LEAST_1)})
 
 
 @dataclasses.dataclass
@@ -76,59 +96,17 @@ class FinetuneRecipe:
         return dataclasses.asdict(self)
 
     def optim_for(self, total_steps: int) -> OptimSection:
-        """The OptimSection make_optimizer takes: warmup_steps = warmup_ratio x total_steps."""
+        """The OptimSection make_optimizer takes: optim.warmup_steps, or warmup_ratio x total_steps."""
         fields = {f.name: getattr(self.optim, f.name) for f in dataclasses.fields(OptimSection)}
-        fields["warmup_steps"] = int(round(self.optim.warmup_ratio * total_steps))
+        if not self.optim.warmup_steps:
+            fields["warmup_steps"] = int(round(self.optim.warmup_ratio * total_steps))
         return OptimSection(**fields)
 
 
-def _validate(r: FinetuneRecipe) -> None:
-    choices = {"model.dtype": (r.model.dtype, ("float32", "bfloat16", "float16")),
-               "model.param_dtype": (r.model.param_dtype, ("float32", "bfloat16")),
-               "model.attention_impl": (r.model.attention_impl, ATTENTION_IMPLS),
-               "model.dropout_impl": (r.model.dropout_impl, DROPOUT_IMPLS),
-               "model.remat_policy": (r.model.remat_policy, tuple(REMAT_POLICIES)),
-               "optim.name": (r.optim.name, ("adamw", "lamb")),
-               "optim.schedule": (r.optim.schedule, ("linear", "polynomial", "wsd", "constant")),
-               "optim.mu_dtype": (r.optim.mu_dtype, (None, "float32", "bfloat16")),
-               "parallel.strategy": (r.parallel.strategy, ("mesh", "pmap"))}
-    for key, (value, allowed) in choices.items():
-        if value not in allowed:
-            raise RecipeError(f"{key}: {value!r} is not one of {allowed}")
-    positive = {"data.max_length": r.data.max_length, "data.stride": r.data.stride,
-                "data.max_query_length": r.data.max_query_length, "data.n_best": r.data.n_best,
-                "data.max_answer_length": r.data.max_answer_length, "train.epochs": r.train.epochs,
-                "train.per_device_batch_size": r.train.per_device_batch_size,
-                "train.accum_steps": r.train.accum_steps, "train.log_every": r.train.log_every,
-                "checkpoint.every_steps": r.checkpoint.every_steps, "checkpoint.keep": r.checkpoint.keep,
-                "optim.learning_rate": r.optim.learning_rate, "model.attention_chunks": r.model.attention_chunks,
-                "model.ffn_chunks": r.model.ffn_chunks}
-    for key in ("steps", "eval_batch_size"):
-        if getattr(r.train, key) is not None:
-            positive[f"train.{key}"] = getattr(r.train, key)
-    for key, value in positive.items():
-        if value <= 0:
-            raise RecipeError(f"{key}: must be > 0, got {value!r}")
-    if r.train.eval_every < 0:
-        raise RecipeError(f"train.eval_every: must be >= 0, got {r.train.eval_every}")
-    if not 0 <= r.optim.warmup_ratio < 1:
-        raise RecipeError(f"optim.warmup_ratio: must be in [0, 1), got {r.optim.warmup_ratio}")
-    if r.parallel.strategy == "pmap" and r.parallel.fsdp:
-        raise RecipeError("parallel.fsdp: FSDP needs parallel.strategy=mesh")
-
-
 def from_dict(data: dict) -> FinetuneRecipe:
-    if not isinstance(data, dict):
-        raise RecipeError(f"a recipe is a mapping of sections, got {type(data).__name__}")
-    recipe = build(FinetuneRecipe, data)
-    _validate(recipe)
-    return recipe
+    return engine_recipe.from_dict(FinetuneRecipe, data, check_sections)
 
 
 def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> FinetuneRecipe:
     """A shipped recipe (by name) or a YAML file, with ``key=value`` overrides applied and checked."""
-    path, data = read_yaml(name_or_path, overrides, FOLDER)
-    try:
-        return from_dict(data)
-    except RecipeError as e:
-        raise RecipeError(f"{path}: {e}") from e
+    return engine_recipe.load(FinetuneRecipe, check_sections, name_or_path, overrides, FOLDER)

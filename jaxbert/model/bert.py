@@ -11,6 +11,7 @@ from jaxbert.model.attention import padding_mask
 from jaxbert.model.base import Array, BertModule, ModelOutput
 from jaxbert.model.config import ConfigError, bert_class_name
 from jaxbert.model.encoder import BertEmbeddings, BertEncoder, BertPooler
+from jaxbert.model.families import family_of_class
 
 
 class BertPreTrainedModel(BertModule):
@@ -36,9 +37,9 @@ class BertPreTrainedModel(BertModule):
         """Bert* classes take their family from the config; Roberta* ones need a RoBERTa config."""
         name = type(self).__name__
         self.config.class_name(name)  # refuses heads the family lacks (RobertaForPreTraining)
-        if name != bert_class_name(name) and not self.config.is_roberta:
-            raise ConfigError(f"{name} needs model_type 'roberta' or 'xlm-roberta', "
-                              f"not {self.config.model_type!r}")
+        own = family_of_class(name)
+        if name != bert_class_name(name) and own is not self.config.family:
+            raise ConfigError(f"{name} needs model_type {own.needs()}, not {self.config.model_type!r}")
 
     def _word_embeddings(self) -> Array:
         base = getattr(self, self.config.base_prefix)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from jaxbert import fs
-from jaxbert.errors import InputError
+from jaxbert.errors import ConfigError, InputError  # noqa: F401 (ConfigError: its public home is here too)
+from jaxbert.model.families import FAMILIES, MODEL_TYPES, Family, family_of
 from jaxbert.fs import atomic_write_text
 
 ACTIVATIONS = (
@@ -23,24 +24,11 @@ ACTIVATIONS = (
     "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
 )
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
-# config.json model_type values jaxbert builds; anything else is refused by name.
-# RoBERTa and XLM-RoBERTa are BERT's modules with different names and position ids.
-MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
-SUPPORTED_MODEL_TYPES = MODEL_TYPES
-# model_type -> (param tree prefix of the encoder, class-name prefix as transformers spells it)
-_FAMILY_NAMES = {"bert": ("bert", "Bert"), "roberta": ("roberta", "Roberta"),
-                 "xlm-roberta": ("roberta", "XLMRoberta")}
-# Head classes of the RoBERTa family (transformers has no NSP/pretraining head for it).
-ROBERTA_HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification",
-                 "ForQuestionAnswering", "ForMultipleChoice")
+SUPPORTED_MODEL_TYPES = MODEL_TYPES  # config.json model_type values jaxbert builds (jaxbert.model.families)
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
     "bert-base-uncased", "bert-base-cased", "bert-large-uncased",
 )
-
-
-class ConfigError(InputError):
-    """An invalid config value; the message names the field."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,12 +134,7 @@ class BertConfig:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
-        if self.is_roberta and (isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int)):
-            raise ConfigError(f"pad_token_id must be an integer for model_type {self.model_type!r} (its positions "
-                              f"start at pad_token_id + 1), got {self.pad_token_id!r}")
-        if self.is_roberta and self.max_position_embeddings <= self.pad_token_id + 1:
-            raise ConfigError(f"max_position_embeddings ({self.max_position_embeddings}) leaves no room for "
-                              f"{self.model_type} positions, which start at pad_token_id + 1")
+        self.family.check_config(self)
         if self.num_labels <= 0:
             raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
 
@@ -164,22 +147,27 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
-    def is_roberta(self) -> bool:
-        """RoBERTa / XLM-R: positions from padding_idx + 1, `roberta.` prefix, lm_head."""
-        return self.model_type in ("roberta", "xlm-roberta")
+    def family(self) -> Family:
+        """The model family of the config's model_type (jaxbert.model.families)."""
+        return family_of(self.model_type)
+
+    def position_limit(self) -> int:
+        """The longest sequence the position table holds (a family may start its positions later)."""
+        return self.max_position_embeddings - self.family.position_offset(self)
 
     @property
     def base_prefix(self) -> str:
         """Name of the encoder in the param tree and state dict: 'bert' or 'roberta'."""
-        return _FAMILY_NAMES[self.model_type][0]
+        return self.family.prefix
 
     def class_name(self, name: str) -> str:
         """A class name in this config's family: 'BertForMaskedLM' -> 'RobertaForMaskedLM'."""
         suffix = bert_class_name(name)[len("Bert"):]
-        prefix = _FAMILY_NAMES[self.model_type][1]
-        if self.is_roberta and suffix not in ROBERTA_HEADS:
+        family = self.family
+        prefix = family.class_prefix(self.model_type)
+        if suffix not in family.heads:
             raise ConfigError(f"model_type {self.model_type!r} has no {prefix}{suffix}; its classes are "
-                              f"{tuple(prefix + s for s in ROBERTA_HEADS)}")
+                              f"{tuple(prefix + s for s in family.heads)}")
         return prefix + suffix
 
     @property
@@ -276,9 +264,10 @@ _TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false
                Mapping: "a JSON object"}
 def bert_class_name(name: str) -> str:
     """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel'."""
-    for _, prefix in _FAMILY_NAMES.values():
-        if name.startswith(prefix) and prefix != "Bert":
-            return "Bert" + name[len(prefix):]
+    for family in FAMILIES.values():
+        for prefix in family.class_prefixes.values():
+            if name.startswith(prefix) and prefix != "Bert":
+                return "Bert" + name[len(prefix):]
     return name
 
 

@@ -20,7 +20,6 @@ from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import Array, BertModule
 from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
-from jaxbert.model.roberta import roberta_positions
 
 
 def check_length(length: int, config) -> None:
@@ -29,11 +28,11 @@ def check_length(length: int, config) -> None:
     Shapes are static, so this runs once per trace. Past the table, an embedding
     lookup would read out of bounds (NaN or garbage logits, silently).
     """
-    # RoBERTa's positions start after the padding index: its table holds pad_token_id + 1 fewer.
-    limit = config.max_position_embeddings - ((config.pad_token_id or 0) + 1 if config.is_roberta else 0)
+    limit = config.position_limit()
     if length > limit:
+        offset = config.family.position_offset(config)
         table = (f"{limit} positions (max_position_embeddings {config.max_position_embeddings} less "
-                 f"pad_token_id + 1)" if config.is_roberta else
+                 f"{offset} before the first)" if offset else
                  f"max_position_embeddings {config.max_position_embeddings}")
         raise InputError(f"input length {length} exceeds the model's {table}; truncate the input")
 
@@ -49,7 +48,7 @@ class BertEmbeddings(BertModule):
         # RoBERTa's keeps a zero row at padding_idx, which padding positions point to.
         self.position_embeddings = self.embed(cfg.max_position_embeddings, cfg.hidden_size,
                                               (None, "embed"), "position_embeddings",
-                                              pad_row=cfg.pad_token_id if cfg.is_roberta else None)
+                                              pad_row=cfg.pad_token_id if cfg.family.zero_position_pad else None)
         self.token_type_embeddings = self.embed(cfg.type_vocab_size, cfg.hidden_size,
                                                 (None, "embed"), "token_type_embeddings")
         self.LayerNorm = self.layer_norm()
@@ -59,8 +58,8 @@ class BertEmbeddings(BertModule):
 
     def __call__(self, input_ids, token_type_ids, position_ids=None, deterministic=True):
         check_length(input_ids.shape[-1], self.config)
-        if position_ids is None and self.config.is_roberta:
-            position_ids = roberta_positions(input_ids, self.config.pad_token_id)
+        if position_ids is None and self.config.family.position_ids is not None:
+            position_ids = self.config.family.position_ids(input_ids, self.config)
         elif position_ids is None:
             position_ids = self._default_positions(input_ids.shape)
         words = self.word_embeddings(input_ids)

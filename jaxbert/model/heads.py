@@ -11,8 +11,8 @@ from jaxbert.model.bert import BertModel, BertPreTrainedModel
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.encoder import BertLMPredictionHead, gather_positions
 from jaxbert.model.options import ModelOptions
+from jaxbert.model.families import FAMILIES
 from jaxbert.model.registry import HEADS, for_config
-from jaxbert.model.roberta import RobertaClassificationHead, RobertaLMHead
 
 
 class _MLMBase(BertPreTrainedModel):
@@ -21,10 +21,9 @@ class _MLMBase(BertPreTrainedModel):
     def setup(self):
         # setattr: the encoder's attribute (and so param) name is the family's prefix.
         setattr(self, self.config.base_prefix, self._bert(add_pooling_layer=False, name=None))
-        if self.config.is_roberta:
-            self.lm_head = RobertaLMHead(self.config, self.options)
-        else:
-            self.cls = _OnlyMLMHead(self.config, self.options)
+        family = self.config.family
+        # setattr: the head's attribute (and so param) name is the family's ("cls", "lm_head").
+        setattr(self, family.mlm_head_name, (family.mlm_head or _OnlyMLMHead)(self.config, self.options))
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, masked_positions=None, deterministic: bool = True,
@@ -36,7 +35,7 @@ class _MLMBase(BertPreTrainedModel):
         hidden = out.last_hidden_state
         if masked_positions is not None:
             hidden = gather_positions(hidden, masked_positions)
-        head = self.lm_head if self.config.is_roberta else self.cls
+        head = getattr(self, self.config.family.mlm_head_name)
         return out.replace(logits=head(hidden, self._word_embeddings()))
 
 
@@ -134,9 +133,9 @@ class BertForSequenceClassification(_EncoderHead):
     """Pooled output -> logits [B, num_labels]; RoBERTa: the first token through its own head, no pooler."""
 
     def head(self, out, deterministic):
-        if self.config.is_roberta:
-            logits = RobertaClassificationHead(self.config, self.options, name="classifier")(out.last_hidden_state,
-                                                                                   deterministic)
+        classifier = self.config.family.seq_classifier
+        if classifier is not None:  # the family's own head on the first token (RoBERTa's has no pooler)
+            logits = classifier(self.config, self.options, name="classifier")(out.last_hidden_state, deterministic)
             return out.replace(logits=logits)
         return out.replace(logits=self.classify(out.pooler_output, self.config.num_labels, deterministic))
 
@@ -175,28 +174,29 @@ class BertForQuestionAnswering(_EncoderHead):
         return out.replace(logits=logits, start_logits=start, end_logits=end)
 
 
-def _family_class(base, prefix: str):
-    """The same module under a family's class name (the config decides the layout)."""
-    name, doc = prefix + base.__name__[len("Bert"):], f"{base.__name__} for a roberta / xlm-roberta config."
-    return type(name, (base,), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
-
-
-_ROBERTA_BASES = (BertModel, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification,
-                  BertForQuestionAnswering, BertForMultipleChoice)
-(RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
- RobertaForQuestionAnswering, RobertaForMultipleChoice) = (_family_class(b, "Roberta") for b in _ROBERTA_BASES)
-(XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification,
- XLMRobertaForQuestionAnswering, XLMRobertaForMultipleChoice) = (_family_class(b, "XLMRoberta") for b in _ROBERTA_BASES)
-
 MODEL_CLASSES = {cls.__name__: cls for cls in (  # the BERT classes; any config family fits them
     BertModel, BertForMaskedLM, BertForPreTraining, BertForNextSentencePrediction,
     BertForSequenceClassification, BertForTokenClassification, BertForQuestionAnswering,
     BertForMultipleChoice, BertLMHeadModel)}
-ALL_MODEL_CLASSES = dict(MODEL_CLASSES, **{cls.__name__: cls for cls in (  # + those of the RoBERTa family
-    RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
-    RobertaForQuestionAnswering, RobertaForMultipleChoice, XLMRobertaModel, XLMRobertaForMaskedLM,
-    XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification, XLMRobertaForQuestionAnswering,
-    XLMRobertaForMultipleChoice)})
+
+
+def _family_class(base, prefix: str, family):
+    """The same module under a family's class name (the config decides the layout)."""
+    name = prefix + base.__name__[len("Bert"):]
+    doc = f"{base.__name__} for a {' / '.join(family.model_types)} config."
+    return type(name, (base,), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+
+
+# Every family built on BERT's modules has BERT's classes under its own names (RobertaForMaskedLM, ...),
+# each one a module-level name here.
+ALL_MODEL_CLASSES = dict(MODEL_CLASSES)
+for _family in FAMILIES.values():
+    for _prefix in dict.fromkeys(_family.class_prefixes.values()):
+        if _prefix != "Bert":
+            for _suffix in _family.heads:
+                _cls = _family_class(MODEL_CLASSES["Bert" + _suffix], _prefix, _family)
+                ALL_MODEL_CLASSES[_cls.__name__] = globals()[_cls.__name__] = _cls
+del _family, _prefix, _suffix, _cls
 
 
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:

@@ -3,9 +3,9 @@
 The converter (the key table), the parity tool and the tests read this
 registry; nothing else lists the classes or their heads.
 
-A ``Family`` says how one model family names its modules in a transformers
-state dict (the encoder's prefix, its MLM head); a ``Head`` says what one
-class carries on top of the encoder. A head's param rows are
+A ``Family`` (jaxbert.model.families) says how one model family names its modules
+in a transformers state dict (the encoder's prefix, its MLM head); a ``Head`` says
+what one class carries on top of the encoder. A head's param rows are
 ``(module path, module kind, dims)``: the kind names the tensors the module
 holds ("dense", "dense_nobias", "norm", "embed", "bias"), and the dims size them.
 """
@@ -15,62 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-
-def _bert_mlm_rows(c) -> list:
-    H = c.hidden_size
-    rows = [("cls.predictions.transform.dense", "dense", (H, H)),
-            ("cls.predictions.transform.LayerNorm", "norm", (H,)),
-            ("cls.predictions", "bias", (c.vocab_size,))]
-    if not c.tie_word_embeddings:
-        rows.append(("cls.predictions.decoder", "dense_nobias", (H, c.vocab_size)))
-    return rows
-
-
-@dataclasses.dataclass(frozen=True)
-class Family:
-    """How one model family names its params.
-
-    Attributes:
-      name: the family ("bert").
-      prefix: the encoder's state-dict prefix in the head classes, without the dot.
-      model_types: config ``model_type`` values of the family.
-      mlm_rows: config -> the MLM head's param rows.
-      mlm_decoder: the MLM decoder's module path; transformers ties its bias
-        to ``mlm_bias`` always, and its weight to the word embeddings unless
-        the config unties them.
-      mlm_bias: the MLM output bias's state-dict key.
-      nsp_module: the next-sentence head's module path.
-    """
-
-    name: str
-    prefix: str
-    model_types: tuple
-    mlm_rows: Callable
-    mlm_decoder: str
-    mlm_bias: str
-    nsp_module: str = ""
-
-
-BERT = Family(
-    name="bert", prefix="bert", model_types=("bert",), mlm_rows=_bert_mlm_rows,
-    mlm_decoder="cls.predictions.decoder", mlm_bias="cls.predictions.bias",
-    nsp_module="cls.seq_relationship")
-
-
-def _roberta_mlm_rows(c) -> list:
-    H = c.hidden_size
-    rows = [("lm_head.dense", "dense", (H, H)), ("lm_head.layer_norm", "norm", (H,)),
-            ("lm_head", "bias", (c.vocab_size,))]
-    if not c.tie_word_embeddings:
-        rows.append(("lm_head.decoder", "dense_nobias", (H, c.vocab_size)))
-    return rows
-
-
-# RoBERTa / XLM-R: BERT's encoder under "roberta.", an MLM head named lm_head, no NSP head.
-ROBERTA = Family(
-    name="roberta", prefix="roberta", model_types=("roberta", "xlm-roberta"), mlm_rows=_roberta_mlm_rows,
-    mlm_decoder="lm_head.decoder", mlm_bias="lm_head.bias")
-FAMILIES = {t: f for f in (BERT, ROBERTA) for t in f.model_types}
+from jaxbert.model.families import BY_MODEL_TYPE, Family
+from jaxbert.model.families.bert import BERT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,13 +118,11 @@ def main_output(spec: Head, out, stack: Callable):
 
 def for_config(spec: Head, config) -> Head:
     """The class as the config's family names it (a Bert* class takes its family from the config)."""
-    family = FAMILIES[config.model_type]
+    family = BY_MODEL_TYPE[config.model_type]
     if family is spec.family:
         return spec
     changes = {"family": family}
-    if spec.name == "BertForSequenceClassification":
-        # RoBERTa classifies the first token through dense -> tanh -> out_proj, with no pooler.
-        changes.update(pooler=False, extra_rows=lambda c: [
-            ("classifier.dense", "dense", (c.hidden_size, c.hidden_size)),
-            ("classifier.out_proj", "dense", (c.hidden_size, c.num_labels))])
+    if spec.name == "BertForSequenceClassification" and family.seq_classifier_rows is not None:
+        # the family's own classifier on the first token, with no pooler (RoBERTa's dense -> tanh -> out_proj)
+        changes.update(pooler=False, extra_rows=family.seq_classifier_rows)
     return dataclasses.replace(spec, **changes)

@@ -24,8 +24,9 @@ from jaxbert.parity.compare import numerics, torch_model
 from jaxbert.parity.grad import fixed_masking
 from jaxbert.parity.report import environment
 from jaxbert.parity.torch_reference import torch_trajectory
-from jaxbert.train.optim import make_optimizer
-from jaxbert.train.step import TrainState, train_step
+from jaxbert.engine.optim import make_optimizer
+from jaxbert.engine.step import TrainState
+from jaxbert.train.mlm import train_step
 
 # (loss relative, parameter relative) per dtype.
 TRAJECTORY_TOLERANCE = {"float64": (1e-9, 1e-8), "float32": (1e-5, 1e-4)}

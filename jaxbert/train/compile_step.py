@@ -29,8 +29,9 @@ from jaxbert.devices import device_hbm_bytes, device_roofline
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.heads import build_model
-from jaxbert.train.optim import make_optimizer
-from jaxbert.train.parallel import MeshRunner
+from jaxbert.engine.optim import make_optimizer
+from jaxbert.engine.parallel import MeshRunner
+from jaxbert.train import mlm
 from jaxbert.train.recipe import Recipe
 from jaxbert.train.roofline import Bound, step_bound
 
@@ -173,7 +174,7 @@ def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_
                            NamedSharding(runner.mesh, P(None, "data")))
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)
     t0 = time.perf_counter()
-    lowered = runner.compile_train().lower(runner.abstract, batch, rng)
+    lowered = runner.compile_train(mlm.train_step).lower(runner.abstract, batch, rng)
     return compiled_cost(lowered, devices, per_device_batch, time.perf_counter() - t0, hlo_dir)
 
 
@@ -214,7 +215,7 @@ def runnable_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, see
             "next_sentence_labels": rng.integers(0, 2, (A, B))}
     batch = {k: jax.device_put(host[k].astype(v.dtype), sharding) for k, v in abstract.items()}
     key = jax.device_put(np.asarray(jax.random.PRNGKey(seed + 1), np.uint32), runner.replicated)
-    compiled = runner.compile_train().lower(runner.abstract, abstract,
+    compiled = runner.compile_train(mlm.train_step).lower(runner.abstract, abstract,
                                             jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)).compile()
     state = {"s": runner.create_state()}
 

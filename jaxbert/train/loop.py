@@ -1,24 +1,20 @@
-"""train_and_evaluate(recipe, workdir): the MLM pretraining driver.
+"""train_and_evaluate(recipe, workdir): MLM pretraining, as a task on the engine (jaxbert.engine.loop).
 
-Resumes from the newest readable checkpoint in the workdir without being
-told. The host reads each step's metrics one step late, so the device queue
-stays full; a save, an evaluation or a log line first checks the step's own
-metrics, so a NaN or Inf never reaches a checkpoint. SIGTERM saves and
-returns normally (the CLI exits 0).
+Sets up the data, tokenizer, model and runner; resumes from the newest readable
+checkpoint in the workdir without being told (the loader continues from the recorded
+position, at any batch size or device count); the engine runs the steps, reading each
+step's metrics one step late; a finished run writes the recipe's outputs. SIGTERM saves
+and returns normally (the CLI exits 0).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import signal
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.experimental import multihost_utils
 from tqdm import tqdm
 
 from jaxbert import fs
@@ -26,23 +22,21 @@ from jaxbert import workdir as workdir_lib
 from jaxbert.data.loader import DataCompatibilityError
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.devices import peak_flops
-from jaxbert.errors import Diverged
+from jaxbert.engine import hosts, parallel
+from jaxbert.engine import loop as engine
+from jaxbert.engine.hosts import check_shared_workdir
+from jaxbert.engine.lock import workdir_lock
+from jaxbert.engine.loop import restore_latest
+from jaxbert.engine.metrics import MetricsWriter
+from jaxbert.engine.optim import make_optimizer
+from jaxbert.engine.progress import Progress
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
-from jaxbert.train import hosts, parallel, plan, sources, warmstart
-from jaxbert.train.hosts import check_shared_workdir
-from jaxbert.train.lock import workdir_lock
-from jaxbert.train.metrics import MetricsWriter, MetricWindow
-from jaxbert.train.optim import make_optimizer
+from jaxbert.train import plan, sources, warmstart
+from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
-from jaxbert.train.progress import Progress
 from jaxbert.train.recipe import Recipe, save_effective
-from jaxbert.train.step import summarize
 from jaxbert.workdir import Checkpoints
-
-
-class TrainingDiverged(Diverged):
-    """The loss, a gradient or a param became NaN or Inf; the message names the step."""
 
 
 def train_and_evaluate(recipe: Recipe, workdir: str | Path) -> dict:
@@ -174,14 +168,14 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     start, tree, meta = restored
     if start >= recipe.train.steps:
         return start, None, None, source
-    state = runner.from_saved(runner.abstract.replace(
-        step=tree["step"], params=tree["params"], opt_state=tree["opt_state"]))
+    state = engine.state_from(runner, tree)
     run.log(f"resumed from {ckpt.directory / str(start)}")
-    saved_dropout = (meta.get("recipe") or {}).get("model", {}).get("dropout_impl")
+    saved = workdir_lib.saved_recipe(meta)
+    saved_dropout = saved.get("model", {}).get("dropout_impl")
     if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:
         run.log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
                 f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
-    saved_steps = (meta.get("recipe") or {}).get("train", {}).get("steps")
+    saved_steps = saved.get("train", {}).get("steps")
     if saved_steps is not None and saved_steps != recipe.train.steps:
         run.log(f"note: the run was saved planning {saved_steps} steps and now trains to {recipe.train.steps}: the "
                 f"learning-rate schedule follows the new step count (at step {start} it is "
@@ -189,94 +183,78 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     return start, state, tree["rng"], source
 
 
-def restore_latest(runner, ckpt: Checkpoints, seed: int, recipe: dict):
-    """(the run's base rng key, replicated over the runner's devices; the newest readable checkpoint as
-    (step, arrays, meta), or None): the arrays restored straight into the runner's shardings."""
-    rng = jax.random.split(jax.random.PRNGKey(seed))[1]
-    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
-    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
-    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
-    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
-                                      rng_abstract)
-    return rng, (ckpt.restore_latest(abstract, recipe) if ckpt.steps() else None)
-
-
 def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source):
-    """Steps start+1 .. train.steps: logs, evaluations and checkpoints as the recipe asks; SIGTERM saves
-    and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
-    recipe, runner, tr, log = run.recipe, run.runner, run.recipe.train, run.log
-    total = tr.steps
-    train_fn = hosts.compiled_then_aligned(runner.compile_train(), "train")
-    eval_fn = hosts.compiled_then_aligned(runner.compile_eval(run.model.apply), "eval")
-    T = recipe.data.seq_len
-    tokens_per_step = parallel.global_batch_size(recipe, runner) * T
-    flops = train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T)
-    peak = peak_flops(jax.devices()[0].device_kind)
-    writer = MetricsWriter(run.workdir, active=run.primary)
-    stop = SigtermFlag()
-    window, last_eval, status, step = MetricWindow(), {}, "finished", start
-    eval_batches = tr.eval_batches or getattr(run.make_source("validation"), "steps_per_epoch", 1)
-    progress = Progress(recipe.name, total, start, tr.eval_every, eval_batches, log, active=run.primary)
+    """Steps start+1 .. train.steps on the engine: logs, evaluations and checkpoints as the recipe asks;
+    SIGTERM saves and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
+    task = MlmTask(run, source, start)
+    writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
+    try:
+        out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log)
+    finally:
+        task.progress.close()
+        ckpt.close()
+        writer.close()
+    last_eval = task.last_eval
+    if out.status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
+        last_eval = task.evaluate(out.state)
+    return out.state, out.step, out.status, task.last, last_eval
 
-    def evaluate():
-        sums = {}
-        for _, host in zip(range(eval_batches), run.make_source("validation")):
-            m = runner.metrics_to_host(eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
+
+class MlmTask:
+    """MLM (and NSP) pretraining as the engine's task: batches from the prepared data (or synthetic),
+    held-out figures over train.eval_batches fixed-masking batches, the loader position in each checkpoint."""
+
+    step = MLM
+
+    def __init__(self, run: _Run, source, start: int):
+        recipe, tr = run.recipe, run.recipe.train
+        self.run, self.source, self.recipe = run, source, recipe
+        self.apply_fn, self.total, self.log_every = run.model.apply, tr.steps, tr.log_every
+        self.eval_fn = engine.compile_eval(self, run.runner)
+        self.eval_batches = tr.eval_batches or getattr(run.make_source("validation"), "steps_per_epoch", 1)
+        self.progress = Progress(recipe.name, tr.steps, start, tr.eval_every, self.eval_batches, run.log,
+                                 active=run.primary)
+        T = recipe.data.seq_len
+        self._throughput = (parallel.global_batch_size(recipe, run.runner) * T, T,
+                            train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T),
+                            peak_flops(jax.devices()[0].device_kind))
+        self.last, self.last_eval = {}, {}
+
+    summarize = staticmethod(summarize)
+
+    def batches(self, start: int):
+        accum = self.recipe.train.accum_steps
+        for b in self.source:
+            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, self.source.state()
+
+    def throughput(self):
+        return self._throughput
+
+    def stepped(self, step: int) -> None:
+        self.progress.step(step)
+
+    def logged(self, step: int, scalars: dict) -> None:
+        scalars["elapsed_s"] = round(time.time() - self.run.t0, 1)
+        self.last = scalars
+        self.progress.log_step(step, scalars)
+
+    def eval_due(self, step: int) -> bool:
+        return bool(self.recipe.train.eval_every) and step % self.recipe.train.eval_every == 0
+
+    def evaluate(self, state) -> dict:
+        runner, sums = self.run.runner, {}
+        for _, host in zip(range(self.eval_batches), self.run.make_source("validation")):
+            m = runner.metrics_to_host(self.eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
             sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
         return summarize(sums, "eval_") if sums else {}
 
-    try:
-        log("compiling the train step (the first step waits for it) ...")
-        batches = _device_batches(source, runner, tr.accum_steps)
-        pending = None
-        while step < total:
-            batch, loader_state = next(batches)
-            state, metrics = train_fn(state, batch, rng)
-            step += 1
-            progress.step(step)
-            if pending is not None:  # the previous step's metrics: ready by now
-                window.add(pending[0], runner.metrics_to_host(pending[1]))
-            pending = (step, metrics)
-            eval_due = step == total or (tr.eval_every and step % tr.eval_every == 0)
-            save_due = ckpt.due(step) or step == total
-            preempted = stop.requested(step % tr.log_every == 0)
-            if step % tr.log_every == 0 or eval_due or save_due or preempted:
-                window.add(step, runner.metrics_to_host(metrics))
-                pending = None
-            if step % tr.log_every == 0 or step == total:
-                scalars = window.flush(tokens_per_step, T, flops, peak, runner.num_devices)
-                scalars["elapsed_s"] = round(time.time() - run.t0, 1)
-                writer.write(step, scalars)
-                progress.log_step(step, scalars)
-            if save_due or preempted:
-                writer.flush()  # a URL workdir shows the metrics up to every checkpoint
-                meta = workdir_lib.checkpoint_meta(step, hosts.allgather_json(loader_state), recipe.to_dict(), run.cfg,
-                                                   recipe.model.model_class)
-                ckpt.save(step, workdir_lib.state_tree(*_saved_parts(runner.to_saved(state)), rng), meta)
-            if eval_due:
-                t_eval = time.time()
-                last_eval = evaluate()
-                window.t = time.time()  # evaluation time is not training throughput
-                writer.write(step, last_eval)
-                progress.evaluated(step, window.t - t_eval, last_eval)
-            if preempted:
-                status = "preempted"
-                log(f"SIGTERM: saved step {step} to {ckpt.directory}; exiting")
-                break
-    except Diverged as e:  # MetricWindow.add or a non-finite param
-        ckpt.wait()  # the saves already started hold good states: let them land
-        good = ckpt.latest_step()
-        where = (f"the last good checkpoint, step {good} in {ckpt.directory}, is intact" if good is not None
-                 else "no checkpoint was written")
-        raise TrainingDiverged(f"{e}; {where}") from None
-    finally:
-        progress.close()
-        ckpt.close()
-        writer.close()
-        stop.restore()
-    if status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
-        last_eval = evaluate()
-    return state, step, status, window.last, last_eval
+    def evaluated(self, step: int, state, figures: dict, seconds: float) -> None:
+        self.last_eval = figures
+        self.progress.evaluated(step, seconds, figures)
+
+    def checkpoint_meta(self, step: int, loader_state) -> dict:
+        return workdir_lib.checkpoint_meta(step, hosts.allgather_json(loader_state), self.recipe.to_dict(),
+                                           self.run.cfg, self.recipe.model.model_class)
 
 
 def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dict) -> dict:
@@ -285,52 +263,7 @@ def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dic
                "train": last, "eval": last_eval, "workdir": str(run.workdir), "tokenizer": run.tok_dir}
     o = run.recipe.outputs
     if status == "finished" and (o.plot or o.export or o.fill_mask):
-        params = run.runner.to_saved(state).params
-        # FSDP shards live on several hosts: every process takes part in gathering them.
-        params = (jax.device_get(params) if jax.process_count() == 1
-                  else multihost_utils.process_allgather(params, tiled=True))
+        params = engine.host_params(run.runner, state)
         if run.primary:
             finish(run.recipe, run.workdir, run.model, params, run.tok_dir, run.log)
     return summary
-
-
-def _saved_parts(state) -> tuple:
-    return state.step, state.params, state.opt_state
-
-
-def _device_batches(source, runner, accum: int):
-    """(device batch [A, B, ...], loader state after it) pairs, one transfer ahead of the step."""
-    def host():
-        for b in source:
-            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, source.state()
-    it = host()
-    nxt = None
-    while True:
-        if nxt is None:
-            b, s = next(it)
-            nxt = (runner.shard_batch(b), s)
-        cur = nxt
-        b, s = next(it)
-        nxt = (runner.shard_batch(b), s)  # starts the next copy while the step runs
-        yield cur
-
-
-class SigtermFlag:
-    """SIGTERM (preemption) sets a flag the loop polls; multi-host runs agree at log steps."""
-
-    def __init__(self):
-        self.flag = False
-        self._old = signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame):
-        self.flag = True
-
-    def requested(self, sync_point: bool) -> bool:
-        if jax.process_count() == 1:
-            return self.flag
-        if not sync_point:
-            return False
-        return bool(np.any(multihost_utils.process_allgather(np.array([self.flag]))))
-
-    def restore(self):
-        signal.signal(signal.SIGTERM, self._old)

@@ -158,7 +158,7 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
 
 def check_fits(cfg, tok, data_dir) -> None:
     """A model, tokenizer and prepared data that do not fit each other stop here, named."""
-    if cfg.is_roberta and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # its positions count from [PAD]
+    if cfg.family.pad_is_position_origin and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # positions count from [PAD]
         raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
                           f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
     check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))

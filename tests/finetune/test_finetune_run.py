@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from jaxbert.cli.main import main
+from jaxbert.engine import loop as engine_loop
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.predict import evaluate_file, load_finetuned, predict_file, run_model
 from jaxbert.finetune.recipe import load
@@ -61,16 +62,16 @@ def test_each_kind_learns_its_planted_pattern(runs, kind):
 
 def test_compiles_at_most_one_step_per_bucket(src, tmp_path, monkeypatch):
     traced = []
-    make = loop_lib.make_train_step
+    make = engine_loop.make_train_step
 
-    def counting(kind):
-        step = make(kind)
+    def counting(spec):
+        step = make(spec)
 
         def wrapped(state, batch, rng, axis_name=None):
             traced.append(batch["input_ids"].shape)  # runs once per trace, not per call
             return step(state, batch, rng, axis_name)
         return wrapped
-    monkeypatch.setattr(loop_lib, "make_train_step", counting)
+    monkeypatch.setattr(engine_loop, "make_train_step", counting)
     rng = np.random.default_rng(0)
     rows = [{"sentence": " ".join(["apple" if i % 2 else "river"] + ["cat"] * int(rng.integers(2, 50))),
              "label": "fruit" if i % 2 else "water"} for i in range(96)]

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 import jaxbert
 from jaxbert.convert import Table
 from jaxbert.model.config import MODEL_TYPES, BertConfig, ConfigError
-from jaxbert.model.roberta import roberta_positions
+from jaxbert.model.families.roberta import roberta_positions
 from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import make_inputs
 from tests.helpers.hf_models import tiny_roberta_model
@@ -126,7 +126,7 @@ def test_other_model_types_and_missing_heads_are_refused_by_name(tmp_path):
 
 def test_xlmr_base_250k_vocabulary_shards_under_fsdp_with_nothing_allocated():
     from jaxbert.model.heads import XLMRobertaForMaskedLM
-    from jaxbert.train.parallel import param_specs
+    from jaxbert.engine.parallel import param_specs
     from jaxbert.train.recipe import ParallelSection
     # xlm-roberta-base's config.json
     cfg = BertConfig.from_dict({"model_type": "xlm-roberta", "vocab_size": 250002, "hidden_size": 768,

@@ -183,7 +183,7 @@ def test_a_stale_lock_is_taken_over_with_a_message(tmp_path):
     import socket
     import subprocess
     import sys
-    from jaxbert.train.lock import LOCK_NAME, workdir_lock
+    from jaxbert.engine.lock import LOCK_NAME, workdir_lock
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / LOCK_NAME).write_text(f"{dead.stdout.strip()} {socket.gethostname()}\n")  # a crashed run's record
     said = []

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from jaxbert.model.attention import masked_softmax
-from jaxbert.train.optim import clip_by_global_norm
+from jaxbert.engine.optim import clip_by_global_norm
 
 
 def _scores(shape=(2, 3, 5, 7), seed=0):
@@ -83,10 +83,11 @@ def test_clip_uses_the_norm_it_is_given():
 
 def test_norm_metrics_off_drops_two_norms_and_changes_nothing_else():
     from jaxbert import BertConfig, BertForMaskedLM
-    from jaxbert.train.optim import make_optimizer
+    from jaxbert.engine.optim import make_optimizer
     from jaxbert.train.recipe import OptimSection
     from jaxbert.train.sources import SyntheticMLM
-    from jaxbert.train.step import TrainState, train_step
+    from jaxbert.engine.step import TrainState
+    from jaxbert.train.mlm import train_step
 
     cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=32)
@@ -126,7 +127,7 @@ def test_a_run_with_norm_metrics_off_logs_plots_and_finishes(tmp_path, capsys):
 
 
 def test_narrow_cross_entropy_is_float32_cross_entropy_with_a_bf16_gradient():
-    from jaxbert.train.step import cross_entropy
+    from jaxbert.engine.step import cross_entropy
     logits = (4.0 * _scores((3, 5, 300), 10)).astype(jnp.bfloat16)
     labels = jax.random.randint(jax.random.PRNGKey(11), (3, 5), 0, 300)
     w = jax.random.uniform(jax.random.PRNGKey(12), (3, 5))

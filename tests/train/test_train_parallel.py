@@ -16,8 +16,8 @@ STRATEGIES = textwrap.dedent("""
     from jaxbert.train import recipe as R
     from jaxbert.model.heads import build_model
     from jaxbert.train.loop import train_and_evaluate
-    from jaxbert.train.parallel import MeshRunner
-    from jaxbert.train.optim import make_optimizer
+    from jaxbert.engine.parallel import MeshRunner
+    from jaxbert.engine.optim import make_optimizer
     root = sys.argv[1]
     out = {}
     for name, sets in (("mesh", []), ("pmap", ["parallel.strategy=pmap"]), ("fsdp", ["parallel.fsdp=true"]),

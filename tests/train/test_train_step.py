@@ -10,11 +10,12 @@ import pytest
 
 from jaxbert.model.options import ModelOptions
 from jaxbert import BertConfig, BertForMaskedLM, BertForPreTraining, preset
-from jaxbert.train.optim import make_optimizer
-from jaxbert.train.parallel import param_specs
+from jaxbert.engine.optim import make_optimizer
+from jaxbert.engine.parallel import param_specs
 from jaxbert.train.recipe import OptimSection, ParallelSection
 from jaxbert.train.sources import SyntheticMLM
-from jaxbert.train.step import TrainState, eval_step, summarize, train_step
+from jaxbert.engine.step import TrainState
+from jaxbert.train.mlm import eval_step, summarize, train_step
 
 CFG = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                  intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from jaxbert import fs
 from jaxbert.errors import Diverged
-from jaxbert.train.step import summarize
 from jaxbert.workdir import METRICS, TENSORBOARD
 
 # tensorboardX imports torch whenever it is installed, only to accept torch tensors. jaxbert logs
@@ -33,12 +32,20 @@ finally:
 
 
 class MetricsWriter:
-    """Only the primary process writes; the others pass active=False."""
+    """Only the primary process writes; the others pass active=False.
 
-    def __init__(self, workdir: str | Path, active: bool = True, upload_every_s: float = 30.0):
+    resume_from: the step a run resumes from. Rows past it were written by a run that stopped
+    before its next checkpoint (kill -9): the resumed run replays those steps, so they are dropped
+    and metrics.jsonl keeps one record per step.
+    """
+
+    def __init__(self, workdir: str | Path, active: bool = True, upload_every_s: float = 30.0,
+                 resume_from: int | None = None):
         self.active = active
         if not active:
             return
+        if resume_from is not None:
+            _drop_rows_after(fs.as_path(workdir) / METRICS, resume_from)
         self._remote = None
         if fs.is_url(workdir):  # a bucket cannot append: write locally, upload whole files now and then
             self._remote = (fs.as_path(workdir), None, upload_every_s)
@@ -84,6 +91,22 @@ class MetricsWriter:
                 shutil.rmtree(self._local, ignore_errors=True)
 
 
+def _drop_rows_after(path, step: int) -> None:
+    """Rewrites metrics.jsonl (atomically) without the rows of steps after `step`, if it has any."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+
+    def later(line: str) -> bool:
+        try:
+            return json.loads(line).get("step", 0) > step
+        except (ValueError, AttributeError):
+            return True  # the torn last row of a killed run (the file is the run's own)
+    kept = [line for line in lines if not later(line)]
+    if len(kept) != len(lines):
+        fs.atomic_write_text(path, "".join(kept))
+
+
 def read_metrics(workdir: str | Path) -> list[dict]:
     path = fs.as_path(workdir) / METRICS
     if not path.exists():
@@ -91,33 +114,45 @@ def read_metrics(workdir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-class MetricWindow:
-    """Metric sums over the steps since the last log line."""
+# Per-step values a window reports as of its last step rather than summed.
+LATEST = ("grad_norm", "update_norm", "param_norm", "learning_rate")
 
-    def __init__(self):
+
+class MetricWindow:
+    """Metric sums over the steps since the last log line; ``summarize`` (the task's) turns them
+    into figures."""
+
+    def __init__(self, summarize):
+        self.summarize = summarize
         self.sums, self.n, self.t, self.last = {}, 0, None, {}
 
     def add(self, step: int, m: dict):
         """m: one step's metric sums on the host; raises Diverged if they are not finite."""
         if not m.pop("finite"):
             raise Diverged(f"the loss or a gradient is NaN/Inf at step {step}; stopped without saving "
-                                   f"it (metrics: {summarize(m)})")
-        for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
+                           f"it (metrics: {self.summarize(m)})")
+        for key in LATEST:
             if key in m:  # update_norm / param_norm only with train.norm_metrics
                 self.sums.setdefault("_last", {})[key] = m.pop(key)
         for k, v in m.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.n += 1
 
-    def flush(self, tokens_per_step, seq_len, flops_per_token, peak, devices) -> dict:
+    def flush(self, throughput=None, devices: int = 1) -> dict:
+        """The window's figures, steps_per_s among them once a window was timed; throughput
+        (tokens per step, sequence length, FLOPs per token, peak FLOP/s or None) adds tokens/s,
+        sequences/s, GFLOP/s and MFU."""
         now = time.time()
         last = self.sums.pop("_last", {})
-        out = summarize({**self.sums, **last})
+        out = self.summarize({**self.sums, **last})
         if self.t is not None and self.n:
-            tps = tokens_per_step * self.n / (now - self.t)
-            out.update(tokens_per_s=tps, sequences_per_s=tps / seq_len,
-                       gflops_per_s=tps * flops_per_token / 1e9)
-            if peak:
-                out["mfu"] = tps * flops_per_token / (peak * devices)
+            out["steps_per_s"] = self.n / (now - self.t)
+            if throughput is not None:
+                tokens_per_step, seq_len, flops_per_token, peak = throughput
+                tps = tokens_per_step * out["steps_per_s"]
+                out.update(tokens_per_s=tps, sequences_per_s=tps / seq_len,
+                           gflops_per_s=tps * flops_per_token / 1e9)
+                if peak:
+                    out["mfu"] = tps * flops_per_token / (peak * devices)
         self.sums, self.n, self.t, self.last = {}, 0, now, out
         return out

@@ -29,8 +29,8 @@ from flax import jax_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxbert.model.options import BATCH
-from jaxbert.train.recipe import ParallelSection, RecipeError
-from jaxbert.train.step import TrainState, eval_step, train_step
+from jaxbert.engine.recipe import ParallelSection, RecipeError
+from jaxbert.engine.step import TrainState
 
 LOGICAL_AXES = ("vocab", "embed", "heads", "mlp", "layers")
 
@@ -172,15 +172,15 @@ class MeshRunner:
                 return fn(*args, **kwargs)
         return traced
 
-    def compile_train(self, step_fn=train_step):
-        """step_fn(state, batch [A, B, ...], rng) -> (state, metrics): the MLM step unless another is given."""
+    def compile_train(self, step_fn):
+        """step_fn(state, batch [A, B, ...], rng) -> (state, metrics) (jaxbert.engine.step.make_train_step)."""
         batch_sharding = NamedSharding(self.mesh, P(None, "data"))
         return jax.jit(self._rows_per_device(step_fn),
                        in_shardings=(self.state_sharding, batch_sharding, self.replicated),
                        out_shardings=(self.state_sharding, self.replicated), donate_argnums=0)
 
-    def compile_eval(self, apply_fn, step_fn=eval_step):
-        """step_fn(params, batch [B, ...], apply_fn) -> replicated outputs: the MLM sums unless another is given."""
+    def compile_eval(self, apply_fn, step_fn):
+        """step_fn(params, batch [B, ...], apply_fn) -> replicated outputs (jaxbert.engine.step.make_eval_step)."""
         fn = self._rows_per_device(functools.partial(step_fn, apply_fn=apply_fn))
         return jax.jit(fn, in_shardings=(self.state_sharding.params, NamedSharding(self.mesh, P("data"))),
                        out_shardings=self.replicated)
@@ -245,12 +245,12 @@ class PmapRunner:
     def place_params(self, params):
         return jax_utils.replicate(jax.device_put(params, self._one), self.local_devices)
 
-    def compile_train(self, step_fn=train_step):
+    def compile_train(self, step_fn):
         step = functools.partial(step_fn, axis_name="batch")
         return jax.pmap(step, axis_name="batch", in_axes=(0, 0, None), donate_argnums=0,
                         devices=self.local_devices)
 
-    def compile_eval(self, apply_fn, step_fn=eval_step):
+    def compile_eval(self, apply_fn, step_fn):
         fn = functools.partial(step_fn, apply_fn=apply_fn, axis_name="batch")
         return jax.pmap(fn, axis_name="batch", devices=self.local_devices)
 

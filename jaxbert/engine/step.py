@@ -1,20 +1,21 @@
-"""The pure train and eval steps.
+"""One train-step builder for every task: accumulation, the optimizer update, mixed-precision losses.
 
-``train_step(state, batch, rng) -> (state, metrics)`` does one optimizer update
-from a batch of ``accum`` micro-batches (a lax.scan sums their gradients).
-The MLM loss is taken only at the masked positions: the model gathers them
-before the vocabulary projection. Metrics come back as sums with their
-denominators, normalised on the host by ``summarize``.
+A task's objective is a ``StepSpec``: the weights its loss is averaged over (known before
+any forward pass), the weighted sums of one micro-batch, and the objective those sums make.
+``make_train_step(spec)`` turns it into the pure step the runners compile,
+``train_step(state, batch [A, B, ...], rng, axis_name=None) -> (state, metrics)``: a lax.scan
+sums the micro-batches' gradients, gradients are clipped and applied by the state's
+optimizer, and ``metrics`` carries the sums, the norms, the learning rate and ``finite``
+(a NaN or Inf in the loss, a gradient or a param), which the engine's loop checks on the host.
+``make_eval_step(spec)`` is the held-out counterpart, dropout off.
 
-Batch keys (NumPy or jax arrays; the train batch has a leading accum axis):
-  input_ids, token_type_ids, attention_mask  int32 [A, B, L]
-  masked_positions, masked_labels            int32 [A, B, M]
-  masked_weights                              float32 [A, B, M] (0 = padding slot)
-  next_sentence_labels                        int32 [A, B] (NSP recipes only)
+Per-step randomness is ``fold_in(rng, state.step)`` (and the micro-batch index, and under
+pmap the device index), so a resumed run draws what an uninterrupted one would.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import flax
@@ -40,6 +41,29 @@ class TrainState:
     def create(cls, apply_fn, params, tx, schedule, norm_metrics: bool = True) -> "TrainState":
         return cls(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                    apply_fn=apply_fn, tx=tx, schedule=schedule, norm_metrics=norm_metrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """A task's objective, as the step builder takes it.
+
+    Attributes:
+      name: names the compiled step functions ("mlm", "classification", ...).
+      forward: (params, apply_fn, micro-batch [B, ...], rng, deterministic) -> the model's output.
+      sums: (model output, micro-batch) -> dict of weighted metric sums (float32 scalars).
+      weights: batch [A, B, ...] -> {denominator name: the loss weights whose global sum
+        averages that loss term}; summed over every micro-batch and device before any forward pass.
+      objective: (sums, {denominator name: global sum / devices}, batch) -> the scalar a device
+        differentiates; pmean of the gradients then averages over the devices.
+      loss_sum: sums -> the loss term whose finiteness (with the norms) decides ``finite``.
+    """
+
+    name: str
+    forward: Callable
+    sums: Callable
+    weights: Callable
+    objective: Callable
+    loss_sum: Callable
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -83,66 +107,52 @@ def _nll_narrow_bwd(res, g):
 _nll_narrow.defvjp(_nll_narrow_fwd, _nll_narrow_bwd)
 
 
-def _sums(params, apply_fn, mb, rng, deterministic):
-    """Weighted loss sums for one micro-batch [B, ...]: (mlm_sum + nsp_sum, metric sums)."""
-    out = apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
-                   attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
-                   deterministic=deterministic, rngs={"dropout": rng})
-    # The loss in float32 at least (bf16 logits lose it there), never below the compute dtype.
-    loss_dtype = jnp.promote_types(out.logits.dtype, jnp.float32)
-    labels, weights = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
-    nll = cross_entropy(out.logits, labels)  # [B, M]
-    correct = (jnp.argmax(out.logits, -1) == labels).astype(jnp.float32)
-    m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
-         "mlm_weight": jnp.sum(weights)}
-    if "next_sentence_labels" in mb:
-        nsp_logits = out.seq_relationship_logits.astype(loss_dtype)  # [B, 2]
-        nsp_labels = mb["next_sentence_labels"]
-        m["nsp_loss_sum"] = jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels))
-        m["nsp_correct"] = jnp.sum((jnp.argmax(nsp_logits, -1) == nsp_labels).astype(jnp.float32))
-        m["nsp_count"] = jnp.asarray(nsp_labels.shape[0], jnp.float32)
-    return m
-
-
-def _global_sum(x, axis_name):
-    x = jnp.sum(x)
-    return x if axis_name is None else jax.lax.psum(x, axis_name)
-
-
 def _l2(tree) -> jax.Array:
     return optax.global_norm(jax.tree_util.tree_map(
         lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32)), tree))
 
 
-def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | None = None):
-    """One optimizer update. Under jax.pmap pass axis_name: gradients are pmean-ed over it.
+def make_train_step(spec: StepSpec):
+    """The pure train step of a task (see the module docstring). Under jax.pmap pass axis_name:
+    gradients are pmean-ed and sums psum-ed over it."""
+    def train_step(state: TrainState, batch: dict, rng: jax.Array, axis_name: str | None = None):
+        step_rng = jax.random.fold_in(rng, state.step)
+        if axis_name is not None:  # each pmap device draws its own dropout masks
+            step_rng = jax.random.fold_in(step_rng, jax.lax.axis_index(axis_name))
+        n_dev = 1 if axis_name is None else jax.lax.psum(1, axis_name)
+        # Denominators over the whole global batch, known before any forward pass.
+        # pmean of the gradients divides by n_dev, so local objectives carry n_dev.
+        dens = {}
+        for key, w in spec.weights(batch).items():
+            total = jnp.sum(w)
+            if axis_name is not None:
+                total = jax.lax.psum(total, axis_name)
+            dens[key] = jnp.maximum(total, 1.0) / n_dev
 
-    The objective is mean MLM loss over every masked token of the global batch
-    (all micro-batches, all devices) plus, with NSP data, the mean NSP loss.
-    """
-    step_rng = jax.random.fold_in(rng, state.step)
-    if axis_name is not None:  # each pmap device draws its own dropout masks
-        step_rng = jax.random.fold_in(step_rng, jax.lax.axis_index(axis_name))
-    n_dev = 1 if axis_name is None else jax.lax.psum(1, axis_name)
-    # Denominators over the whole global batch, known before any forward pass.
-    # pmean of the gradients divides by n_dev, so local objectives carry n_dev.
-    mlm_den = jnp.maximum(_global_sum(batch["masked_weights"].astype(jnp.float32), axis_name), 1.0) / n_dev
-    has_nsp = "next_sentence_labels" in batch
-    # Sequences per device shard: every pmap device holds an equal share.
-    nsp_den = float(batch["input_ids"].shape[0] * batch["input_ids"].shape[1])
+        def objective(params, mb, mb_rng):
+            m = spec.sums(spec.forward(params, state.apply_fn, mb, mb_rng, False), mb)
+            return spec.objective(m, dens, batch), m
 
-    def objective(params, mb, mb_rng):
-        m = _sums(params, state.apply_fn, mb, mb_rng, deterministic=False)
-        loss = m["mlm_loss_sum"] / mlm_den
-        if has_nsp:
-            loss = loss + m["nsp_loss_sum"] / nsp_den
-        return loss, m
+        grads, sums = accumulate(jax.grad(objective, has_aux=True), state.params, batch, step_rng)
+        if axis_name is not None:
+            grads = jax.lax.pmean(grads, axis_name)
+            sums = jax.lax.psum(sums, axis_name)
+        return apply_gradients(state, grads, sums, spec.loss_sum(sums))
+    train_step.__name__ = f"{spec.name}_train_step"
+    return train_step
 
-    grads, sums = accumulate(jax.grad(objective, has_aux=True), state.params, batch, step_rng)
-    if axis_name is not None:
-        grads = jax.lax.pmean(grads, axis_name)
-        sums = jax.lax.psum(sums, axis_name)
-    return apply_gradients(state, grads, sums, sums["mlm_loss_sum"] + sums.get("nsp_loss_sum", 0.0))
+
+def make_eval_step(spec: StepSpec, outputs: Callable | None = None):
+    """eval_step(params, batch [B, ...], apply_fn, axis_name=None): the metric sums on one held-out
+    batch, dropout off; with ``outputs`` (model output -> per-row arrays) {"sums", "outputs"}."""
+    def eval_step(params, batch: dict, apply_fn, axis_name: str | None = None):
+        out = spec.forward(params, apply_fn, batch, jax.random.key(0), True)
+        m = spec.sums(out, batch)
+        if axis_name is not None:
+            m = jax.lax.psum(m, axis_name)
+        return m if outputs is None else {"sums": m, "outputs": outputs(out)}
+    eval_step.__name__ = f"{spec.name}_eval_step"
+    return eval_step
 
 
 def accumulate(grad_fn, params, batch: dict, step_rng: jax.Array):
@@ -174,12 +184,11 @@ def accumulate(grad_fn, params, batch: dict, step_rng: jax.Array):
 def apply_gradients(state: TrainState, grads, sums: dict, loss_sum: jax.Array):
     """The optimizer update from summed gradients, and the step's metrics: (new state, metrics).
 
-    Shared by every train step (MLM here, the fine-tuning tasks in jaxbert.finetune.step):
     sums are the step's metric sums (already summed over devices), loss_sum the loss term
     whose finiteness, with the gradients' and params' norms, decides metrics["finite"].
     """
     # The gradients' norm, computed once: logged here and handed to the clipping
-    # transformation (jaxbert.train.optim.clip_by_global_norm) instead of read again there.
+    # transformation (jaxbert.engine.optim.clip_by_global_norm) instead of read again there.
     grad_norm = _l2(grads)
     tx = optax.with_extra_args_support(state.tx)
     updates, opt_state = tx.update(grads, state.opt_state, state.params, grad_norm=grad_norm)
@@ -195,30 +204,3 @@ def apply_gradients(state: TrainState, grads, sums: dict, loss_sum: jax.Array):
     metrics["finite"] = jnp.isfinite(loss_sum + grad_norm + metrics.get("param_norm", 0.0)).astype(jnp.float32)
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics
-
-
-def eval_step(params, batch: dict, apply_fn, axis_name: str | None = None) -> dict:
-    """Metric sums on one held-out batch [B, ...] (no accum axis), dropout off."""
-    m = _sums(params, apply_fn, batch, jax.random.key(0), deterministic=True)
-    if axis_name is not None:
-        m = jax.lax.psum(m, axis_name)
-    return m
-
-
-def summarize(sums: dict, prefix: str = "") -> dict:
-    """Host side: metric sums -> means. Takes NumPy / Python numbers."""
-    out = {}
-    w = max(float(sums["mlm_weight"]), 1e-9)
-    out[prefix + "mlm_loss"] = float(sums["mlm_loss_sum"]) / w
-    out[prefix + "mlm_accuracy"] = float(sums["mlm_correct"]) / w
-    loss = out[prefix + "mlm_loss"]
-    if "nsp_count" in sums:
-        n = max(float(sums["nsp_count"]), 1e-9)
-        out[prefix + "nsp_loss"] = float(sums["nsp_loss_sum"]) / n
-        out[prefix + "nsp_accuracy"] = float(sums["nsp_correct"]) / n
-        loss += out[prefix + "nsp_loss"]
-    out[prefix + "loss"] = loss
-    for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
-        if key in sums:
-            out[prefix + key] = float(sums[key])
-    return out

@@ -1,0 +1,271 @@
+"""The recipe machinery under pretraining and fine-tuning: YAML onto typed sections, every key checked.
+
+A recipe is a dataclass of sections; ``build`` maps a mapping onto it, refusing an unknown
+key or a value of the wrong type with a ``RecipeError`` that names the key
+(``optim.learning_rate``). Each section checks its own values (``check(prefix)``); the
+allowed choices come from the registries that use them (``ModelOptions`` for the compute
+options, ``jaxbert.engine.optim.OPTIMIZERS`` / ``SCHEDULES`` for the optimizer), so they are
+spelt once. ``--set key=value`` overrides are parsed as YAML scalars and checked the same way.
+
+The sections every engine run has live here: compute options, optimizer (in optim.py),
+parallel layout and checkpoints. Pretraining's and fine-tuning's own sections (data, train,
+outputs) sit in their packages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from jaxbert import fs
+from jaxbert.errors import InputError
+from jaxbert.model.dropout import DROPOUT_IMPLS
+from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES, ModelOptions
+
+
+class RecipeError(InputError):
+    """A bad recipe key or value; the message names the key."""
+
+
+POSITIVE = (lambda v: v > 0, "> 0")
+AT_LEAST_1 = (lambda v: v >= 1, ">= 1")
+NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+UNIT_OPEN = (lambda v: 0 <= v < 1, "in [0, 1)")
+
+
+def check_ranges(prefix: str, ranges: dict) -> None:
+    """ranges: field -> (value, test, what the value must be); None and "auto" values are not tested."""
+    for key, (value, test, meaning) in ranges.items():
+        if value is not None and value != "auto" and not test(value):
+            raise RecipeError(f"{prefix}{key}: must be {meaning}, got {value!r}")
+
+
+def check_choice(key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise RecipeError(f"{key}: {value!r} is not one of {tuple(allowed)}")
+
+
+# ---- the recipes shipped with jaxbert (packaged as jaxbert.configs/<folder>), by name ----
+def recipe_path(name_or_path: str, folder: str = "train") -> Path:
+    """A file path, or the name of a recipe shipped in configs/<folder>/ (train, finetune)."""
+    if fs.is_url(name_or_path):
+        return fs.as_path(name_or_path)
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or os.sep in str(name_or_path):
+        return path
+    return Path(str(resources.files("jaxbert.configs").joinpath(folder, f"{name_or_path}.yaml")))
+
+
+def recipe_names(folder: str = "train") -> dict[str, str]:
+    """Name -> first comment line of every recipe shipped with jaxbert in configs/<folder>/."""
+    names = {}
+    for entry in sorted(resources.files("jaxbert.configs").joinpath(folder).iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            header = []
+            for line in entry.read_text().splitlines():
+                if not line.startswith("#"):
+                    break
+                header.append(line.lstrip("# ").strip())
+            text = " ".join(header).split(": ", 1)[-1]  # the header starts "NAME: ..."
+            names[entry.name[:-5]] = re.split(r"(?<! al)(?<!e\.g)\.(?:\s|$)", text, maxsplit=1)[0]
+    return names
+
+
+# ---- the sections every run has ----------------------------------------------------------
+@dataclasses.dataclass
+class ComputeSection:
+    """How a model computes: the recipe's spelling of jaxbert.model.options.ModelOptions, which
+    checks the values (``options()``); only "auto" (planned with the batch) is the recipe's own."""
+    dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
+    param_dtype: str = "float32"
+    scan_layers: bool = False
+    remat_policy: str = "none"  # none | dots | dots_no_batch | full | offload | auto (planned with the batch)
+    attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention where no attention dropout is drawn)
+    attention_chunks: int = 1  # blocks of queries, each recomputed in the backward pass (memory at long T)
+    ffn_chunks: int = 1  # blocks of tokens through each feed-forward block, the same way
+    dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
+
+    def options(self, **changes) -> ModelOptions:
+        """The ModelOptions this section describes (an 'auto' remat_policy is planned before this)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(ComputeSection)}
+        return ModelOptions(**{**fields, **changes})
+
+    def check(self, prefix: str = "model.", auto: bool = False) -> None:
+        """auto: the recipe may leave remat_policy to the planner."""
+        check_choice(f"{prefix}dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        check_choice(f"{prefix}param_dtype", self.param_dtype, ("float32", "bfloat16"))
+        check_choice(f"{prefix}attention_impl", self.attention_impl, ATTENTION_IMPLS)
+        check_choice(f"{prefix}dropout_impl", self.dropout_impl, DROPOUT_IMPLS)
+        check_choice(f"{prefix}remat_policy", self.remat_policy, tuple(REMAT_POLICIES) + (("auto",) if auto else ()))
+        check_ranges(prefix, {"attention_chunks": (self.attention_chunks, *AT_LEAST_1),
+                              "ffn_chunks": (self.ffn_chunks, *AT_LEAST_1)})
+        try:  # ModelOptions checks the whole (and what it learns to check later)
+            self.options(**({"remat_policy": "none"} if self.remat_policy == "auto" else {}))
+        except ValueError as e:
+            raise RecipeError(f"{prefix}{e}") from None
+
+
+@dataclasses.dataclass
+class ParallelSection:
+    strategy: str = "mesh"  # mesh (jit + NamedSharding) | pmap (as run_mlm_flax)
+    fsdp: bool = False  # shard params and optimizer state over the data axis
+    num_devices: Optional[int] = None  # None = every device
+    # Logical axis -> mesh axis when fsdp is on ("data") or off (None).
+    fsdp_axes: list = dataclasses.field(default_factory=lambda: ["embed"])
+    coordinator_address: Optional[str] = None  # multi-host off TPU: host:port of process 0
+    num_processes: Optional[int] = None
+    process_id: Optional[int] = None
+
+    def check(self, prefix: str = "parallel.") -> None:
+        check_choice(f"{prefix}strategy", self.strategy, ("mesh", "pmap"))
+        check_ranges(prefix, {
+            "num_devices": (self.num_devices, *AT_LEAST_1),
+            "num_processes": (self.num_processes, *AT_LEAST_1),
+            "process_id": (self.process_id, lambda v: 0 <= v < (self.num_processes or 2**63),
+                           f"in [0, parallel.num_processes {self.num_processes})" if self.num_processes else ">= 0")})
+        address = self.coordinator_address
+        if address is not None and address != "auto":
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise RecipeError(f"{prefix}coordinator_address: {address!r} is not HOST:PORT (a port in 1..65535) "
+                                  f"or auto")
+        if self.strategy == "pmap" and self.fsdp:
+            raise RecipeError(f"{prefix}fsdp: FSDP needs parallel.strategy=mesh")
+
+
+@dataclasses.dataclass
+class CheckpointSection:
+    every_steps: int = 1000
+    keep: int = 3
+    async_save: bool = True
+
+    def check(self, prefix: str = "checkpoint.") -> None:
+        check_ranges(prefix, {"every_steps": (self.every_steps, *AT_LEAST_1), "keep": (self.keep, *AT_LEAST_1)})
+
+
+def check_sections(recipe) -> None:
+    """Every section of a recipe that checks itself, under its own key."""
+    for f in dataclasses.fields(recipe):
+        section = getattr(recipe, f.name)
+        if hasattr(section, "check"):
+            section.check(f"{f.name}.")
+
+
+# ---- loading and checking --------------------------------------------------
+
+# Keys that may say "auto": the loop plans them for its devices (jaxbert.train.plan).
+AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
+
+
+def _check(value: Any, tp: Any, key: str) -> Any:
+    """Returns value converted to type tp, or raises RecipeError naming key."""
+    if value == "auto" and key in AUTO_KEYS:
+        return value
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check(value, inner, key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise RecipeError(f"{key}: expected a mapping, got {value!r}")
+        return build(tp, value, key + ".")
+    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+                dict: "a mapping", list: "a list"}[origin or tp]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        if not -2**63 < value < 2**63:
+            raise RecipeError(f"{key}: {value} is out of range")
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # PyYAML reads 1e-3 (no dot) as a string
+            value = float(value)
+        except ValueError:
+            pass
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise RecipeError(f"{key}: expected a finite number, got {value!r}")
+    ok = isinstance(value, origin or tp) and not (tp in (int, float) and isinstance(value, bool))
+    if not ok:
+        raise RecipeError(f"{key}: expected {expected}, got {value!r}")
+    if tp is int and not -2**63 < value < 2**63:
+        raise RecipeError(f"{key}: {value} is out of range (a 64-bit integer)")
+    return value
+
+
+def build(cls, data: dict, prefix: str = ""):
+    """A recipe dataclass (or section) from a mapping: every key checked, RecipeError naming a bad one."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            raise RecipeError(f"{prefix}{key}: unknown key; expected one of {sorted(names)}")
+    kwargs = {k: _check(v, hints[k], prefix + k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def from_dict(cls, data: dict, validate):
+    """A recipe of class cls from a mapping: built, then ``validate(recipe)``."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"a recipe is a mapping of sections, got {type(data).__name__}")
+    recipe = build(cls, data)
+    validate(recipe)
+    return recipe
+
+
+def read_yaml(name_or_path: str, overrides: list[str] = (), folder: str = "train") -> tuple[Path, dict]:
+    """(path, data) of a recipe file (or a shipped name) with ``key=value`` overrides applied."""
+    path = recipe_path(name_or_path, folder)
+    bare_name = not fs.is_url(name_or_path) and path != Path(name_or_path)
+    if bare_name and not path.is_file():  # a bare name that is no shipped recipe
+        raise RecipeError(f"--config {name_or_path}: neither a YAML file nor a shipped recipe "
+                          f"({', '.join(recipe_names(folder))})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise RecipeError(f"cannot read recipe {path}: {e}") from e
+    except yaml.YAMLError as e:
+        raise RecipeError(f"recipe {path} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: a recipe is a mapping of sections, got a YAML {type(data).__name__}")
+    data.setdefault("name", path.stem)
+    for item in overrides:
+        apply_override(data, item)
+    return path, data
+
+
+def load(cls, validate, name_or_path: str, overrides: list[str] = (), folder: str = "train"):
+    """A recipe of class cls read from a file or a shipped name, overrides applied, checked;
+    errors name the file."""
+    path, data = read_yaml(name_or_path, overrides, folder)
+    try:
+        return from_dict(cls, data, validate)
+    except RecipeError as e:
+        raise RecipeError(f"{path}: {e}") from e
+
+
+def apply_override(data: dict, item: str) -> None:
+    """``optim.learning_rate=3e-3`` -> data['optim']['learning_rate'] = 0.003 (in place)."""
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise RecipeError(f"--set {item!r}: expected key=value")
+    try:
+        value = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        raise RecipeError(f"--set {key}: {text!r} is not a YAML value (quote a string, e.g. "
+                          f"{key}='\"...\"')") from None
+    *parents, leaf = key.split(".")
+    node = data
+    for i, part in enumerate(parents):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise RecipeError(f"--set {key}: {'.'.join(parents[:i + 1])} is not a section")
+    node[leaf] = value

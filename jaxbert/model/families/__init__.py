@@ -1,0 +1,39 @@
+"""The model families jaxbert builds, by name: adding one is a module here and a line below.
+
+``family_of(config or model_type)`` is how the rest of the package asks what a family does.
+"""
+
+from __future__ import annotations
+
+from jaxbert.model.families.bert import BERT
+from jaxbert.model.families.roberta import ROBERTA
+from jaxbert.model.families.spec import Family
+
+FAMILIES = {f.name: f for f in (BERT, ROBERTA)}
+# config.json model_type values jaxbert builds; anything else is refused by name.
+BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
+MODEL_TYPES = tuple(BY_MODEL_TYPE)
+
+
+def family_of(config_or_model_type) -> Family:
+    """The family of a config (or of a model_type string); KeyError naming the known types."""
+    model_type = getattr(config_or_model_type, "model_type", config_or_model_type)
+    if model_type not in BY_MODEL_TYPE:
+        raise KeyError(f"model_type {model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
+    return BY_MODEL_TYPE[model_type]
+
+
+def family_of_class(name: str) -> Family | None:
+    """The family whose own class name this is ("RobertaForMaskedLM" -> RoBERTa), or None."""
+    for family in FAMILIES.values():
+        if name in family.class_names():
+            return family
+    return None
+
+
+def pretraining_classes() -> tuple:
+    """The classes an MLM pretraining recipe may name, over every family."""
+    return tuple(c for f in FAMILIES.values() for c in f.pretraining_classes)
+
+
+__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "family_of", "family_of_class", "pretraining_classes"]

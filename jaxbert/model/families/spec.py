@@ -1,0 +1,78 @@
+"""What a model family is to jaxbert: its names, its classes, and what it does unlike the others.
+
+A ``Family`` is data plus a few functions; every place that used to branch on the family
+(config checks, position ids, the MLM and classifier heads, the converter's key names, the
+tokenizer check, the recipe's class list) asks the config's family instead
+(``jaxbert.model.families.family_of``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+
+def _no_check(config) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family.
+
+    Attributes:
+      name: the family ("bert").
+      model_types: config ``model_type`` values of the family.
+      class_prefixes: model_type -> how transformers spells its class names ("Bert", "XLMRoberta").
+      prefix: the encoder's name in the param tree and state dict of the head classes ("bert").
+      heads: class-name suffixes the family has ("Model", "ForMaskedLM", ...).
+      mlm_rows: config -> the MLM head's param rows (module path, kind, dims), for the converter.
+      mlm_decoder: the MLM decoder's module path; transformers ties its bias to ``mlm_bias``
+        always, and its weight to the word embeddings unless the config unties them.
+      mlm_bias: the MLM output bias's state-dict key.
+      nsp_module: the next-sentence head's module path ("" where the family has none).
+      position_offset: config -> how many rows of the position table come before the first
+        position (RoBERTa counts from pad_token_id + 1).
+      position_ids: (input_ids [B, L], config) -> position ids [B, L], or None for 0 .. L-1.
+      zero_position_pad: the position table's pad_token_id row is zero at init (RoBERTa).
+      check_config: config -> None; raises ConfigError naming what the family cannot take.
+      pad_is_position_origin: its pad token must be the tokenizer's (positions count from it).
+      mlm_head: the MLM head's module class, or None for BERT's.
+      mlm_head_name: its name in the param tree ("cls").
+      seq_classifier: the sequence classifier module class (on the first token, no pooler),
+        or None for BERT's (pooler -> dropout -> classifier).
+      seq_classifier_rows: config -> param rows of that classifier (replacing BERT's).
+      pretraining_classes: the classes an MLM pretraining recipe may train.
+    """
+
+    name: str
+    model_types: tuple
+    class_prefixes: dict
+    prefix: str
+    heads: tuple
+    mlm_rows: Callable
+    mlm_decoder: str
+    mlm_bias: str
+    nsp_module: str = ""
+    position_offset: Callable = lambda config: 0
+    position_ids: Optional[Callable] = None
+    zero_position_pad: bool = False
+    check_config: Callable = _no_check
+    pad_is_position_origin: bool = False
+    mlm_head: Optional[type] = None
+    mlm_head_name: str = "cls"
+    seq_classifier: Optional[type] = None
+    seq_classifier_rows: Optional[Callable] = None
+    pretraining_classes: tuple = ()
+
+    def class_prefix(self, model_type: str) -> str:
+        return self.class_prefixes[model_type]
+
+    def needs(self) -> str:
+        """The model types it takes, as a message says them: "'roberta' or 'xlm-roberta'"."""
+        return " or ".join(repr(t) for t in self.model_types)
+
+    def class_names(self) -> tuple:
+        """Every class name of the family, under each of its spellings."""
+        prefixes = dict.fromkeys(self.class_prefixes.values())
+        return tuple(p + suffix for p in prefixes for suffix in self.heads)

@@ -1,0 +1,99 @@
+"""A resumed fine-tune trains on what it was saved with (a fingerprint of the data), keeps one metrics row
+per step after a kill, and a source fine-tuned for other labels gets a fresh head, said so."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from jaxbert.engine.metrics import MetricsWriter
+from jaxbert.errors import InputError
+from jaxbert.finetune import loop as loop_lib
+from jaxbert.finetune.model import load_task_model
+from jaxbert.finetune.recipe import load
+from jaxbert.finetune.task import parse_task
+from jaxbert.workdir import read_params
+from tests.helpers.finetune_data import classification_rows, make_source, token_rows, write_jsonl, write_kind
+
+QUIET = lambda m: None  # noqa: E731
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    return make_source(tmp_path_factory.mktemp("src"))
+
+
+def test_a_resume_on_flipped_labels_of_the_same_size_is_refused_naming_the_content(src, tmp_path):
+    rows = classification_rows(64, seed=1)
+    train = write_jsonl(tmp_path / "train.jsonl", rows)
+    recipe = load("finetune-tiny", ["train.steps=6", "checkpoint.every_steps=2"])
+    first = loop_lib.finetune(recipe, parse_task("classification", train, [train]), src, tmp_path / "wd",
+                              stop_at=3, log=QUIET)
+    assert first["status"] == "stopped"
+    flipped = [{**r, "label": "water" if r["label"] == "fruit" else "fruit"} for r in rows]
+    write_jsonl(train, flipped)  # same file, same size, same labels: other content
+    with pytest.raises(InputError, match=r"the training data's content: saved '[0-9a-f]{16}', now '[0-9a-f]{16}'"):
+        loop_lib.finetune(recipe, parse_task("classification", train, [train]), src, tmp_path / "wd", log=QUIET)
+    write_jsonl(train, rows)  # the data it was saved with: resumes and finishes
+    done = loop_lib.finetune(recipe, parse_task("classification", train, [train]), src, tmp_path / "wd", log=QUIET)
+    assert done["status"] == "finished" and done["step"] == 6
+
+
+def test_a_resume_with_another_batch_size_names_the_steps_per_epoch(src, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", classification_rows(64, seed=2))
+    spec = parse_task("classification", train, [train])
+    loop_lib.finetune(load("finetune-tiny", ["train.steps=6"]), spec, src, tmp_path / "wd", stop_at=2, log=QUIET)
+    with pytest.raises(InputError, match=r"the steps per epoch .*: saved \d+, now \d+"):
+        loop_lib.finetune(load("finetune-tiny", ["train.steps=6", "train.per_device_batch_size=8"]), spec, src,
+                          tmp_path / "wd", log=QUIET)
+
+
+def test_metrics_rows_of_steps_a_killed_run_lost_are_written_once(src, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", classification_rows(64, seed=3))
+    spec = parse_task("classification", train, [train])
+    recipe = load("finetune-tiny", ["train.steps=8", "checkpoint.every_steps=4", "train.log_every=1"])
+    loop_lib.finetune(recipe, spec, src, tmp_path / "wd", stop_at=6, log=QUIET)
+    # As if killed after step 6 was logged but before its checkpoint landed: only step 4's remains.
+    shutil.rmtree(tmp_path / "wd" / "checkpoints" / "6")
+    rows_before = [json.loads(x) for x in (tmp_path / "wd" / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in rows_before) == 6
+    loop_lib.finetune(recipe, spec, src, tmp_path / "wd", log=QUIET)
+    rows = [json.loads(x) for x in (tmp_path / "wd" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r["step"] for r in rows if "loss" in r]
+    assert train_rows == list(range(1, 9))  # steps 5 and 6 replayed, each kept once
+
+
+def test_the_writer_drops_only_rows_after_the_resumed_step(tmp_path):
+    lines = [json.dumps({"step": s, "loss": float(s)}) for s in range(1, 8)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n" + '{"step": 8, "lo')  # a torn last row
+    writer = MetricsWriter(tmp_path, resume_from=5)
+    writer.write(6, {"loss": 60.0})
+    writer.close()
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (6, 60.0)]
+
+
+def test_a_token_model_fine_tuned_for_other_labels_gets_a_fresh_head(src, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", token_rows(48, seed=4))
+    first = loop_lib.finetune(load("finetune-tiny", ["train.steps=4"]), parse_task("tokens", train, [train]), src,
+                              tmp_path / "wd", log=QUIET)
+    tagged = tmp_path / "wd" / "best"
+    old = load_task_model(tagged, "tokens", first_labels := _labels(tagged))
+    assert old.fresh == []  # same labels: its head is kept, nothing is new
+    renamed = [f"{x}-NEW" for x in first_labels]  # as many labels, other names: the shapes would fit
+    new = load_task_model(tagged, "tokens", renamed)
+    assert sorted(f.split(" ")[0] for f in new.fresh) == ["classifier.bias", "classifier.kernel"]
+    assert "SRC's head had labels" in new.fresh[0] and "initialised fresh" in new.describe(tagged)
+    kept = np.asarray(old.params["classifier"]["kernel"])
+    assert not np.allclose(np.asarray(new.params["classifier"]["kernel"]), kept)
+    np.testing.assert_array_equal(np.asarray(new.params["bert"]["encoder"]["layer"]["0"]["output"]["dense"]["kernel"]),
+                                  np.asarray(old.params["bert"]["encoder"]["layer"]["0"]["output"]["dense"]["kernel"]))
+    assert first["status"] == "finished"
+
+
+def _labels(model_dir) -> list:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    return [cfg["id2label"][str(i)] for i in range(len(cfg["id2label"]))]
