@@ -8,12 +8,12 @@ from __future__ import annotations
 import sys
 
 from jaxbert.finetune.predict import evaluate_file
-from jaxbert.finetune.readers import KINDS
+from jaxbert.finetune.kinds import KINDS
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
-    parser.add_argument("--task", choices=KINDS, default=None,
+    parser.add_argument("--task", choices=list(KINDS), default=None,
                         help="default: from the model's config (a task its head does not have is refused)")
     parser.add_argument("--eval", required=True, metavar="FILE", help="labelled examples (a file)")
     parser.add_argument("--text-columns", nargs="+", default=None, metavar="COLUMN")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from jaxbert import fs
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import finetune_recipe_names, load
 from jaxbert.finetune.task import parse_task
@@ -49,7 +50,7 @@ def run(args) -> int:
                       **({} if (args.task or "").startswith("glue/") else {
                           "text_columns": tuple(args.text_columns), "label_column": args.label_column,
                           "labels": tuple(args.labels.split(",")) if args.labels else None}))
-    config = args.config or ("finetune-squad" if spec.kind == "qa" else "finetune-glue")
+    config = args.config or kinds.get(spec.kind).recipe
     recipe = load(config, args.overrides)
     workdir = args.workdir or f"runs/finetune-{spec.name}"
     summary = finetune(recipe, spec, args.model, workdir, tokenizer=args.tokenizer)

@@ -13,13 +13,13 @@ import json
 from jaxbert.errors import InputError
 from jaxbert.finetune.predict import predict_file, write_predictions
 from jaxbert.fs import check_new_file, is_url
-from jaxbert.finetune.readers import KINDS
+from jaxbert.finetune.kinds import KINDS
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
     parser.add_argument("file", help="examples to predict (labels not needed)")
-    parser.add_argument("--task", choices=KINDS, default=None, help="default: from the model's config (a task its head does not have is refused)")
+    parser.add_argument("--task", choices=list(KINDS), default=None, help="default: from the model's config (a task its head does not have is refused)")
     parser.add_argument("--out", default=None, help="PRED.jsonl (default: stdout)")
     parser.add_argument("--text-columns", nargs="+", default=None, metavar="COLUMN",
                         help="default: the columns the model was trained on")

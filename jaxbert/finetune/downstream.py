@@ -3,13 +3,14 @@ outputs.downstream names, and add the scores to its metrics.jsonl.
 
 Lives in finetune/ (train/ may not import finetune/); `jaxbert train` calls it after a run
 finishes. Each task fine-tunes into WORKDIR/downstream/<task name> with its item's recipe
-(default finetune-glue, or finetune-squad for qa) and `set` overrides; the score reported is the
+(default: the kind's recipe, finetune-glue, or finetune-squad for qa) and `set` overrides; the score reported is the
 main metric of the evaluation at the end of fine-tuning.
 """
 
 from __future__ import annotations
 
 from jaxbert import fs
+from jaxbert.finetune import kinds
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import load
 from jaxbert.finetune.task import parse_task
@@ -21,7 +22,7 @@ def _spec(item: dict):
     if task.lower().startswith("glue/"):
         return parse_task(task, data_dir=item["data"])
     kwargs = {}
-    if task in ("classification", "regression"):
+    if task in kinds.KINDS and kinds.KINDS[task].reads_columns:
         columns = item.get("text_columns", ["sentence"])
         kwargs = {"text_columns": tuple([columns] if isinstance(columns, str) else columns),
                   "label_column": item.get("label_column", "label")}
@@ -40,8 +41,7 @@ def run_downstream(items: list, workdir, step: int, log=print) -> list[dict]:
     results = []
     for item in items:
         spec = _spec(item)
-        recipe = load(item.get("config") or ("finetune-squad" if spec.kind == "qa" else "finetune-glue"),
-                      list(item.get("set", [])))
+        recipe = load(item.get("config") or kinds.get(spec.kind).recipe, list(item.get("set", [])))
         where = root / "downstream" / spec.name
         log(f"outputs.downstream: fine-tuning {root} on {spec.name} into {where}")
         summary = finetune(recipe, spec, root, where, tokenizer=item.get("tokenizer"), log=log)

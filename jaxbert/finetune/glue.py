@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import GLUE_MAIN, GLUE_METRICS
 from jaxbert.finetune.readers import read_task
 from jaxbert.finetune.tables import TaskDataError, local_path
@@ -99,7 +100,7 @@ def load_glue(name: str, folder: str | os.PathLike):
     """
     task = glue_task(name)
     where = task_folder(task, folder)
-    return read_task(task.kind, where / task.train, {k: where / v for k, v in task.evals.items()},
+    return read_task(kinds.get(task.kind), where / task.train, {k: where / v for k, v in task.evals.items()},
                      labels=task.labels, text_columns=task.text_columns, label_column=task.label_column,
                      columns=task.columns, values=task.values)
 

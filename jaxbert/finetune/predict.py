@@ -20,15 +20,14 @@ from jaxbert import fs
 from jaxbert.convert.pretrained import from_pretrained
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.batching import batches
-from jaxbert.finetune.featurize import make_features
-from jaxbert.finetune.losses import MODEL_INPUTS, outputs
-from jaxbert.finetune.metrics import KIND_METRICS
-from jaxbert.finetune.model import TASK_KEY, kind_of
 from jaxbert.finetune.features import special_id
 from jaxbert.finetune.glue import glue_task, headerless
-from jaxbert.finetune.readers import read_split
-from jaxbert.finetune.scoring import Collector, decode, score
+from jaxbert.finetune.kinds import Kind
+from jaxbert.finetune.losses import MODEL_INPUTS
+from jaxbert.finetune.model import TASK_KEY, kind_of
+from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.tables import local_path
 from jaxbert.model.config import BertConfig
 from jaxbert.workdir import tokenizer_path
@@ -47,6 +46,11 @@ class FinetunedModel:
 
     def option(self, key: str, default):
         return self.task.get(key, default)
+
+    @property
+    def task_kind(self) -> Kind:
+        """The registered Kind of the model's head."""
+        return kinds.get(self.kind)
 
     def load_weights(self) -> "FinetunedModel":
         if self.module is None:
@@ -68,7 +72,7 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
         raise InputError(f"{model_dir}: no config.json; is it a fine-tuned model directory?")
     config = BertConfig.from_json_file(path / "config.json")
     found = kind_of(config)
-    if kind is not None and kind != found:
+    if kind is not None and kinds.get(kind) is not kinds.get(found):
         raise InputError(f"--task {kind}: {model_dir} has a {found} head ({config.architectures[0]}, "
                          f"{config.num_labels} output(s)); its head decides the task: leave --task out")
     tok_dir = tokenizer or tokenizer_path(model_dir)
@@ -80,7 +84,7 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
     if tok.get_vocab_size() > config.vocab_size:
         raise InputError(f"{tok_dir}: its vocabulary ({tok.get_vocab_size()}) is larger than {model_dir}'s "
                          f"({config.vocab_size}); is it the model's tokenizer?")
-    labels = tuple(config.id2label[i] for i in range(config.num_labels)) if found in ("classification", "tokens") else None
+    labels = kinds.get(found).labels_of(config)
     m = FinetunedModel(None, None, config, found, labels, dict(config.extra.get(TASK_KEY) or {}), tok, str(model_dir))
     return m.load_weights() if weights else m
 
@@ -88,7 +92,7 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
 def read_columns(m: FinetunedModel, path, text_columns=None, label_column=None) -> dict:
     """How to read a file for the model, as training read its files: text / label columns, and
     for a GLUE model the preset's (CoLA's headerless train / dev files, 0 / 1 for named classes)."""
-    if m.kind not in ("classification", "regression"):
+    if not m.task_kind.reads_columns:
         return {}
     preset = glue_task(m.task["glue"]) if m.task.get("glue") else None
     out = {"text_columns": tuple(text_columns or m.option("text_columns", None) or ["sentence"]),
@@ -104,20 +108,19 @@ def read_columns(m: FinetunedModel, path, text_columns=None, label_column=None) 
 def read_examples(m: FinetunedModel, path, labelled: bool, text_columns=None, label_column=None) -> list:
     """The file's examples, read by the task's reader with training's checks; labelled=False
     (predict) lets labels be absent, and checks those present."""
-    examples, _ = read_split(m.kind, path, m.labels, labelled=labelled,
-                             version_2=bool(m.option("version_2", False)),
-                             **read_columns(m, path, text_columns, label_column))
+    examples, _ = m.task_kind.read(path, m.labels, labelled=labelled, version_2=bool(m.option("version_2", False)),
+                                   **read_columns(m, path, text_columns, label_column))
     return examples
 
 
 def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
     """Per-feature outputs (logits, or start / end logits), one jitted call per bucket shape."""
-    kind = m.kind
+    outputs = m.task_kind.outputs
 
     @jax.jit
     def forward(params, batch):
         out = m.module.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), deterministic=True)
-        return outputs(kind, out)
+        return outputs(out)
 
     collect = Collector(len(features), features.length)
     for b in batches(features, batch_size):
@@ -127,29 +130,12 @@ def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
 
 
 def _featurize(m: FinetunedModel, examples):
-    return make_features(m.kind, examples, m.tokenizer, int(m.option("max_length", 128)),
-                         int(m.option("stride", 128)), int(m.option("max_query_length", 64)))
+    return m.task_kind.featurize(examples, m.tokenizer, int(m.option("max_length", 128)),
+                                 int(m.option("stride", 128)), int(m.option("max_query_length", 64)))
 
 
 def _decode(m: FinetunedModel, out, features, windows):
-    return decode(m.kind, out, features, windows, m.labels, version_2=bool(m.option("version_2", False)))
-
-
-_OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empty_words", "question", "context",
-                "endings")
-
-
-def _inputs(m: FinetunedModel, e, columns: dict) -> dict:
-    """What a prediction row repeats of its input, under the file's own column names."""
-    if m.kind in ("classification", "regression"):
-        names = columns["text_columns"]
-        texts = [e.text_a] + ([e.text_b] if len(names) > 1 else [])
-        return {(c if c not in _OUTPUT_KEYS else f"input_{c}"): t for c, t in zip(names, texts)}
-    if m.kind == "choice":
-        return {"context": e.context, "endings": list(e.endings)}
-    if m.kind == "qa":
-        return {"question": e.question, "context": e.context}
-    return {"words": list(e.words)}
+    return m.task_kind.decode(out, features, windows, m.labels, version_2=bool(m.option("version_2", False)))
 
 
 def predict_file(model_dir, path, kind: str | None = None, text_columns=None, tokenizer=None,
@@ -166,24 +152,9 @@ def predict_file(model_dir, path, kind: str | None = None, text_columns=None, to
     features, windows = _featurize(m, examples)
     m.load_weights()
     decoded = _decode(m, run_model(m, features, batch_size), features, windows)
-    preds, scores = decoded["predictions"], decoded["scores"]
-    rows = []
-    for i, e in enumerate(examples):
-        row = {"id": e.id, **_inputs(m, e, columns)}
-        if m.kind == "classification":
-            row.update(label=m.labels[int(preds[i])], score=float(scores[i]))
-        elif m.kind == "choice":
-            row.update(label=int(preds[i]), score=float(scores[i]))
-        elif m.kind == "regression":
-            row.update(value=float(preds[i]))
-        elif m.kind == "tokens":
-            row.update(tags=preds[i])
-            if decoded.get("empty_words") and decoded["empty_words"][i]:
-                row.update(empty_words=decoded["empty_words"][i])
-        else:
-            row.update(answer=preds[e.id])
-        rows.append(row)
-    return rows
+    k = m.task_kind
+    return [{"id": e.id, **k.inputs(e, columns), **k.prediction(i, e, decoded, m.labels)}
+            for i, e in enumerate(examples)]
 
 
 def write_predictions(rows: list[dict], out) -> Path:
@@ -207,10 +178,10 @@ def evaluate_file(model_dir, kind: str | None, path, text_columns=None, label_co
     if log is not None and any(empty):
         log(f"note: {sum(map(len, empty))} word(s) in {sum(map(bool, empty))} sentence(s) of {path} have no "
             f"word pieces (e.g. a soft hyphen, a zero-width space, a byte-order mark, \"\"): tagged O")
-    names = KIND_METRICS["qa_v2" if m.kind == "qa" and m.option("version_2", False) else m.kind][0]
+    names = m.task_kind.metrics(bool(m.option("version_2", False)))[0]
     if m.task.get("glue"):  # a GLUE model is scored as its leaderboard scores it (CoLA: mcc)
         names = glue_task(m.task["glue"]).metrics
-    out = score(m.kind, names, decoded["predictions"], examples, m.labels)
+    out = m.task_kind.score(names, decoded["predictions"], examples, m.labels)
     return {k: float(v) for k, v in out.items()}
 
 

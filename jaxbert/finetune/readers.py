@@ -1,9 +1,10 @@
-"""Task examples from data files, one reader per task kind.
+"""Task examples from data files: the readers the task kinds (jaxbert.finetune.kinds) read with.
 
-Kinds: "classification" and "regression" (one or two text columns and a label column),
-"tokens" (CoNLL text or JSONL with `tokens` / `tags`), "qa" (SQuAD v1.1 / v2.0 JSON) and
-"choice" (SWAG-style CSV or JSONL with `context`, `endings`, `label`). `read_task` reads a
-training file and its eval files; the training file fixes the label set unless one is given.
+`read_text`: one or two text columns and a label column (a class name, or a number with
+numeric=True); `read_tokens`: CoNLL text or JSONL with `tokens` / `tags`; `read_choice`:
+SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is jaxbert.finetune.squad's).
+`read_task` reads a training file and its eval files with a kind's reader; the training file
+fixes the label set unless one is given.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from jaxbert.finetune.squad import QAExample, check_answered, read_squad
+from jaxbert.finetune.squad import QAExample, read_squad
 from jaxbert.finetune.tables import (TaskDataError, cell, data_file, local_path, read_rows, require_columns, show,
                                      text_cell)
 
-KINDS = ("classification", "regression", "tokens", "qa", "choice")
 CONLL_SUFFIXES = (".txt", ".conll", ".iob", ".bio", ".tsv")
 _IOB_TAG = re.compile(r"^(O|[BI]-.+)$")
 
@@ -144,10 +144,10 @@ def _target(path, value, line: int, what: str) -> float:
     return number
 
 
-def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
+def read_text(path, text_columns: Sequence[str], label_column: str,
               labels: Sequence[str] | None = None, columns: Sequence[str] | None = None,
-              labelled: bool = True, values: Sequence[str] | None = None):
-    """(examples, labels) for classification or regression; labels is None for regression.
+              labelled: bool = True, values: Sequence[str] | None = None, numeric: bool = False):
+    """(examples, labels): class labels named by `labels`, or (numeric=True) numbers, labels None.
 
     text_columns: one or two column names (sentence, or sentence pair); `columns` names the
     fields of a headerless TSV/CSV. labelled=False (predict): the label column may be absent,
@@ -156,8 +156,6 @@ def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
     """
     if not 1 <= len(text_columns) <= 2:
         raise TaskDataError(f"{path}: text_columns must name 1 or 2 columns, got {list(text_columns)}")
-    if kind not in ("classification", "regression"):
-        raise TaskDataError(f"{path}: read_text reads classification or regression data, not {kind!r}")
     rows, lines = read_rows(path, columns)
     require_columns(path, rows, [*text_columns] + ([label_column] if labelled else []))
     texts = [[text_cell(path, r, n, c) for c in text_columns] for r, n in zip(rows, lines)]
@@ -166,7 +164,7 @@ def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
     else:
         raw = [(r.get(label_column), n) for r, n in zip(rows, lines)]
         raw = [(v, n) for v, n in raw if not _no_label(v)]
-    if kind == "regression":
+    if numeric:
         found = {n: _target(path, v, n, label_column) for v, n in raw}
         targets, labels = [found.get(n, 0.0) for n in lines], None
     else:
@@ -321,44 +319,23 @@ def read_choice(path, n_choices: int | None = None, labelled: bool = True):
     return examples, None
 
 
-def read_split(kind: str, path, labels: Sequence[str] | None = None, text_columns: Sequence[str] = ("sentence",),
-               label_column: str = "label", columns: Sequence[str] | None = None, labelled: bool = True,
-               values: Sequence[str] | None = None, version_2: bool = True):
-    """(examples, labels) of one file of a task kind; labels None where the kind has none.
-
-    labelled=False reads a file to predict on: labels may be missing, those present are checked.
-    version_2=False (qa): a question without an answer is refused (SQuAD v1.1 has none).
-    """
-    if kind in ("classification", "regression"):
-        return read_text(path, kind, text_columns, label_column, labels, columns, labelled, values)
-    if kind == "tokens":
-        return read_tokens(path, labels, labelled)
-    if kind == "qa":
-        examples = read_squad(path)
-        if labelled and not version_2:
-            check_answered(path, examples)
-        return examples, None
-    if kind == "choice":
-        return read_choice(path, labelled=labelled)
-    raise TaskDataError(f"unknown task kind {kind!r}; known: {', '.join(KINDS)}")
-
-
-def read_task(kind: str, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
+def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
               labels: Sequence[str] | None = None, version_2: bool = True, **columns):
-    """(train examples, {eval name: examples}, labels): the training file fixes the label set.
+    """(train examples, {eval name: examples}, labels) read by `kind` (a jaxbert.finetune.kinds
+    Kind): the training file fixes the label set, and the kind checks it.
 
-    `columns` passes text_columns / label_column / columns / values on to `read_split`;
+    `columns` passes text_columns / label_column / columns / values on to the kind's `read`;
     version_2=False refuses unanswerable questions in a QA eval file.
     """
     if labels is not None:
         labels = check_label_names(labels)
-    train_examples, labels = read_split(kind, train, labels, **columns)
+    train_examples, labels = kind.read(train, labels, **columns)
+    kind.check_labels(train, labels)
     eval_examples = {}
     for name, path in evals.items():
-        eval_examples[name], _ = read_split(kind, path, labels, version_2=version_2, **columns)
+        eval_examples[name], _ = kind.read(path, labels, version_2=version_2, **columns)
     return train_examples, eval_examples, labels
 
 
-__all__ = ["KINDS", "TextExample", "TokenExample", "QAExample", "ChoiceExample", "label_list", "read_text",
-           "read_tokens", "read_squad", "read_choice", "read_split", "read_task", "check_label_names",
-           "TaskDataError"]
+__all__ = ["TextExample", "TokenExample", "QAExample", "ChoiceExample", "label_list", "read_text",
+           "read_tokens", "read_squad", "read_choice", "read_task", "check_label_names", "TaskDataError"]

@@ -14,11 +14,10 @@ from jaxbert.cli.main import main
 from jaxbert.convert.export import export_params
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.finetune import predict as predict_lib
-from jaxbert.finetune.featurize import make_features
+from jaxbert.finetune import kinds
 from jaxbert.finetune.glue import GLUE_TASKS, load_glue
 from jaxbert.finetune.model import load_task_model
-from jaxbert.finetune.readers import TokenExample, read_choice, read_split, read_task, read_tokens
-from jaxbert.finetune.scoring import decode, score
+from jaxbert.finetune.readers import TokenExample, read_choice, read_task, read_tokens
 from jaxbert.finetune.squad import read_squad
 from jaxbert.finetune.tables import TaskDataError
 from jaxbert.finetune.task import TaskSpec, parse_task, read_task_data
@@ -113,8 +112,8 @@ def test_tags_are_aligned_by_word_ids_around_every_kind_of_empty_word(tok):
     sentences = [("\u00ad", "the", "cat", "sat"), ("the", "\u200b", "dog", "ran"), ("\ufeff", "a", "", "bird"),
                  ("red", "house", "\u00ad"), ("", "", "tree")]
     examples = [TokenExample(f"s{i}", words, (0,) * len(words)) for i, words in enumerate(sentences)]
-    features, _ = make_features("tokens", examples, tok, 32)
-    decoded = decode("tokens", {"logits": _id_logits(features, len(labels))}, features, None, labels)
+    features, _ = kinds.get("tokens").featurize(examples, tok, 32)
+    decoded = kinds.get("tokens").decode({"logits": _id_logits(features, len(labels))}, features, None, labels)
     want = [_first_piece_tags(tok, words) for words in sentences]
     assert [t.count("O") for t in want] == [1, 1, 2, 1, 2]  # the empty words, and only they, have no piece
     assert decoded["predictions"] == want
@@ -123,7 +122,7 @@ def test_tags_are_aligned_by_word_ids_around_every_kind_of_empty_word(tok):
     names = labels + ("O",)
     gold = [TokenExample(e.id, e.words, tuple(names.index(t) for t in w)) for e, w in zip(examples, want)]
     seqeval = pytest.importorskip("seqeval.metrics")
-    got = score("tokens", ("entity",), decoded["predictions"], gold, names)
+    got = kinds.get("tokens").score(("entity",), decoded["predictions"], gold, names)
     refs = [[names[t] for t in g.tags] for g in gold]
     assert got["entity_f1"] == pytest.approx(seqeval.f1_score(refs, decoded["predictions"])) == 1.0
 
@@ -153,9 +152,9 @@ def test_sentences_longer_than_max_length_are_tagged_to_their_last_word(tok):
     vocab = "the a cat dog sat ran on mat big small red blue house tree bird fish apple river".split()
     sentences = [tuple(rng.choice(vocab + ["unaffable", "\u00ad"], n)) for n in (3, 30, 61)]
     examples = [TokenExample(f"s{i}", w, (0,) * len(w)) for i, w in enumerate(sentences)]
-    features, _ = make_features("tokens", examples, tok, max_length=10, stride=3)
+    features, _ = kinds.get("tokens").featurize(examples, tok, max_length=10, stride=3)
     assert len(features) > len(examples) and features.n_truncated == 0 and features.length == 10
-    decoded = decode("tokens", {"logits": _id_logits(features, len(labels))}, features, None, labels)
+    decoded = kinds.get("tokens").decode({"logits": _id_logits(features, len(labels))}, features, None, labels)
     assert decoded["predictions"] == [_first_piece_tags(tok, w) for w in sentences]
     # training labels: every word's tag on its first piece in some window
     for k, words in enumerate(sentences):
@@ -275,7 +274,7 @@ def test_coerced_values_are_refused_with_file_line_and_value(tmp_path, case):
     kind, rows, message = COERCED[case]
     (tmp_path / "train.jsonl").write_text(_jsonl_text(rows))
     with pytest.raises(TaskDataError) as err:
-        read_task(kind, tmp_path / "train.jsonl", {})
+        read_task(kinds.get(kind), tmp_path / "train.jsonl", {})
     assert f"train.jsonl: {message}" in str(err.value) and "\n" not in str(err.value)
 
 
@@ -285,13 +284,14 @@ def test_null_labels_in_parquet_and_in_an_eval_file_are_refused(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"sentence": "a", "label": "x"}, {"sentence": "b", "label": "y"},
                                          {"sentence": "c", "label": None}]), tmp_path / "t.parquet")
     with pytest.raises(TaskDataError, match=r"t.parquet: line 3 has label null, which is not a class label"):
-        read_task("classification", tmp_path / "t.parquet", {})
+        read_task(kinds.get("classification"), tmp_path / "t.parquet", {})
     write_jsonl(tmp_path / "b.jsonl", [{"sentence": "a", "label": True}, {"sentence": "b", "label": False}])
-    assert read_task("classification", tmp_path / "b.jsonl", {})[2] == ("false", "true")  # named as JSON spells them
+    # named as JSON spells them
+    assert read_task(kinds.get("classification"), tmp_path / "b.jsonl", {})[2] == ("false", "true")
     write_jsonl(tmp_path / "ok.jsonl", [{"sentence": "a", "label": 1.5}])
     write_jsonl(tmp_path / "dev.jsonl", [{"sentence": "a", "label": 1.0}, {"sentence": "b", "label": "-inf"}])
     with pytest.raises(TaskDataError, match=r"dev.jsonl: line 2 has label '-inf', which is not a finite number"):
-        read_task("regression", tmp_path / "ok.jsonl", {"dev": tmp_path / "dev.jsonl"})
+        read_task(kinds.get("regression"), tmp_path / "ok.jsonl", {"dev": tmp_path / "dev.jsonl"})
 
 
 def test_duplicate_labels_are_refused_before_any_work(src, tmp_path, capsys):
@@ -490,7 +490,7 @@ def test_predict_and_evaluate_read_swag_csv_as_finetune_does(models, tmp_path, c
     from sklearn.metrics import accuracy_score
     expected = accuracy_score([2, 0, 1], [p["label"] for p in preds])
     assert f"accuracy             {expected:.4f}" in capsys.readouterr().out
-    examples, _ = read_split("choice", tmp_path / "val.csv")
+    examples, _ = kinds.get("choice").read(tmp_path / "val.csv")
     assert [e.label for e in examples] == [2, 0, 1]
 
 
