@@ -48,6 +48,7 @@ def binary(monkeypatch):
 
 
 def test_a_kind_registered_from_outside_trains_end_to_end_with_its_own_metric(binary, tmp_path):
+    (tmp_path / "src").mkdir()
     src = make_source(tmp_path / "src")
     train = write_jsonl(tmp_path / "train.jsonl", classification_rows(192, 1))
     dev = write_jsonl(tmp_path / "dev.jsonl", classification_rows(64, 2))
