@@ -16,7 +16,7 @@ from jaxbert.finetune.task import parse_task
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--task", help="classification | regression | tokens | qa | choice | glue/NAME")
+    parser.add_argument("--task", help=" | ".join(kinds.KINDS) + " | glue/NAME")
     parser.add_argument("--model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint")
     parser.add_argument("--train", help="training file")
     parser.add_argument("--eval", action="append", default=[], metavar="FILE",

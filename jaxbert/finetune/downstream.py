@@ -3,8 +3,8 @@ outputs.downstream names, and add the scores to its metrics.jsonl.
 
 Lives in finetune/ (train/ may not import finetune/); `jaxbert train` calls it after a run
 finishes. Each task fine-tunes into WORKDIR/downstream/<task name> with its item's recipe
-(default: the kind's recipe, finetune-glue, or finetune-squad for qa) and `set` overrides; the score reported is the
-main metric of the evaluation at the end of fine-tuning.
+(default: its kind's, finetune-glue, or finetune-squad for qa) and `set` overrides; the score
+reported is the main metric of the evaluation at the end of fine-tuning.
 """
 
 from __future__ import annotations

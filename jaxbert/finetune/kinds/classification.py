@@ -3,7 +3,8 @@
 Read by readers.read_text (class names from the training file, or given), featurized by
 features.text_features, trained with cross-entropy over the [B, K] logits, scored by accuracy
 and macro F1 (accuracy picks the best checkpoint), saved as ...ForSequenceClassification with
-problem_type single_label_classification and the class names in id2label.
+problem_type single_label_classification and the class names in id2label. Regression reads
+the same tables: `text_inputs` and `regresses` are shared with it.
 """
 
 from __future__ import annotations
