@@ -100,7 +100,8 @@ def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype=
     config, name, params, report = load_checkpoint(src, name, config=config, dtype=dtype, strict=False,
                                                    scan_layers=scan_layers, seed=seed)
     prefix = config.base_prefix
-    note = _fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
+    note = (_fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
+            if kinds.get(kind).named_labels else [])  # a head without class names maps nothing onto them
     body = [p for p in report.missing_paths if p.split("/")[0] == prefix and not p.startswith(f"{prefix}/pooler/")]
     if body:
         shown = ", ".join(body[:6]) + (" ..." if len(body) > 6 else "")
@@ -118,7 +119,7 @@ def _fresh_head_for_other_labels(own: BertConfig, config: BertConfig, name: str,
     same_class = (own.architectures or [""])[0] == name
     old = [own.id2label[i] for i in sorted(own.id2label)] if own.id2label else None
     new = [config.id2label[i] for i in sorted(config.id2label)]
-    if not same_class or old is None or old == new or config.extra.get("problem_type") == "regression":
+    if not same_class or old is None or old == new:
         return []
     prefix = config.base_prefix
     paths = []

@@ -5,8 +5,8 @@ files are read and its labels named, how examples become arrays, its loss sums a
 weights, what evaluation keeps of the model's output, how that output becomes predictions and
 scores, the transformers head it trains and how a saved config is recognised as its own, and
 what `jaxbert predict` writes per example. The rest of the package asks the kind; it never
-branches on the kind's name. `Kind` holds the defaults most kinds share; a kind overrides what
-is its own.
+branches on the kind's name. `Kind` holds the defaults most kinds share (a classifier's: the
+logits kept, cross-entropy over classes, the argmax decoded); a kind overrides what is its own.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxbert.finetune.losses import valid_weights
+from jaxbert.finetune.losses import class_sums, logits_output, valid_weights
 from jaxbert.finetune.metrics import compute
+from jaxbert.finetune.scoring import class_predictions
 
 # Keys of a prediction row; an input column of the same name is written as input_<name>.
 OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empty_words", "question", "context",
@@ -73,12 +74,13 @@ class Kind:
         return valid_weights(batch)
 
     def sums(self, out, batch: dict) -> dict:
-        """{loss_sum, weight[, correct]} for one batch [B, ...] of model output."""
-        raise NotImplementedError
+        """{loss_sum, weight[, correct]} for one batch [B, ...] of model output; by default the
+        cross-entropy of logits [B, K] against class ids labels [B]."""
+        return class_sums(out.logits, batch["labels"], self.weights(batch))
 
     def outputs(self, out) -> dict:
-        """What evaluation and prediction keep per row of the model's output (float32)."""
-        raise NotImplementedError
+        """What evaluation and prediction keep per row of the model's output (float32): the logits by default."""
+        return logits_output(out)
 
     # -- scoring ---------------------------------------------------------------------------
     def metrics(self, version_2: bool = False) -> tuple[tuple[str, ...], str]:
@@ -87,8 +89,9 @@ class Kind:
 
     def decode(self, outputs: dict, features, windows=None, labels: Sequence[str] | None = None, n_best: int = 20,
                max_answer_length: int = 30, version_2: bool = False) -> dict:
-        """{"predictions": one per example, "scores": per example or None[, more the kind keeps]}."""
-        raise NotImplementedError
+        """{"predictions": one per example, "scores": per example or None[, more the kind keeps]};
+        by default the argmax class and its softmax probability."""
+        return class_predictions(outputs["logits"])
 
     def references(self, examples: list, labels: Sequence[str] | None = None):
         """Gold labels in the form metrics.compute takes for the kind."""

@@ -12,9 +12,7 @@ from typing import Sequence
 
 from jaxbert.finetune.features import choice_features
 from jaxbert.finetune.kinds.base import Kind
-from jaxbert.finetune.losses import class_sums, logits_output
 from jaxbert.finetune.readers import read_choice
-from jaxbert.finetune.scoring import class_predictions
 
 
 class Choice(Kind):
@@ -29,16 +27,6 @@ class Choice(Kind):
 
     def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
         return choice_features(examples, tok, max_length), None
-
-    def sums(self, out, batch: dict) -> dict:
-        return class_sums(out.logits, batch["labels"], self.weights(batch))
-
-    def outputs(self, out) -> dict:
-        return logits_output(out)
-
-    def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
-               version_2=False) -> dict:
-        return class_predictions(outputs["logits"])
 
     def inputs(self, example, columns: dict) -> dict:
         return {"context": example.context, "endings": list(example.endings)}

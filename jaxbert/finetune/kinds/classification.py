@@ -13,9 +13,7 @@ from typing import Sequence
 
 from jaxbert.finetune.features import text_features
 from jaxbert.finetune.kinds.base import OUTPUT_KEYS, Kind
-from jaxbert.finetune.losses import class_sums, logits_output
 from jaxbert.finetune.readers import read_text
-from jaxbert.finetune.scoring import class_predictions
 from jaxbert.finetune.tables import TaskDataError
 
 
@@ -45,16 +43,6 @@ class Classification(Kind):
 
     def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
         return text_features(examples, tok, max_length), None
-
-    def sums(self, out, batch: dict) -> dict:
-        return class_sums(out.logits, batch["labels"], self.weights(batch))
-
-    def outputs(self, out) -> dict:
-        return logits_output(out)
-
-    def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
-               version_2=False) -> dict:
-        return class_predictions(outputs["logits"])
 
     def recognises(self, config) -> bool:
         return super().recognises(config) and not regresses(config)

@@ -16,7 +16,6 @@ import numpy as np
 from jaxbert.finetune.features import text_features
 from jaxbert.finetune.kinds.base import Kind
 from jaxbert.finetune.kinds.classification import regresses, text_inputs
-from jaxbert.finetune.losses import logits_output
 from jaxbert.finetune.readers import read_text
 
 
@@ -39,9 +38,6 @@ class Regression(Kind):
         w = self.weights(batch)
         err = out.logits.astype(jnp.float32)[..., 0] - batch["labels"].astype(jnp.float32)
         return {"loss_sum": jnp.sum(err * err * w), "weight": jnp.sum(w)}
-
-    def outputs(self, out) -> dict:
-        return logits_output(out)
 
     def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
                version_2=False) -> dict:

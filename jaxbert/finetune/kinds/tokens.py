@@ -17,7 +17,7 @@ import numpy as np
 
 from jaxbert.finetune.features import EMPTY_WORD_TAG, IGNORE, Features, token_features
 from jaxbert.finetune.kinds.base import Kind
-from jaxbert.finetune.losses import class_sums, logits_output, valid_weights
+from jaxbert.finetune.losses import class_sums, valid_weights
 from jaxbert.finetune.readers import read_tokens
 
 
@@ -42,9 +42,6 @@ class Tokens(Kind):
     def sums(self, out, batch: dict) -> dict:
         labels = jnp.where(batch["labels"] == IGNORE, 0, batch["labels"])  # ignored positions weigh 0
         return class_sums(out.logits, labels, self.weights(batch))
-
-    def outputs(self, out) -> dict:
-        return logits_output(out)
 
     def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
                version_2=False) -> dict:
