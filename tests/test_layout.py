@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import jaxbert
@@ -197,3 +198,10 @@ def test_the_branch_check_sees_a_branch():
 def test_every_registered_task_kind_is_one_module():
     for name, kind in kinds.KINDS.items():
         assert kind.name == name and type(kind).__module__ == f"jaxbert.finetune.kinds.{name}"
+
+
+def test_every_subpackage_is_in_the_wheel():
+    """pyproject's explicit package list names every folder of the package that holds modules."""
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py")}
+    assert folders - listed == set()
