@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import jaxbert
+from jaxbert.finetune import kinds
 from jaxbert.model.heads import MODEL_CLASSES
 from jaxbert.model.registry import HEADS
 
@@ -158,3 +160,58 @@ def test_registry_describes_every_model_class():
     for name, spec in HEADS.items():
         assert spec.name == name
         assert spec.prefix == ("" if spec.base else spec.family.prefix + ".")
+
+
+# Registries instead of flags: a task kind's differences live in its module under
+# jaxbert/finetune/kinds/, a model family's under jaxbert/model/families/ (ModernBERT's own modules
+# in jaxbert/model/modernbert/, a family folder too); no other module branches on a kind's or a
+# family's name.
+KIND_BRANCHES = ("kind ==", "kind !=", "kind in (")
+FAMILY_FLAGS = ("is_roberta", "model_type ==")
+# Lines where `kind` names something other than a task kind, with what it names.
+OTHER_KINDS = {
+    ("data/corpus.py", 'for piece in ((doc,) if s is not None and s.kind == "text" else _bounded(doc)):'):
+        "SourceStats.kind: an input file's format (text / jsonl / parquet), as the dataset's metadata records it",
+}
+
+
+def _branches(text: str, spellings, rel: str = "") -> list[str]:
+    return [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+            if any(s in line for s in spellings) and (rel, line.strip()) not in OTHER_KINDS]
+
+
+def test_no_module_branches_on_a_task_kind_or_a_model_family():
+    kinds_dir = ROOT / "finetune" / "kinds"
+    family_dirs = (ROOT / "model" / "families", ROOT / "model" / "modernbert")
+    kind_branches, family_flags = [], []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel, text = str(path.relative_to(ROOT)), path.read_text()
+        in_family = any(d in path.parents for d in family_dirs)
+        if kinds_dir not in path.parents and not in_family:  # a family's own `kind`s are its param and layer kinds
+            kind_branches += _branches(text, KIND_BRANCHES, rel)
+        if not in_family:
+            family_flags += _branches(text, FAMILY_FLAGS, rel)
+    assert kind_branches == [] and family_flags == []
+    # every exempted line still exists (else the exemption hides nothing and goes)
+    for rel, line in OTHER_KINDS:
+        assert line in (ROOT / rel).read_text(), (rel, line)
+
+
+def test_the_branch_check_sees_a_branch():
+    found = _branches('    if spec.kind == "qa":\n        pass\n', KIND_BRANCHES, "x.py")
+    assert found == ['x.py:1: if spec.kind == "qa":']
+    assert _branches('ok = m.kind in ("classification", "tokens")', KIND_BRANCHES)
+    assert _branches("if config.is_roberta:", FAMILY_FLAGS) and _branches("a.model_type == 'roberta'", FAMILY_FLAGS)
+    assert _branches("kinds.get(spec.kind).recipe", KIND_BRANCHES) == []
+
+
+def test_every_registered_task_kind_is_one_module():
+    for name, kind in kinds.KINDS.items():
+        assert kind.name == name and type(kind).__module__ == f"jaxbert.finetune.kinds.{name}"
+
+
+def test_every_subpackage_is_in_the_wheel():
+    """pyproject's explicit package list names every folder of the package that holds modules."""
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py")}
+    assert folders - listed == set()

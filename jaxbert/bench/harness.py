@@ -124,15 +124,15 @@ class Bench:
             medians.append(statistics.median(2 * n**3 / s for s in out["seconds"]))
         self.roofline = max(medians) if medians else None
 
-    def model_work(self, kind: str, model: str, B: int, T: int):
+    def model_work(self, work_type: str, model: str, B: int, T: int):
         cfg = contenders.no_dropout(preset(MODELS[model]))
-        work = f"{kind}/{model}/{B}x{T}"
+        work = f"{work_type}/{model}/{B}x{T}"
         for name, out in self._contest(work, ["jaxbert"] + self.torch_contenders).items():
             # jaxbert trains the MLM head on the M gathered positions only; transformers on all T.
-            f = contenders.masked_count(T) / T if (name == "jaxbert" and kind == "train") else 1.0
-            if kind == "finetune":  # no MLM head: the classifier's H x K is negligible
+            f = contenders.masked_count(T) / T if (name == "jaxbert" and work_type == "train") else 1.0
+            if work_type == "finetune":  # no MLM head: the classifier's H x K is negligible
                 f = 0.0
-            per_token = forward_flops_per_token if kind == "infer" else train_flops_per_token
+            per_token = forward_flops_per_token if work_type == "infer" else train_flops_per_token
             flops = per_token(cfg, T, f) * B * T
             gflops = flops / statistics.median(out["seconds"]) / 1e9
             extra = {"gflop_per_step": round(flops / 1e9, 1), "gflop_s": round(gflops, 1)}

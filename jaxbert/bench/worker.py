@@ -38,30 +38,30 @@ def _jax_options(options: dict) -> dict:
 
 def build(work: str, contender: str, options: dict):
     """(fn, extra_fn): fn runs one unit of the work and blocks; extra_fn() -> dict after timing."""
-    kind, *rest = work.split("/")
+    work_type, *rest = work.split("/")
     no_extra = dict
-    if kind == "roofline":
+    if work_type == "roofline":
         n = 2048
         return (contenders.jax_matmul(n) if contender == "jaxbert"
                 else contenders.torch_matmul(n, options.get("platform", "cpu"))), no_extra
     model, shape = rest
     B, T = (int(v) for v in shape.split("x"))
     cfg = _config(model)
-    if kind == "finetune":
+    if work_type == "finetune":
         if contender == "jaxbert":
             fn, compiles = contenders.jax_finetune(cfg, B, T, **_jax_options(options))
             # one shape, one compile: a second would mean a recompile after warm-up
             return fn, lambda: {"compiles": compiles()}
         return contenders.torch_finetune(cfg, B, T, compile_=contender == "torch-compile"), no_extra
     if contender == "jaxbert":
-        builder = {"infer": contenders.jax_forward, "train": contenders.jax_train}[kind]
+        builder = {"infer": contenders.jax_forward, "train": contenders.jax_train}[work_type]
         fn = builder(cfg, B, T, **_jax_options(options))
 
         def extra():
             peak = contenders.jax_peak_memory()
             return {} if peak is None else {"peak_memory_mb": round(peak)}
         return fn, extra
-    builder = {"infer": contenders.torch_forward, "train": contenders.torch_train}[kind]
+    builder = {"infer": contenders.torch_forward, "train": contenders.torch_train}[work_type]
     platform = options.get("platform", "cpu")  # the harness's device: on a GPU the contender runs on CUDA
     settings = contenders.torch_settings(platform, contender == "torch-compile")
 

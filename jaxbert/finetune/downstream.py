@@ -6,7 +6,7 @@ Lives in finetune/ (train/ may not import finetune/); `jaxbert train` checks the
 item's recipe and `set` valid: a misspelt kind is not found after hours of pretraining) and calls
 `run_downstream` after the run finishes, and again on a rerun of a finished run. Each item
 fine-tunes into a folder of its own, WORKDIR/downstream/<task name> (<task name>-<n> when several
-items share a kind), with its item's recipe (default finetune-glue, or finetune-squad for qa) and
+items share a kind), with its item's recipe (default: its kind's, finetune-glue, or finetune-squad for qa) and
 `set` overrides; the score reported is the main metric of the evaluation at the end of fine-tuning.
 A rerun reads back the items that finished and trains (or resumes) the others.
 """
@@ -18,6 +18,7 @@ from collections import Counter
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.glue_run import check_folders
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import load
@@ -30,7 +31,7 @@ def _spec(item: dict):
     if task.lower().startswith("glue/"):
         return parse_task(task, data_dir=item["data"])
     kwargs = {}
-    if task in ("classification", "regression"):
+    if task in kinds.KINDS and kinds.KINDS[task].reads_columns:
         columns = item.get("text_columns", ["sentence"])
         kwargs = {"text_columns": tuple([columns] if isinstance(columns, str) else columns),
                   "label_column": item.get("label_column", "label")}
@@ -42,8 +43,7 @@ def _spec(item: dict):
 
 
 def _recipe(item: dict, kind: str):
-    return load(item.get("config") or ("finetune-squad" if kind == "qa" else "finetune-glue"),
-                list(item.get("set", [])))
+    return load(item.get("config") or kinds.get(kind).recipe, list(item.get("set", [])))
 
 
 def folder_names(items: list) -> list[str]:
