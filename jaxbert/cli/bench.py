@@ -1,5 +1,13 @@
 """`jaxbert bench`: jaxbert and transformers (PyTorch) on the same work, each in its own process.
 
+The first line printed is the machine: CPU model name, x86-64 level and notable extensions (from
+/proc/cpuinfo), cores, jax/torch/transformers versions. The contenders of a work alternate in
+rounds, each warm in its own process; a peer's jaxbert/peer ratio is the median of the per-round
+ratios with their min-max and IQR, marked "not judged" when the IQR is over 10% of the median or
+there were fewer than 3 rounds (jaxbert.bench.timing). finetune-e2e and predict time the
+`jaxbert finetune` / `jaxbert predict` commands against transformers + PyTorch end to end
+(jaxbert.bench.e2e). --json rows and --markdown tables name the machine on every row.
+
 With --target TOPOLOGY (e.g. v4:2x2x1): compile-only figures of the train
 steps for that TPU topology (needs libtpu: the tpu extra), beside
 transformers 4.57's Flax step.
