@@ -75,3 +75,20 @@ def test_data_of_another_packing_is_refused_before_a_step(prepared, tmp_path, ca
     err = capsys.readouterr().err
     assert "prepared with packing 'stream'" in err and "data.packing 'documents'" in err
     assert not checkpoint_steps(tmp_path / "run")
+
+
+def test_recipe_packing_choices_and_the_abstract_batch():
+    from jaxbert.engine.recipe import RecipeError
+    from jaxbert.train import recipe as recipe_lib
+    from jaxbert.train.compile_step import abstract_batch
+    r = recipe_lib.load("tiny-demo", ["data.packing=documents"])
+    assert r.data.packing == "documents" and recipe_lib.load("tiny-demo").data.packing == "stream"
+    batch = abstract_batch(r, 4, None)
+    assert batch["segment_ids"].shape == (1, 4, r.data.seq_len)
+    assert "segment_ids" not in abstract_batch(recipe_lib.load("tiny-demo"), 4, None)
+    with pytest.raises(RecipeError, match="data.packing: 'tight' is not one of"):
+        recipe_lib.load("tiny-demo", ["data.packing=tight"])
+    with pytest.raises(RecipeError, match="synthetic data take packing stream"):
+        recipe_lib.load("tiny-demo", ["data.packing=documents", "data.source=synthetic"])
+    with pytest.raises(RecipeError, match="nsp sentence pairs"):
+        recipe_lib.load("tiny-demo", ["data.packing=none", "data.nsp=true", "model.model_class=BertForPreTraining"])
