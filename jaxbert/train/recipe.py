@@ -16,6 +16,7 @@ from typing import Optional
 
 from jaxbert import fs
 from jaxbert.data.masking import masked_slots
+from jaxbert.data.prepare import PACKINGS
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, CheckpointSection,  # noqa: F401
                                    ComputeSection, ParallelSection, RecipeError, RunRecipe, apply_override, build,
@@ -57,9 +58,14 @@ class DataSection:
     whole_word_mask: bool = False
     validation_fraction: float = 0.02  # held out when the data is built here
     nsp: bool = False  # sentence pairs with next-sentence labels (BertForPreTraining)
+    # stream: documents joined with [SEP] into rows (attention and positions cross documents);
+    # documents: whole documents share rows, each attending only to itself with its own positions;
+    # none: one document per padded row. Prepared data must have been made so (`data prepare --packing`).
+    packing: str = "stream"
 
     def check(self, prefix: str = "data.") -> None:
         check_choice(f"{prefix}source", self.source, ("prepared", "synthetic"))
+        check_choice(f"{prefix}packing", self.packing, PACKINGS)
         check_ranges(prefix, {
             "vocab_size": (self.vocab_size, *POSITIVE),
             "seq_len": (self.seq_len, *POSITIVE),
@@ -165,6 +171,9 @@ def _check_seq_len(r: Recipe, cfg: BertConfig) -> None:
 
 def _validate(r: Recipe) -> None:
     check_sections(r)  # each section its own values
+    if r.data.packing != "stream" and (r.data.nsp or r.data.source == "synthetic"):
+        raise RecipeError(f"data.packing: {r.data.packing!r} packs documents of prepared mlm data; "
+                          f"{'nsp sentence pairs' if r.data.nsp else 'synthetic data'} take packing stream")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
     _check_seq_len(r, r.bert_config())  # model.preset and model.config checked now, before any data is prepared
