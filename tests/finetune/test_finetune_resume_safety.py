@@ -96,3 +96,36 @@ def test_a_token_model_fine_tuned_for_other_labels_gets_a_fresh_head(src, tmp_pa
 def _labels(model_dir) -> list:
     cfg = json.loads((model_dir / "config.json").read_text())
     return [cfg["id2label"][str(i)] for i in range(len(cfg["id2label"]))]
+
+
+@pytest.mark.parametrize("verb", ["finetune", "glue"])
+@pytest.mark.parametrize("override,needle", [("train.seed=-1", "train.seed: must be in [0, 2**32)"),
+                                             ("optim.warmup_ratio=1.5", "optim.warmup_ratio: must be in [0, 1)")])
+def test_a_bad_set_value_is_one_line_before_the_workdir_is_made(src, tmp_path, capsys, verb, override, needle):
+    from jaxbert.cli.main import main
+    from tests.helpers.finetune_data import write_glue_dir
+    train = write_jsonl(tmp_path / "train.jsonl", classification_rows(16, seed=7))
+    wd = tmp_path / "wd"
+    argv = (["finetune", "--task", "classification", "--train", str(train), "--eval", str(train)] if verb == "finetune"
+            else ["glue", "--data", str(write_glue_dir(tmp_path / "glue"))]) + \
+        ["--model", str(src), "--workdir", str(wd), "--set", override]
+    if verb == "glue":
+        argv.insert(1, argv.pop(argv.index("--model") + 1))  # glue takes MODEL as its first argument
+        argv.remove("--model")
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], err
+    assert not wd.exists()
+
+
+def test_optim_warmup_steps_is_the_warmup_a_run_takes(src, tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", classification_rows(64, seed=8))
+    recipe = load("finetune-tiny", ["train.steps=8", "train.log_every=1", "optim.warmup_steps=4",
+                                    "optim.learning_rate=1e-3"])
+    assert recipe.optim_for(8).warmup_steps == 4  # not warmup_ratio x 8
+    loop_lib.finetune(recipe, parse_task("classification", train, [train]), src, tmp_path / "wd", log=QUIET)
+    rows = [json.loads(x) for x in (tmp_path / "wd" / "metrics.jsonl").read_text().splitlines()]
+    lr = {r["step"]: r["learning_rate"] for r in rows if "learning_rate" in r}
+    # the learning rate of update k (schedule at count k-1): a linear warmup over 4 updates, then the decay
+    assert lr[1] == pytest.approx(0.0) and lr[3] == pytest.approx(5e-4, rel=1e-5)
+    assert lr[5] == pytest.approx(1e-3, rel=1e-5)
