@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 
-from jaxbert.errors import InputError
 from jaxbert.finetune.predict import predict_file, write_predictions
-from jaxbert.fs import check_new_file, is_url
+from jaxbert.fs import check_new_file
 from jaxbert.finetune.kinds import KINDS
 
 
@@ -28,9 +27,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.out:
-        out = check_new_file(args.out, "--out")
-        if not is_url(args.out) and not out.parent.is_dir():  # a bucket has no folders to make
-            raise InputError(f"--out {args.out}: the folder {out.parent} does not exist; make it first")
+        check_new_file(args.out, "--out")  # before any work: exists, or its folder does not
     rows = predict_file(args.model, args.file, args.task, args.text_columns, args.tokenizer)
     if args.out:
         write_predictions(rows, args.out)

@@ -498,4 +498,4 @@ def test_predict_out_in_a_missing_folder_is_refused_before_any_work(models, tmp_
     write_jsonl(tmp_path / "d.jsonl", [{"sentence": "the cat"}])
     assert main(["predict", models("classification"), str(tmp_path / "d.jsonl"), "--out",
                  str(tmp_path / "nodir" / "x.jsonl")]) == 2
-    _one_line(capsys, "predict", f"--out {tmp_path / 'nodir' / 'x.jsonl'}: the folder {tmp_path / 'nodir'} does not exist")
+    _one_line(capsys, "predict", f"--out {tmp_path / 'nodir' / 'x.jsonl'}: its folder {tmp_path / 'nodir'} does not exist")
