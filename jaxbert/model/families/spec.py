@@ -43,6 +43,22 @@ class Family:
         or None for BERT's (pooler -> dropout -> classifier).
       seq_classifier_rows: config -> param rows of that classifier (replacing BERT's).
       pretraining_classes: the classes an MLM pretraining recipe may train.
+
+    A family with modules of its own (not BERT's) says so with the fields below; each is None
+    for the families built on BERT's modules, whose behaviour is BertConfig's, jaxbert.model.heads'
+    classes and jaxbert.convert.table.Table:
+      config_class: its config class (``from_dict``, ``from_json_file``, ``to_dict``), or None for BertConfig.
+      model_classes: class name -> module class, or None (BERT's classes under the family's names).
+      build: (class name, config, options) -> module, or None.
+      table: (config, class name, scan_layers, add_pooling_layer) -> its key table (the interface
+        of jaxbert.convert.table.Table), or None.
+      params_scanned: a param tree -> whether it holds the scanned layout, or None (BERT's test).
+      dummy_inputs: (class name, batch, length) -> (input_ids, token_type_ids) for init, or None.
+      infer_class: (config, state-dict keys) -> the class a checkpoint was saved from, or None.
+      non_embedding_params: config -> matmul weights of the encoder layers (for the FLOP count),
+        or None for BERT's 4 H^2 + 2 H I per layer.
+      position_limit: config -> the longest sequence it takes, or None (the position table's rows
+        less ``position_offset``).
     """
 
     name: str
@@ -64,6 +80,20 @@ class Family:
     seq_classifier: Optional[type] = None
     seq_classifier_rows: Optional[Callable] = None
     pretraining_classes: tuple = ()
+    config_class: Optional[type] = None
+    model_classes: Optional[dict] = None
+    build: Optional[Callable] = None
+    table: Optional[Callable] = None
+    params_scanned: Optional[Callable] = None
+    dummy_inputs: Optional[Callable] = None
+    infer_class: Optional[Callable] = None
+    non_embedding_params: Optional[Callable] = None
+    position_limit: Optional[Callable] = None
+
+    @property
+    def builds_on_bert(self) -> bool:
+        """Whether its classes are BERT's modules under its names (BERT, RoBERTa) rather than its own."""
+        return self.build is None
 
     def class_prefix(self, model_type: str) -> str:
         return self.class_prefixes[model_type]
