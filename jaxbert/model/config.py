@@ -302,6 +302,38 @@ def read_config(path):
     return (config_class or BertConfig).from_json_file(path)
 
 
+def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: int | None = None,
+                 model_class: str | None = None):
+    """A recipe's model config: a preset name, a config.json (or its directory), or the model_type of
+    a family with a config class of its own ("modernbert": that class's defaults, which are the
+    family's base model); then ``overrides`` (fields of the family's config class; a
+    ``model_type`` there picks the family), then ``vocab_size`` unless the overrides set it, and
+    ``architectures`` = [model_class]. Raises ConfigError naming a field the class does not have."""
+    base_type = preset_or_path if isinstance(preset_or_path, str) else None
+    if base_type in BY_MODEL_TYPE and BY_MODEL_TYPE[base_type].config_class is not None:
+        data = {"model_type": base_type}
+    elif str(preset_or_path) in PRESETS:
+        data = preset(str(preset_or_path)).to_dict()
+    else:
+        data = read_config(preset_or_path).to_dict()
+    model_type = overrides.get("model_type", data.get("model_type", "bert"))
+    if model_type not in BY_MODEL_TYPE:
+        raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert builds {tuple(BY_MODEL_TYPE)}")
+    config_class = BY_MODEL_TYPE[model_type].config_class or BertConfig
+    if data.get("model_type", "bert") != model_type and config_class is not BertConfig:
+        data = {"model_type": model_type}  # another family's preset says nothing of this one's config
+    known = {f.name for f in dataclasses.fields(config_class)} - {"extra"}
+    for key in overrides:
+        if key not in known:
+            raise ConfigError(f"{key}: not a {config_class.__name__} field")
+    data = dict(data, **overrides)
+    if vocab_size is not None and "vocab_size" not in overrides:
+        data["vocab_size"] = vocab_size
+    if model_class is not None:
+        data["architectures"] = [model_class]
+    return config_class.from_dict(data)
+
+
 def config_classes() -> tuple:
     """Every config class of the registered families."""
     return tuple(dict.fromkeys(f.config_class or BertConfig for f in FAMILIES.values()))
