@@ -64,10 +64,11 @@ def test_config_json_and_recipes_read_the_family_config_class(tmp_path):
     assert isinstance(read_config(tmp_path), ModernBertConfig)
     assert isinstance(jaxbert.convert.pretrained.read_config(tmp_path / "config.json"), ModernBertConfig)
     assert isinstance(build_config("bert-tiny", {}), BertConfig)
-    cfg = build_config("modernbert", {"hidden_size": 64, "num_attention_heads": 4}, 100, "ModernBertForMaskedLM")
+    cfg = build_config("modernbert", {"hidden_size": 64, "num_attention_heads": 4, "pad_token_id": 0}, 100,
+                       "ModernBertForMaskedLM")
     assert isinstance(cfg, ModernBertConfig) and cfg.vocab_size == 100 and cfg.num_hidden_layers == 22
     assert cfg.architectures == ("ModernBertForMaskedLM",)
-    assert isinstance(build_config("bert-tiny", {"model_type": "modernbert"}), ModernBertConfig)
+    assert isinstance(build_config("bert-tiny", {"model_type": "modernbert"}), ModernBertConfig)  # ModernBERT-base
     with pytest.raises(jaxbert.model.config.ConfigError, match="type_vocab_size: not a ModernBertConfig field"):
         build_config("modernbert", {"type_vocab_size": 2})
 
