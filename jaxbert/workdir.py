@@ -78,6 +78,11 @@ def path(workdir, name: str) -> Path:
     return fs.as_path(workdir) / name
 
 
+def downstream_dir(workdir, item: str) -> Path:
+    """The fine-tuning workdir of one outputs.downstream item inside a pretraining workdir."""
+    return fs.as_path(workdir) / DOWNSTREAM / item
+
+
 def write_recipe(workdir, recipe: dict) -> Path:
     """Writes the recipe as run (a plain dict) to WORKDIR/recipe.yaml."""
     workdir = fs.as_path(workdir)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import jaxbert
+from jaxbert.finetune import kinds
 from jaxbert.model.heads import MODEL_CLASSES
 from jaxbert.model.registry import HEADS
 
@@ -115,11 +117,15 @@ def test_no_import_cycles():
 
 # The workdir format's names: only jaxbert/workdir.py spells them; every other module goes through it.
 WORKDIR_NAMES = ('"recipe.yaml"', '"meta"', '"checkpoints"', '"checkpoints.corrupt"', '"metrics.jsonl"',
-                 '"curves.png"', '"fill_mask.txt"')
+                 '"curves.png"', '"fill_mask.txt"', '"eval.json"', '".jaxbert-workdir"', '".jaxbert-train.lock"')
+# Names that are common words elsewhere ("hf" is also a --to format): caught where a path is joined with them.
+WORKDIR_FOLDERS = ("downstream", "best", "hf")
 
 
 def _workdir_spellings(text: str) -> list[str]:
-    return [name for name in WORKDIR_NAMES if name in text or name.replace('"', "'") in text]
+    found = [name for name in WORKDIR_NAMES if name in text or name.replace('"', "'") in text]
+    return found + [f'/ "{name}"' for name in WORKDIR_FOLDERS
+                    if re.search(rf"/\s*[\"']{name}[\"']", text)]
 
 
 def test_one_module_owns_the_workdir_format():
@@ -135,6 +141,8 @@ def test_the_owner_check_sees_a_path_spelt_by_hand():
         ['"meta"']
     assert _workdir_spellings("path = workdir / 'recipe.yaml'") == ['"recipe.yaml"']
     assert _workdir_spellings("x = 'checkpoint'") == []
+    assert _workdir_spellings('where = root / "downstream" / spec.name') == ['/ "downstream"']
+    assert _workdir_spellings('p.add_argument("--to", choices=("jaxbert", "hf"))') == []
 
 
 def test_the_checker_sees_a_violation(tmp_path):
@@ -178,3 +186,58 @@ def test_no_family_flag_outside_the_family_modules():
     assert _family_flags("if config.model_type == 'roberta':") == ["model_type =="]
     assert _family_flags("if modernbert.is_modernbert(config) or is_roberta:") == ["is_modernbert", "is_roberta"]
     assert _family_flags("model_type = data.get('model_type')") == []
+
+
+# Registries instead of flags: a task kind's differences live in its module under
+# jaxbert/finetune/kinds/, a model family's under jaxbert/model/families/ (ModernBERT's own modules
+# in jaxbert/model/modernbert/, a family folder too); no other module branches on a kind's or a
+# family's name.
+KIND_BRANCHES = ("kind ==", "kind !=", "kind in (")
+FAMILY_FLAGS = ("is_roberta", "model_type ==")
+# Lines where `kind` names something other than a task kind, with what it names.
+OTHER_KINDS = {
+    ("data/corpus.py", 'for piece in ((doc,) if s is not None and s.kind == "text" else _bounded(doc)):'):
+        "SourceStats.kind: an input file's format (text / jsonl / parquet), as the dataset's metadata records it",
+}
+
+
+def _branches(text: str, spellings, rel: str = "") -> list[str]:
+    return [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+            if any(s in line for s in spellings) and (rel, line.strip()) not in OTHER_KINDS]
+
+
+def test_no_module_branches_on_a_task_kind_or_a_model_family():
+    kinds_dir = ROOT / "finetune" / "kinds"
+    family_dirs = (ROOT / "model" / "families", ROOT / "model" / "modernbert")
+    kind_branches, family_flags = [], []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel, text = str(path.relative_to(ROOT)), path.read_text()
+        in_family = any(d in path.parents for d in family_dirs)
+        if kinds_dir not in path.parents and not in_family:  # a family's own `kind`s are its param and layer kinds
+            kind_branches += _branches(text, KIND_BRANCHES, rel)
+        if not in_family:
+            family_flags += _branches(text, FAMILY_FLAGS, rel)
+    assert kind_branches == [] and family_flags == []
+    # every exempted line still exists (else the exemption hides nothing and goes)
+    for rel, line in OTHER_KINDS:
+        assert line in (ROOT / rel).read_text(), (rel, line)
+
+
+def test_the_branch_check_sees_a_branch():
+    found = _branches('    if spec.kind == "qa":\n        pass\n', KIND_BRANCHES, "x.py")
+    assert found == ['x.py:1: if spec.kind == "qa":']
+    assert _branches('ok = m.kind in ("classification", "tokens")', KIND_BRANCHES)
+    assert _branches("if config.is_roberta:", FAMILY_FLAGS) and _branches("a.model_type == 'roberta'", FAMILY_FLAGS)
+    assert _branches("kinds.get(spec.kind).recipe", KIND_BRANCHES) == []
+
+
+def test_every_registered_task_kind_is_one_module():
+    for name, kind in kinds.KINDS.items():
+        assert kind.name == name and type(kind).__module__ == f"jaxbert.finetune.kinds.{name}"
+
+
+def test_every_subpackage_is_in_the_wheel():
+    """pyproject's explicit package list names every folder of the package that holds modules."""
+    listed = set(tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py")}
+    assert folders - listed == set()

@@ -1,10 +1,18 @@
 """`jaxbert bench`: jaxbert and transformers (PyTorch) on the same work, in one sitting.
 
-Each (work, contender) runs alone in a fresh interpreter (jaxbert.bench.worker),
-the contenders of a work one after the other; each figure is the median of
-several timed calls after warm-up, with min and max. The parent process only
-schedules and reports: it never starts a jax backend, so on an accelerator the
-workers have the device to themselves.
+Each (work, contender) has its own interpreter (jaxbert.bench.worker --serve), built
+and warmed up once and kept warm while the contenders take turns: rounds of jaxbert,
+peer, jaxbert, peer, ... (timing.round_schedule), one timed call each per round (a
+few for the short roofline matmul). Only the contender whose turn it is runs; the
+others wait on a pipe. Each contender's figure is the median over all its calls with
+min and max; each peer's jaxbert/peer ratio is the median of the per-round ratios,
+with their spread and a verdict when the run was too noisy to judge
+(timing.round_ratio, timing.NOISY_SPREAD). The parent process only schedules and
+reports: it never starts a jax backend, so on an accelerator the workers have the
+device to themselves.
+
+The end-to-end rows (finetune-e2e, predict: jaxbert.bench.e2e) alternate fresh
+commands the same way, since their start-up is part of what they measure.
 
 On a GPU (the device worker reports platform "gpu") both sides run as their
 users run them there (device_options, contenders.torch_settings): jaxbert with
@@ -22,6 +30,8 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from jaxbert.errors import InputError
 from jaxbert.model.config import preset
@@ -29,8 +39,10 @@ from jaxbert.bench import contenders
 from jaxbert.bench.convert import run_convert_bench
 from jaxbert.devices import peak_flops
 from jaxbert.model.flops import forward_flops_per_token, train_flops_per_token
-from jaxbert.bench.timing import Record, rate_record, time_record
-from jaxbert.bench.worker import MODELS
+from jaxbert.bench import e2e
+from jaxbert.bench.machine import this_machine
+from jaxbert.bench.timing import Record, rate_record, round_ratio, round_schedule, time_record
+from jaxbert.bench.worker import MODELS, REPLY_PREFIX
 
 TCMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
                   "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
@@ -66,11 +78,110 @@ def run_worker(spec: dict, env: dict | None = None) -> dict | None:
     return json.loads(lines[-1])
 
 
+def _median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+class WarmWorker:
+    """One contender's `worker --serve` process: built and warmed up once, then timed round by round."""
+
+    def __init__(self, spec: dict, env: dict | None = None):
+        self.name = f"{spec['work']} {spec['contender']}"
+        self.log = tempfile.TemporaryFile(mode="w+")  # stderr: read back only to say why it failed
+        self.proc = subprocess.Popen([sys.executable, "-m", "jaxbert.bench.worker", "--serve", json.dumps(spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     env=env or None)
+        self._read()  # READY: built and warmed up
+
+    def _read(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith(REPLY_PREFIX):
+                return json.loads(line[len(REPLY_PREFIX):])
+        self.proc.wait()
+        self.log.seek(0)
+        tail = (self.log.read().strip().splitlines() or ["no output"])[-1]
+        raise WorkerFailed(tail)
+
+    def _ask(self, line: str) -> dict:
+        try:
+            self.proc.stdin.write(line + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # _read says why
+        return self._read()
+
+    def time(self, calls: int) -> list[float]:
+        return self._ask(f"time {calls}")["seconds"]
+
+    def finish(self) -> dict:
+        extra = self._ask("finish")["extra"]
+        self.proc.wait()
+        return extra
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def start_worker(spec: dict, env: dict | None = None) -> WarmWorker:
+    return WarmWorker(spec, env)
+
+
+def alternate(workers: dict, rounds: int, calls: int = 1, say=print) -> dict[str, dict]:
+    """Rounds over warm workers ({contender: worker}, in the stated order): each round every worker
+    times `calls` calls in turn. {contender: {"seconds": every call, "per_round": each round's median
+    call, "extra": the worker's extras}}; a worker that fails is dropped (and said so)."""
+    live = dict(workers)
+    seconds = {name: [] for name in workers}
+    per_round = {name: [] for name in workers}
+    for _, name in round_schedule(list(workers), rounds):
+        if name not in live:
+            continue
+        try:
+            secs = live[name].time(calls)
+        except WorkerFailed as e:
+            say(f"  {name}: dropped ({e})")
+            del live[name]
+            continue
+        seconds[name].extend(secs)
+        per_round[name].append(statistics.median(secs))
+    out = {}
+    for name, w in live.items():
+        try:
+            out[name] = {"seconds": seconds[name], "per_round": per_round[name], "extra": w.finish()}
+        except WorkerFailed as e:
+            say(f"  {name}: dropped ({e})")
+    return out
+
+
+def ratios_for(results: dict[str, dict], reference: str = "jaxbert") -> dict:
+    """{peer: Ratio} from the per-round times of the reference and each peer (rounds both completed)."""
+    ours = results.get(reference)
+    if ours is None:
+        return {}
+    out = {}
+    for name, res in results.items():
+        n = min(len(ours["per_round"]), len(res["per_round"]))
+        if name != reference and n:
+            out[name] = round_ratio(ours["per_round"][:n], res["per_round"][:n])
+    return out
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
         self.quick = args.quick
-        self.repeats = args.repeats or (3 if args.quick else 5)
+        self.repeats = args.repeats or (3 if args.quick else 5)  # single-contender works: compile, convert
+        self.rounds = getattr(args, "rounds", None) or (7 if args.quick else 11)
+        self.e2e_rounds = getattr(args, "e2e_rounds", None) or 3
+        self.machine_line, self.machine_tag = this_machine()
         self.records: list[Record] = []
         self.roofline = None  # FLOP/s of a large fp32 matmul: the faster contender's
         self.options = {**device_options("cpu", args.dtype, args.attention), "malloc": args.malloc}
@@ -91,48 +202,63 @@ class Bench:
             self.torch_contenders.append("torch-compile")  # on a GPU torch.compile is how its users train
 
     def machine(self) -> str:
+        """The line `jaxbert bench` prints first: CPU model and instruction-set level, cores, versions,
+        then the device jax found and the malloc setting."""
         d = self.device
-        return (f"{platform.machine()} {os.cpu_count()} cores, {d['platform']} ({d['device_kind']}), "
-                f"jax {d['jax']}, Python {platform.python_version()}, malloc {self.args.malloc}")
+        return (f"{self.machine_line}; {d['platform']} ({d['device_kind']}), Python {platform.python_version()}, "
+                f"malloc {self.args.malloc}")
 
     def wanted(self, work: str) -> bool:
         return self.args.only is None or any(work.startswith(o) for o in self.args.only)
 
     def add(self, record: Record):
         self.records.append(record)
+        ratio = f" jaxbert/peer {record.ratio.text()}" if record.ratio is not None else ""
         print(f"{record.work:28s} {record.contender:14s} {record.median:12,.2f} {record.unit:9s} "
-              f"[{record.min:,.2f} .. {record.max:,.2f}] {record.extra or ''}", flush=True)
+              f"[{record.min:,.2f} .. {record.max:,.2f}]{ratio} {record.extra or ''}", flush=True)
 
     def _worker(self, spec: dict) -> dict | None:
         return run_worker({"options": self.options, **spec}, self.env)
 
-    def _contest(self, work: str, contenders: list[str]) -> dict[str, dict]:
-        print(f"{work}: {', '.join(contenders)}", flush=True)
-        results = {}
-        for name in contenders:
-            out = self._worker({"work": work, "contender": name, "repeats": self.repeats})
-            if out is not None:
-                results[name] = out
+    def _contest(self, work: str, contenders: list[str], calls: int = 1) -> dict[str, dict]:
+        """Every contender warm in its own process, then self.rounds rounds in the stated order."""
+        print(f"{work}: {self.rounds} rounds of {', '.join(contenders)}", flush=True)
+        workers = {}
+        try:
+            for name in contenders:
+                try:
+                    workers[name] = start_worker({"options": self.options, "work": work, "contender": name},
+                                                 self.env)
+                except WorkerFailed as e:
+                    print(f"  {work} {name}: skipped ({e})", flush=True)
+            results = alternate(workers, self.rounds, calls, say=lambda m: print(m, flush=True))
+        finally:
+            for w in workers.values():
+                w.close()
+        for name, ratio in ratios_for(results).items():
+            results[name]["ratio"] = ratio
         return results
 
     def roofline_work(self):
         n = 2048
-        results = self._contest("roofline", ["jaxbert"] + self.torch_contenders[:1])
+        results = self._contest("roofline", ["jaxbert"] + self.torch_contenders[:1], calls=3)
         medians = []
         for name, out in results.items():
-            self.add(rate_record("roofline", name, out["seconds"], 2 * n**3 / 1e9, "GFLOP/s"))
+            rec = rate_record("roofline", name, out["seconds"], 2 * n**3 / 1e9, "GFLOP/s")
+            rec.ratio = out.get("ratio")
+            self.add(rec)
             medians.append(statistics.median(2 * n**3 / s for s in out["seconds"]))
         self.roofline = max(medians) if medians else None
 
-    def model_work(self, kind: str, model: str, B: int, T: int):
+    def model_work(self, work_type: str, model: str, B: int, T: int):
         cfg = contenders.no_dropout(preset(MODELS[model]))
-        work = f"{kind}/{model}/{B}x{T}"
+        work = f"{work_type}/{model}/{B}x{T}"
         for name, out in self._contest(work, ["jaxbert"] + self.torch_contenders).items():
             # jaxbert trains the MLM head on the M gathered positions only; transformers on all T.
-            f = contenders.masked_count(T) / T if (name == "jaxbert" and kind == "train") else 1.0
-            if kind == "finetune":  # no MLM head: the classifier's H x K is negligible
+            f = contenders.masked_count(T) / T if (name == "jaxbert" and work_type == "train") else 1.0
+            if work_type == "finetune":  # no MLM head: the classifier's H x K is negligible
                 f = 0.0
-            per_token = forward_flops_per_token if kind == "infer" else train_flops_per_token
+            per_token = forward_flops_per_token if work_type == "infer" else train_flops_per_token
             flops = per_token(cfg, T, f) * B * T
             gflops = flops / statistics.median(out["seconds"]) / 1e9
             extra = {"gflop_per_step": round(flops / 1e9, 1), "gflop_s": round(gflops, 1)}
@@ -144,7 +270,9 @@ class Bench:
                 tokens_per_s = B * T / statistics.median(out["seconds"])
                 extra["mfu"] = round(mfu(tokens_per_s, flops / (B * T), peak), 3)
             extra.update(out["extra"])
-            self.add(rate_record(work, name, out["seconds"], B * T, "tokens/s", **extra))
+            rec = rate_record(work, name, out["seconds"], B * T, "tokens/s", **extra)
+            rec.ratio = out.get("ratio")
+            self.add(rec)
 
     def compile_work(self, model: str):
         for layout in ("scan", "unscanned"):
@@ -165,6 +293,60 @@ class Bench:
                                  checkpoint_mb=round(rs[0]["checkpoint_mb"]),
                                  rss_over_checkpoint=round(statistics.median(above) / rs[0]["checkpoint_mb"], 2)))
 
+    def e2e_work(self, which: tuple[str, ...]):
+        """finetune-e2e/<model> and predict/<model> (jaxbert.bench.e2e): fresh commands, alternated in
+        rounds (jaxbert, transformers+PyTorch, jaxbert, ...), on one made task and source model."""
+        size = e2e.size_for(self.quick)
+        ft_work, pr_work = f"finetune-e2e/{size.model}", f"predict/{size.model}"
+        rounds, peer = self.e2e_rounds, "torch-eager"
+        with tempfile.TemporaryDirectory(prefix="jaxbert-bench-e2e-") as tmp:
+            root = Path(tmp)
+            task = e2e.write_task(root, size)
+            src = e2e.make_tiny_model(root, task["train"]) if size.model == "tiny" else e2e.minilm_dir()
+            print(f"{ft_work}: {rounds} rounds of jaxbert, {peer}; {size.n_train} train / {size.n_dev} dev "
+                  f"examples, {size.epochs} epochs, batch {size.batch}, max length {size.max_length}", flush=True)
+            runs = {"jaxbert": [], peer: []}
+            for r, name in round_schedule(list(runs), rounds):
+                out = root / f"{name}-{r}"
+                try:
+                    if name == "jaxbert":
+                        runs[name].append(e2e.jaxbert_finetune(src, task, size, out, self.env))
+                    else:
+                        runs[name].append(e2e.torch_finetune(src, task, size, out, self.env))
+                except RuntimeError as e:
+                    print(f"  {ft_work} {name} round {r}: failed ({e})", flush=True)
+            if "finetune-e2e" in which:
+                self._e2e_records(ft_work, runs, lambda res: {
+                    "steps": res[0]["steps"],
+                    "steps_per_s": round(statistics.median(x["steps"] / x["wall_s"] for x in res), 3),
+                    "dev_accuracy": _median_or_none([x["dev_accuracy"] for x in res])})
+            if "predict" not in which or not runs["jaxbert"]:
+                return
+            best = runs["jaxbert"][0]["best_dir"]  # one model for both sides: jaxbert's exported best
+            print(f"{pr_work}: {rounds} rounds of jaxbert predict, transformers pipeline; {size.n_dev} inputs",
+                  flush=True)
+            preds = {"jaxbert": [], peer: []}
+            for r, name in round_schedule(list(preds), rounds):
+                fn = e2e.jaxbert_predict if name == "jaxbert" else e2e.torch_predict
+                try:
+                    preds[name].append(fn(best, task["inputs"], root / f"pred-{name}-{r}.jsonl", self.env))
+                except RuntimeError as e:
+                    print(f"  {pr_work} {name} round {r}: failed ({e})", flush=True)
+            agree = (round(e2e.agreement(preds["jaxbert"][0]["labels"], preds[peer][0]["labels"]), 4)
+                     if preds["jaxbert"] and preds[peer] else None)
+            self._e2e_records(pr_work, preds, lambda res: {
+                "examples": len(res[0]["labels"]),
+                "examples_per_s": round(statistics.median(len(x["labels"]) / x["wall_s"] for x in res), 1),
+                **({} if agree is None else {"same_label_share": agree})})
+
+    def _e2e_records(self, work: str, runs: dict[str, list[dict]], extra_of):
+        per_round = {name: [x["wall_s"] for x in res] for name, res in runs.items() if res}
+        ratios = ratios_for({name: {"per_round": secs} for name, secs in per_round.items()})
+        for name, secs in per_round.items():
+            rec = time_record(work, name, secs, **extra_of(runs[name]))
+            rec.ratio = ratios.get(name)
+            self.add(rec)
+
     def run(self):
         print(f"machine: {self.machine()}", flush=True)
         if self.wanted("roofline"):
@@ -183,6 +365,10 @@ class Bench:
                 self.compile_work(model)
         if self.wanted("convert"):
             self.convert_work()
+        model = e2e.size_for(self.quick).model
+        e2e_works = tuple(w for w in ("finetune-e2e", "predict") if self.wanted(f"{w}/{model}"))
+        if e2e_works and not self.args.no_torch:
+            self.e2e_work(e2e_works)
 
 
 COMPILE_MODELS = ("bert-base", "bert-large")
@@ -204,7 +390,8 @@ def work_names(quick: bool) -> list[str]:
             + [f"train/{m}/{B}x{T}" for m, B, T in train_shapes(quick)]
             + [f"finetune/{m}/{B}x{T}" for m, B, T in FINETUNE_SHAPES]
             + [f"compile/{m}/{layout}" for m in COMPILE_MODELS for layout in ("scan", "unscanned")]
-            + ["convert/bert-base"])
+            + ["convert/bert-base", f"finetune-e2e/{e2e.size_for(quick).model}",
+               f"predict/{e2e.size_for(quick).model}"])
 
 
 def command_line(args) -> str:
@@ -219,6 +406,10 @@ def command_line(args) -> str:
         parts.append(f"--attention {args.attention}")
     if args.no_torch:
         parts.append("--no-torch")
+    if getattr(args, "rounds", None):
+        parts.append(f"--rounds {args.rounds}")
+    if getattr(args, "e2e_rounds", None):
+        parts.append(f"--e2e-rounds {args.e2e_rounds}")
     if args.only:
         parts.append("--only " + " ".join(args.only))
     return " ".join(parts)

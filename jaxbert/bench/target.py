@@ -84,12 +84,12 @@ def _compile(contender, r, cfg, devices, B, T, policy, hlo_dir=None):
 
 def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     """In a worker: compile one row for `target`; {'seconds': [lower + compile], 'extra': figures}."""
-    kind, model, shape, layout = work.split("/")
+    work_type, model, shape, layout = work.split("/")
     r, scanned, policy, B, T = _recipe(model, layout)
     cfg = r.bert_config()
     devices = compile_step.target_devices(target)
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
-    if kind == "aot-max":
+    if work_type == "aot-max":
         budget = device_hbm_bytes(devices[0], devices)
         b, seen = plan.largest_batch(lambda n: _compile(contender, r, cfg, devices, n, T, policy), budget, start=8)
         extra.update(largest_batch=b, budget_gib=round(budget / 2**30, 2), compiles=len(seen),

@@ -5,6 +5,14 @@ builds the work, runs it once or twice to warm up, times ``repeats`` calls
 (idling ``pause`` seconds before each), and prints one JSON line
 {"seconds": [...], "extra": {...}} as the last line of its stdout.
 
+`python -m jaxbert.bench.worker --serve SPEC` keeps the work warm for rounds: it
+builds and warms up, prints a line READY, then answers each line on stdin:
+"time K" times K calls and prints {"seconds": [...]}; "finish" prints
+{"extra": {...}} (page faults and system time per timed call over all rounds)
+and exits. Every answer is one stdout line starting with REPLY_PREFIX, so
+libraries that print to stdout cannot be mistaken for it. The harness keeps one
+such process per contender and alternates them, round by round.
+
 Why a process each: with jaxbert and PyTorch in one process, their thread pools
 and allocators get in each other's way when steps alternate, so in-process
 interleaving would measure the interference, not the frameworks.
@@ -38,30 +46,30 @@ def _jax_options(options: dict) -> dict:
 
 def build(work: str, contender: str, options: dict):
     """(fn, extra_fn): fn runs one unit of the work and blocks; extra_fn() -> dict after timing."""
-    kind, *rest = work.split("/")
+    work_type, *rest = work.split("/")
     no_extra = dict
-    if kind == "roofline":
+    if work_type == "roofline":
         n = 2048
         return (contenders.jax_matmul(n) if contender == "jaxbert"
                 else contenders.torch_matmul(n, options.get("platform", "cpu"))), no_extra
     model, shape = rest
     B, T = (int(v) for v in shape.split("x"))
     cfg = _config(model)
-    if kind == "finetune":
+    if work_type == "finetune":
         if contender == "jaxbert":
             fn, compiles = contenders.jax_finetune(cfg, B, T, **_jax_options(options))
             # one shape, one compile: a second would mean a recompile after warm-up
             return fn, lambda: {"compiles": compiles()}
         return contenders.torch_finetune(cfg, B, T, compile_=contender == "torch-compile"), no_extra
     if contender == "jaxbert":
-        builder = {"infer": contenders.jax_forward, "train": contenders.jax_train}[kind]
+        builder = {"infer": contenders.jax_forward, "train": contenders.jax_train}[work_type]
         fn = builder(cfg, B, T, **_jax_options(options))
 
         def extra():
             peak = contenders.jax_peak_memory()
             return {} if peak is None else {"peak_memory_mb": round(peak)}
         return fn, extra
-    builder = {"infer": contenders.torch_forward, "train": contenders.torch_train}[kind]
+    builder = {"infer": contenders.torch_forward, "train": contenders.torch_train}[work_type]
     platform = options.get("platform", "cpu")  # the harness's device: on a GPU the contender runs on CUDA
     settings = contenders.torch_settings(platform, contender == "torch-compile")
 
@@ -83,34 +91,70 @@ def describe_device() -> dict:
     return {"platform": dev.platform, "device_kind": dev.device_kind, "jax": jax.__version__}
 
 
+REPLY_PREFIX = "@@bench "
+
+
+class Warm:
+    """A built, warmed-up work: time(k) calls it k times; extra() after the last round."""
+
+    def __init__(self, spec: dict):
+        options = spec.get("options", {})
+        self.pause = spec.get("pause", 0.5)
+        if options.get("malloc") == "keep":  # what `jaxbert train` does at start, for every contender
+            keep_freed_memory()
+        self.fn, self._extra = build(spec["work"], spec["contender"], options)
+        for _ in range(spec.get("warmup", 2)):
+            self.fn()
+        self.calls = 0
+        self.before = _rusage()
+
+    def time(self, k: int) -> list[float]:
+        seconds = []
+        for _ in range(k):
+            time.sleep(self.pause)  # let the previous call's spinning worker threads go idle
+            t0 = time.perf_counter()
+            self.fn()
+            seconds.append(time.perf_counter() - t0)
+        self.calls += k
+        return seconds
+
+    def extra(self) -> dict:
+        after = _rusage()
+        out = self._extra()
+        if self.before and after and self.calls:
+            # Fresh pages touched and kernel time per call: what a caching allocator saves.
+            out["page_faults_mb_per_call"] = round((after[0] - self.before[0]) * 4096 / 2**20 / self.calls)
+            out["sys_s_per_call"] = round((after[1] - self.before[1]) / self.calls, 3)
+        return out
+
+
+def serve(spec: dict, lines=None, reply=None) -> None:
+    """The --serve loop over `lines` (default stdin), answering through `reply` (default stdout)."""
+    lines = sys.stdin if lines is None else lines
+    reply = reply or (lambda obj: print(REPLY_PREFIX + json.dumps(obj), flush=True))
+    warm = Warm(spec)
+    reply({"ready": True})
+    for line in lines:
+        verb, *rest = line.split() or [""]
+        if verb == "time":
+            reply({"seconds": warm.time(int(rest[0]) if rest else 1)})
+        elif verb == "finish":
+            reply({"extra": warm.extra()})
+            return
+
+
 def run(spec: dict) -> dict:
     work, contender, repeats = spec["work"], spec["contender"], spec["repeats"]
-    options, pause = spec.get("options", {}), spec.get("pause", 0.5)
+    options = spec.get("options", {})
     if work == "device":
         return {"seconds": [], "extra": describe_device()}
     if work.startswith(("aot/", "aot-max/")):
         return run_aot_work(work, contender, options["target"])
     if work.startswith("compile/"):
         return {"seconds": [compile_seconds(work, options)], "extra": {}}
-    if options.get("malloc") == "keep":  # what `jaxbert train` does at start, for every contender
-        keep_freed_memory()
-    fn, extra = build(work, contender, options)
-    for _ in range(spec.get("warmup", 2)):
-        fn()
-    seconds = []
-    before = _rusage()
-    for _ in range(repeats):
-        time.sleep(pause)  # let the previous call's spinning worker threads go idle
-        t0 = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - t0)
-    after = _rusage()
-    out = extra()
-    if before and after and repeats:
-        # Fresh pages touched and kernel time per call: what a caching allocator saves.
-        out["page_faults_mb_per_call"] = round((after[0] - before[0]) * 4096 / 2**20 / repeats)
-        out["sys_s_per_call"] = round((after[1] - before[1]) / repeats, 3)
-    return {"seconds": seconds, "extra": out}
+    warm = Warm(spec)
+    seconds = warm.time(repeats)
+    return {"seconds": seconds, "extra": warm.extra()}
 
 
 def _rusage() -> tuple[int, float] | None:
@@ -125,8 +169,11 @@ def _rusage() -> tuple[int, float] | None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--serve":
+        serve(json.loads(argv[1]))
+        return 0
     if len(argv) != 1:
-        print("usage: python -m jaxbert.bench.worker SPEC_JSON", file=sys.stderr)
+        print("usage: python -m jaxbert.bench.worker [--serve] SPEC_JSON", file=sys.stderr)
         return 2
     result = run(json.loads(argv[0]))
     print(json.dumps(result), flush=True)

@@ -1,5 +1,13 @@
 """`jaxbert bench`: jaxbert and transformers (PyTorch) on the same work, each in its own process.
 
+The first line printed is the machine: CPU model name, x86-64 level and notable extensions (from
+/proc/cpuinfo), cores, jax/torch/transformers versions. The contenders of a work alternate in
+rounds, each warm in its own process; a peer's jaxbert/peer ratio is the median of the per-round
+ratios with their min-max and IQR, marked "not judged" when the IQR is over 10% of the median or
+there were fewer than 3 rounds (jaxbert.bench.timing). finetune-e2e and predict time the
+`jaxbert finetune` / `jaxbert predict` commands against transformers + PyTorch end to end
+(jaxbert.bench.e2e). --json rows and --markdown tables name the machine on every row.
+
 With --target TOPOLOGY (e.g. v4:2x2x1): compile-only figures of the train
 steps for that TPU topology (needs libtpu: the tpu extra), beside
 transformers 4.57's Flax step.
@@ -13,7 +21,7 @@ from pathlib import Path
 
 from jaxbert.bench.target import run_target_bench, target_table
 from jaxbert.bench.harness import Bench, command_line, run_worker, work_names
-from jaxbert.bench.timing import check_only, markdown_table
+from jaxbert.bench.timing import MIN_ROUNDS, NOISY_SPREAD, check_only, markdown_table
 from jaxbert.fs import atomic_write_text
 from jaxbert.train.compile_step import check_target
 
@@ -22,7 +30,13 @@ def add_arguments(p):
     p.add_argument("--quick", action="store_true", help="fewer repeats and shapes, no torch.compile")
     p.add_argument("--only", nargs="*", default=None,
                    help="run only works whose name starts with one of these (e.g. train infer)")
-    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed calls of the single-contender works (compile, convert)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds of jaxbert, peer, jaxbert, peer, ... per work, each contender warm in its own "
+                        "process, one timed call each per round (default 7 with --quick, else 11)")
+    p.add_argument("--e2e-rounds", type=int, default=None,
+                   help="rounds of the end-to-end rows (finetune-e2e, predict), each a fresh command (default 3)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="jaxbert compute dtype (default: bfloat16 on a GPU, float32 elsewhere)")
     p.add_argument("--attention", default=None, choices=["einsum", "dot_product"],
@@ -45,10 +59,15 @@ def run(args) -> int:
     check_only(args.only, work_names(args.quick))  # before a worker starts
     bench = Bench(args)
     bench.run()
-    table = markdown_table(bench.records)
+    table = markdown_table(bench.records, machine=bench.machine_tag)
     print("\n" + table)
+    print(f"\nmachine: {bench.machine()}")
+    noisy = [f"{r.work} {r.contender}" for r in bench.records if r.ratio is not None and r.ratio.verdict != "ok"]
+    if noisy:
+        print(f"too noisy to judge (IQR of the per-round ratios over {NOISY_SPREAD:.0%} of their median, "
+              f"or under {MIN_ROUNDS} rounds): {'; '.join(noisy)}")
     if args.json:
-        atomic_write_text(args.json, json.dumps([r.to_json() for r in bench.records], indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps([r.to_json(bench.machine()) for r in bench.records], indent=2) + "\n")
     if args.markdown:
         atomic_write_text(args.markdown, f"Machine: {bench.machine()}\n\nCommand: `{command_line(args)}`\n\n{table}\n")
     return 0

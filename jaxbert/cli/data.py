@@ -27,6 +27,10 @@ def add_arguments(p) -> None:
     q.add_argument("--seed", type=int, default=0, help="seed of the nsp pairing")
     q.add_argument("--num-workers", type=int, default=None, help="processes (default: every core)")
     q.add_argument("--short-seq-prob", type=float, default=0.1, help="nsp: share of pairs with a shorter target")
+    q.add_argument("--packing", choices=("stream", "documents", "none"), default="stream",
+                   help="mlm rows: stream (documents joined with [SEP], cut into rows; default), documents "
+                        "(whole documents share rows, with segment ids: attention and positions stay within "
+                        "each), none (one document per padded row)")
     q.add_argument("--quiet", action="store_true", help="no progress output (a bar, or plain lines when piped)")
     q.add_argument("--overwrite", action="store_true",
                    help="replace OUTPUT when it is an earlier prepared dataset (anything else is refused)")
@@ -41,11 +45,12 @@ def run(args) -> int:
                        format=args.format, validation_fraction=args.validation_fraction,
                        text_field=args.text_field, seed=args.seed, num_workers=args.num_workers,
                        short_seq_prob=args.short_seq_prob, progress=not args.quiet,
-                       overwrite=args.overwrite)
+                       overwrite=args.overwrite, packing=args.packing)
         c, s = meta["counts"], meta["splits"]
+        how = f", packing {meta['packing']}" if "packing" in meta else ""
         print(f"{args.output}: {c['documents']:,} documents, {c['tokens']:,} tokens -> "
               f"{s['train']['examples']:,} train and {s['validation']['examples']:,} validation rows of "
-              f"{meta['max_length']} ({meta['format']}, {meta['dtype']}, vocab {meta['vocab_size']:,})")
+              f"{meta['max_length']} ({meta['format']}{how}, {meta['dtype']}, vocab {meta['vocab_size']:,})")
         return 0
 
     meta = metadata(args.dir)

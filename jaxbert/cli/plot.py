@@ -34,11 +34,11 @@ def written_by_plot(path) -> bool:
     pos = len(PNG_MAGIC)
     while pos + 8 <= len(data):
         length = int.from_bytes(data[pos:pos + 4], "big")
-        kind = data[pos + 4:pos + 8]
+        chunk = data[pos + 4:pos + 8]
         body = data[pos + 8:pos + 8 + length]
-        if kind == b"tEXt" and body.partition(b"\0")[::2] == (b"Software", SOFTWARE.encode()):
+        if chunk == b"tEXt" and body.partition(b"\0")[::2] == (b"Software", SOFTWARE.encode()):
             return True
-        if kind == b"IEND":
+        if chunk == b"IEND":
             break
         pos += 12 + length
     return False

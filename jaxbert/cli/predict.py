@@ -1,22 +1,25 @@
 """`jaxbert predict MODEL FILE [--task KIND] [--out PRED.jsonl]`: a fine-tuned model's predictions as JSONL.
 
-One line per example: classification {id, label, score}; regression {id, value}; tokens {id,
-words, tags}; qa {id, answer}; choice {id, label, score}. Without --out they go to stdout.
+One line per example, its input beside the prediction: classification {id, <text columns>,
+label, score}; regression {id, <text columns>, value}; tokens {id, words, tags[, empty_words]};
+qa {id, question, context, answer}; choice {id, context, endings, label, score}. Without --out they go
+to stdout. The model's head decides the task; a --task that contradicts it is refused.
 """
 
 from __future__ import annotations
 
 import json
 
+from jaxbert.errors import InputError
 from jaxbert.finetune.predict import predict_file, write_predictions
-from jaxbert.fs import check_new_file
-from jaxbert.finetune.readers import KINDS
+from jaxbert.fs import check_new_file, is_url
+from jaxbert.finetune.kinds import KINDS
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
     parser.add_argument("file", help="examples to predict (labels not needed)")
-    parser.add_argument("--task", choices=KINDS, default=None, help="default: from the model's config")
+    parser.add_argument("--task", choices=list(KINDS), default=None, help="default: from the model's config (a task its head does not have is refused)")
     parser.add_argument("--out", default=None, help="PRED.jsonl (default: stdout)")
     parser.add_argument("--text-columns", nargs="+", default=None, metavar="COLUMN",
                         help="default: the columns the model was trained on")
@@ -25,7 +28,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     if args.out:
-        check_new_file(args.out, "--out")
+        out = check_new_file(args.out, "--out")
+        if not is_url(args.out) and not out.parent.is_dir():  # a bucket has no folders to make
+            raise InputError(f"--out {args.out}: the folder {out.parent} does not exist; make it first")
     rows = predict_file(args.model, args.file, args.task, args.text_columns, args.tokenizer)
     if args.out:
         write_predictions(rows, args.out)

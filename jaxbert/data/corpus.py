@@ -192,22 +192,22 @@ def _jsonl_documents(path: Path, text_field: str) -> Iterator[tuple[str, int]]:
             yield text or "", len(raw)
 
 
-def _arrow_documents(path: Path, kind: str, text_field: str) -> Iterator[tuple[str, int]]:
+def _arrow_documents(path: Path, fmt: str, text_field: str) -> Iterator[tuple[str, int]]:
     """A parquet or Arrow file's documents; a file pyarrow cannot read (empty, truncated, not that
     format) is a CorpusError naming it."""
     pa = require("pyarrow", "data", f"reading {path}")
     try:
-        yield from _arrow_rows(pa, path, kind, text_field)
+        yield from _arrow_rows(pa, path, fmt, text_field)
     except (pa.ArrowException, OSError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise CorpusError(f"{path}: not a readable {kind} file ({first})") from None
+        raise CorpusError(f"{path}: not a readable {fmt} file ({first})") from None
 
 
-def _arrow_rows(pa, path: Path, kind: str, text_field: str) -> Iterator[tuple[str, int]]:
+def _arrow_rows(pa, path: Path, fmt: str, text_field: str) -> Iterator[tuple[str, int]]:
     pq = require("pyarrow.parquet", "data", f"reading {path}")
 
     size = path.stat().st_size
-    if kind == "parquet":
+    if fmt == "parquet":
         pf = pq.ParquetFile(path)
         names, total = pf.schema_arrow.names, pf.metadata.num_rows
         batches = lambda: pf.iter_batches(batch_size=1024, columns=[text_field])  # noqa: E731
@@ -262,16 +262,16 @@ class Corpus:
                 self.stats[-1].documents += bool(doc.strip())
                 yield doc, units, None
             return
-        for kind, path in self.sources:
-            s = SourceStats(str(path), kind)
+        for fmt, path in self.sources:
+            s = SourceStats(str(path), fmt)
             self.stats.append(s)
             _replaced[0] = 0
-            if kind == "text":
+            if fmt == "text":
                 docs = _text_documents(path)
-            elif kind == "jsonl":
+            elif fmt == "jsonl":
                 docs = _jsonl_documents(path, self.text_field)
             else:
-                docs = _arrow_documents(path, kind, self.text_field)
+                docs = _arrow_documents(path, fmt, self.text_field)
             try:
                 for doc, units in docs:
                     s.bytes += units

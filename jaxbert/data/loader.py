@@ -50,12 +50,23 @@ def _padded(data_vocab: int, model_vocab: int) -> bool:
     return model_vocab > data_vocab and any(model_vocab == -(-data_vocab // m) * m for m in (8, 16, 32, 64, 128, 256))
 
 
+def packing_of(meta: dict) -> str:
+    """How a prepared folder's mlm rows were made: stream (recorded by its absence, as in data
+    prepared before the option existed), documents or none (see jaxbert.data.prepare.PACKINGS)."""
+    return meta.get("packing", "stream")
+
+
 def check_compatible(data_dir: str | Path, vocab_size: int | None = None,
-                     tokenizer_hash: str | None = None) -> dict:
+                     tokenizer_hash: str | None = None, packing: str | None = None) -> dict:
     """Raise DataCompatibilityError unless a model with `vocab_size` (equal, or padded up to a
-    multiple of 8..256) and a tokenizer hashing to `tokenizer_hash` can train on this data.
-    Returns the metadata."""
+    multiple of 8..256) and a tokenizer hashing to `tokenizer_hash` can train on this data, and
+    (given) its rows were packed as `packing` says. Returns the metadata."""
     meta = metadata(data_dir)
+    if packing is not None and packing_of(meta) != packing:
+        raise DataCompatibilityError(
+            f"{data_dir} was prepared with packing {packing_of(meta)!r}, but the recipe asks for data.packing "
+            f"{packing!r}: set data.packing={packing_of(meta)}, or prepare the data again with --packing {packing} "
+            "(in a new --workdir when it was built there)")
     data_vocab, data_hash = meta["vocab_size"], meta["tokenizer_hash"]
     if vocab_size is not None and vocab_size != data_vocab and not _padded(data_vocab, vocab_size):
         raise DataCompatibilityError(
@@ -89,7 +100,8 @@ class MLMLoader:
 
     input_ids, token_type_ids, attention_mask: int32 [B, L]; masked_positions, masked_labels:
     int32 [B, M]; masked_weights: float32 [B, M]; nsp data also next_sentence_labels int32 [B]
-    (0: B follows A, 1: random). Iteration never ends; an epoch takes about `steps_per_epoch` steps
+    (0: B follows A, 1: random); data packed as documents or none also segment_ids int32 [B, L]
+    (0 = padding, 1..k = the documents of the row). Iteration never ends; an epoch takes about `steps_per_epoch` steps
     (N // G; a step may straddle two epochs).
     """
 
@@ -123,6 +135,10 @@ class MLMLoader:
         self._pairs = None
         if self.nsp:  # (tokens in A, label) per row
             self._pairs = [open_rows(self.data_dir / s["file"].replace(".npy", "-pairs.npy")) for s in shards]
+        self.packing = packing_of(meta)
+        self._segments = None
+        if self.packing != "stream":  # segment ids per token, beside the rows
+            self._segments = [open_rows(self.data_dir / s["file"].replace(".npy", "-segments.npy")) for s in shards]
         sizes = np.array([len(r) for r in self._rows], np.int64)
         self._ends = np.cumsum(sizes)
         self.num_examples = int(sizes.sum())
@@ -256,4 +272,6 @@ class MLMLoader:
             batch["next_sentence_labels"] = pairs[:, 1].copy()
         else:
             batch["token_type_ids"] = np.zeros_like(ids)
+        if self._segments is not None:
+            batch["segment_ids"] = self._gather(index, self._segments).astype(np.int32)
         return batch

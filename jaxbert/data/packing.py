@@ -5,6 +5,14 @@ bodies of L - 2 tokens, and each body becomes `[CLS] body [SEP]`. A separator th
 body is dropped (the [SEP] closing the previous row already marks the boundary). Only the last
 row of the stream is padded. Long documents simply continue into the next row.
 
+Documents (`packing: documents`): every document, or piece of at most L - 2 tokens of a longer
+one, becomes `[CLS] piece [SEP]`, and several of them share a row when they fit, with a per-token
+segment id (0 = padding, 1..k = the pieces of the row, in order) that the model turns into a
+block-diagonal attention mask and positions restarting at each piece (jaxbert.model.segments).
+A document is split only when it is longer than a row. Rows are filled first-fit over a window
+of open rows (a row closes, oldest first, when more than `open_rows` are open), so the rows
+depend only on the order of the documents. `packing: none` puts each piece in a row of its own.
+
 NSP (the original BERT recipe): within each document, sentences are gathered up to a target
 length, split at a random sentence boundary into A and B; half the time (always when there is
 only one sentence) B is replaced by sentences from another document and labelled 1 ("random"),
@@ -77,6 +85,75 @@ class MLMPacker:
         rows[:, 1:-1] = bodies
         rows[:, -1] = self.sep
         return rows
+
+
+class DocumentPacker:
+    """Packs whole documents (pieces of long ones) into rows with segment ids; the open rows carry
+    over to the next chunk. `one_per_row`: each piece alone in its row (packing: none)."""
+
+    def __init__(self, max_length: int, cls_id: int, sep_id: int, pad_id: int, dtype=np.uint16,
+                 one_per_row: bool = False, open_rows: int = 16):
+        if max_length < 3:
+            raise ValueError(f"max_length must be at least 3 for [CLS] x [SEP], got {max_length}")
+        self.L, self.C = max_length, max_length - 2
+        self.cls, self.sep, self.pad, self.dtype = cls_id, sep_id, pad_id, dtype
+        self.seg_dtype = segment_dtype(max_length)
+        self.open_rows = 0 if one_per_row else open_rows
+        self.open: list[list] = []  # per open row: [used tokens, [piece arrays]]
+        self.padding = 0
+        self.pieces = 0
+
+    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Pack documents (`tokens` concatenated, `lengths` [D]); return the rows closed, as
+        (token rows [N, L], segment ids [N, L])."""
+        lengths = np.asarray(lengths, np.int64)
+        closed = []
+        starts = np.cumsum(lengths) - lengths
+        for start, n in zip(starts.tolist(), lengths.tolist()):  # a scalar walk per document
+            for a in range(start, start + n, self.C):
+                self._place(tokens[a:min(a + self.C, start + n)], closed)
+        return self._rows(closed)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows still open, oldest first."""
+        closed, self.open = self.open, []
+        return self._rows(closed)
+
+    def _place(self, piece: np.ndarray, closed: list) -> None:
+        need = piece.size + 2
+        self.pieces += 1
+        for r, row in enumerate(self.open):
+            if row[0] + need <= self.L:
+                row[0] += need
+                row[1].append(piece)
+                break
+        else:
+            r = len(self.open)
+            self.open.append([need, [piece]])
+        if self.L - self.open[r][0] < 3:  # no piece fits any more ([CLS] x [SEP] takes 3): close it now
+            closed.append(self.open.pop(r))
+        elif len(self.open) > self.open_rows:
+            closed.append(self.open.pop(0))
+
+    def _rows(self, closed: list) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.full((len(closed), self.L), self.pad, self.dtype)
+        segs = np.zeros((len(closed), self.L), self.seg_dtype)
+        for r, (used, pieces) in enumerate(closed):
+            at = 0
+            for k, piece in enumerate(pieces):
+                n = piece.size
+                rows[r, at] = self.cls
+                rows[r, at + 1:at + 1 + n] = piece
+                rows[r, at + 1 + n] = self.sep
+                segs[r, at:at + n + 2] = k + 1
+                at += n + 2
+            self.padding += self.L - used
+        return rows, segs
+
+
+def segment_dtype(max_length: int):
+    """The smallest unsigned dtype holding the segment ids of a row (at most L // 3 pieces)."""
+    return np.uint8 if max_length // 3 < 256 else np.uint16
 
 
 def split_sentences(text: str) -> list[str]:

@@ -5,6 +5,8 @@ Output folder:
   tokenizer.json             the tokenizer used (the loader reads `##` pieces from it)
   train-00000.npy ...        uint16 (vocab <= 65,536) or uint32 token ids, [rows, max_length]
   train-00000-pairs.npy ...  nsp only: uint16 [rows, 2] = (tokens in segment A, label)
+  train-00000-segments.npy   packing documents/none only: uint8 (uint16 past 767 tokens) segment ids
+                             [rows, max_length], 0 = padding, 1..k = the documents of the row
   validation-00000.npy ...   the same for the held-out documents
 
 Documents are read in order and cut into chunks (a fixed size, whatever the number of workers);
@@ -29,7 +31,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from jaxbert.data.corpus import Corpus
-from jaxbert.data.packing import MLMPacker, nsp_examples, split_sentences
+from jaxbert.data.packing import DocumentPacker, MLMPacker, nsp_examples, split_sentences
 from jaxbert.terminal import progress_bar
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
@@ -39,6 +41,10 @@ from jaxbert.fs import publish_dir
 
 FORMAT_VERSION = 1
 FORMATS = ("mlm", "nsp")
+# How mlm rows are made (jaxbert.data.packing): stream (documents joined with [SEP], cut into rows;
+# the default, recorded by its absence), documents (whole documents share rows, with segment ids),
+# none (one document, or piece of a long one, per padded row, with segment ids).
+PACKINGS = ("stream", "documents", "none")
 SPLITS = ("train", "validation")
 CHUNK_CHARS = 1 << 19  # documents per work unit: ~512k characters, or
 CHUNK_DOCS = 2048
@@ -135,15 +141,18 @@ def _run(tasks, config: dict, num_workers: int):
 class _ShardWriter:
     """Buffers rows of one split and writes `{split}-{i:05d}.npy` every `rows_per_shard` rows."""
 
-    def __init__(self, folder: Path, split: str, rows_per_shard: int, nsp: bool):
+    def __init__(self, folder: Path, split: str, rows_per_shard: int, nsp: bool, segments: bool = False):
         self.folder, self.split, self.rows_per_shard, self.nsp = folder, split, rows_per_shard, nsp
-        self.rows, self.pairs, self.buffered, self.shards = [], [], 0, []
+        self.with_segments = segments
+        self.rows, self.pairs, self.segments, self.buffered, self.shards = [], [], [], 0, []
         self.documents = self.tokens = self.examples = self.padding = self.random_next = 0
 
-    def add(self, rows: np.ndarray, pairs: np.ndarray | None = None) -> None:
+    def add(self, rows: np.ndarray, pairs: np.ndarray | None = None, segments: np.ndarray | None = None) -> None:
         self.rows.append(rows)
         if pairs is not None:
             self.pairs.append(pairs)
+        if segments is not None:
+            self.segments.append(segments)
         self.buffered += len(rows)
         while self.buffered >= self.rows_per_shard:
             self._write(self.rows_per_shard)
@@ -157,6 +166,10 @@ class _ShardWriter:
             pairs = np.concatenate(self.pairs)
             np.save(self.folder / f"{name}-pairs.npy", pairs[:n])
             self.pairs = [pairs[n:]]
+        if self.with_segments:
+            segments = np.concatenate(self.segments)
+            np.save(self.folder / f"{name}-segments.npy", segments[:n])
+            self.segments = [segments[n:]]
         self.buffered -= n
         self.examples += n
         self.shards.append({"file": f"{name}.npy", "rows": n})
@@ -195,7 +208,7 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
             rows_per_shard: int | None = None, progress: bool = True, overwrite: bool = False,
-            for_workdir: str | None = None) -> dict:
+            for_workdir: str | None = None, packing: str = "stream") -> dict:
     """Tokenize `inputs` (None: the embedded Python-docs corpus) into shards in `output`.
 
     Returns the metadata dict also written to `output/metadata.json`. The output folder is
@@ -203,10 +216,18 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
     replaced only when it is an earlier prepared dataset and `overwrite` is set. `output` may
     not lie inside a training workdir nor hold one, except WORKDIR/data of `for_workdir` (the
     data a run builds for itself).
+
+    packing (mlm only): "stream" joins documents into one stream cut into rows; "documents" packs
+    whole documents into rows with segment ids (attention and positions kept within each);
+    "none" gives each document its own padded row (see jaxbert.data.packing).
     """
     _check_not_near_a_workdir(output, for_workdir)
     if format not in FORMATS:
         raise PrepareError(f"format must be one of {FORMATS}, got {format!r}")
+    if packing not in PACKINGS:
+        raise PrepareError(f"packing must be one of {PACKINGS}, got {packing!r}")
+    if format == "nsp" and packing != "stream":
+        raise PrepareError(f"packing {packing!r} is for mlm rows; nsp rows are sentence pairs of one document")
     if not 0.0 <= validation_fraction < 1.0:
         raise PrepareError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
     low = 3 if format == "mlm" else 5
@@ -230,9 +251,14 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
     with publish_dir(output, DATASET_KIND, overwrite, sources=(tokenizer, *(inputs or ()))) as tmp:
         tmp = Path(tmp)
         nsp = format == "nsp"
-        writers = {s: _ShardWriter(tmp, s, rows_per_shard, nsp) for s in SPLITS}
-        packers = {s: MLMPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype)
-                   for s in SPLITS}
+        segmented = packing != "stream"
+        writers = {s: _ShardWriter(tmp, s, rows_per_shard, nsp, segmented) for s in SPLITS}
+        if segmented:
+            packers = {s: DocumentPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype,
+                                         one_per_row=packing == "none") for s in SPLITS}
+        else:
+            packers = {s: MLMPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype)
+                       for s in SPLITS}
         bar = progress_bar(total, "prepare", unit="B", unit_scale=True, file=sys.stderr, disable=not progress)
         try:
             for res in _run(_chunks(corpus), config, num_workers):
@@ -243,7 +269,8 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
                         w.random_next += int(labels.sum())
                     else:
                         tokens, lengths = res[split]
-                        w.add(packers[split].add(tokens, lengths))
+                        out = packers[split].add(tokens, lengths)
+                        w.add(*((out[0], None, out[1]) if segmented else (out,)))
                         ntok, ndocs = int(lengths.sum()), int((lengths > 0).sum())
                     w.tokens += ntok
                     w.documents += ndocs
@@ -251,7 +278,8 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
                 _show_counts(bar, writers)
             if not nsp:  # the last rows, still in the packers
                 for split, w in writers.items():
-                    w.add(packers[split].finish())
+                    out = packers[split].finish()
+                    w.add(*((out[0], None, out[1]) if segmented else (out,)))
                     w.padding = packers[split].padding
             _show_counts(bar, writers)
             bar.update(max(0, total - bar.n))
@@ -272,6 +300,8 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
         }
         if nsp:
             meta["short_seq_prob"] = short_seq_prob
+        if segmented:  # stream data (and data from before this option) records none: the loader reads it so
+            meta["packing"] = packing
         (tmp / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
         (tmp / "metadata.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     if progress:

@@ -101,17 +101,27 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
             raise TokenizerError(f"{p} is not a tokenizers JSON file: {e}") from e
     else:
         vocab = {}
-        with open(p, encoding="utf-8") as f:
-            for line in f:
-                token = line.rstrip("\r\n")
-                if token and token not in vocab:
-                    vocab[token] = len(vocab)
+        try:
+            with open(p, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    token = line.rstrip("\r\n")
+                    inner = token.strip(" \t")
+                    if " " in inner or "\t" in inner:  # prose, a table: words, not one token
+                        raise TokenizerError(f"{p}: line {n} holds {token[:40]!r}, which is not one token; "
+                                             f"is it a WordPiece vocab.txt (one token a line)?")
+                    if token and token not in vocab:
+                        vocab[token] = len(vocab)
+        except UnicodeDecodeError:
+            raise TokenizerError(f"{p} is not UTF-8 text; expected a WordPiece vocab.txt or tokenizer.json") from None
         if not vocab:
             raise TokenizerError(f"{p} is an empty vocabulary")
+        specials = special_token_names(p)
+        if not {specials["unk"], "[UNK]", "<unk>"} & set(vocab):  # WordPiece cannot encode an unknown word
+            raise TokenizerError(f"{p} has no unknown token {specials['unk']!r}; is it a WordPiece vocab.txt?")
         lowercase = True
         if (p.parent / "tokenizer_config.json").is_file():
             lowercase = bool(_read_json(p.parent / "tokenizer_config.json").get("do_lower_case", True))
-        tok = _bert_tokenizer(vocab, lowercase, special_token_names(p))
+        tok = _bert_tokenizer(vocab, lowercase, specials)
     tok.no_truncation()
     tok.no_padding()
     return tok

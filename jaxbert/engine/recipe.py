@@ -80,23 +80,12 @@ def recipe_names(folder: str = "train") -> dict[str, str]:
 
 
 # ---- the sections every run has ----------------------------------------------------------
-@dataclasses.dataclass
-class ComputeSection:
-    """How a model computes: the recipe's spelling of jaxbert.model.options.ModelOptions, which
-    checks the values (``options()``); only "auto" (planned with the batch) is the recipe's own."""
-    dtype: str = "float32"  # compute dtype; bfloat16 keeps fp32 master params via param_dtype
-    param_dtype: str = "float32"
-    scan_layers: bool = False
-    remat_policy: str = "none"  # none | dots | dots_no_batch | full | offload | auto (planned with the batch)
-    attention_impl: str = "einsum"  # einsum | dot_product (jax.nn.dot_product_attention where no attention dropout is drawn)
-    attention_chunks: int = 1  # blocks of queries, each recomputed in the backward pass (memory at long T)
-    ffn_chunks: int = 1  # blocks of tokens through each feed-forward block, the same way
-    dropout_impl: str = "hash"  # hash (counter hash, cheap on TPU) | threefry (flax's nn.Dropout)
+class _Compute:
+    """What a recipe's model section does with ModelOptions' fields (ComputeSection below holds them)."""
 
     def options(self, **changes) -> ModelOptions:
         """The ModelOptions this section describes (an 'auto' remat_policy is planned before this)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(ComputeSection)}
-        return ModelOptions(**{**fields, **changes})
+        return ModelOptions(**{**{name: getattr(self, name) for name in COMPUTE_FIELDS}, **changes})
 
     def check(self, prefix: str = "model.", auto: bool = False) -> None:
         """auto: the recipe may leave remat_policy to the planner."""
@@ -111,6 +100,23 @@ class ComputeSection:
             self.options(**({"remat_policy": "none"} if self.remat_policy == "auto" else {}))
         except ValueError as e:
             raise RecipeError(f"{prefix}{e}") from None
+
+
+# The model section is ModelOptions' own fields (an option added there is a recipe key at once), spelt as
+# YAML scalars: dtypes by name. decode is an inference switch, not a training option. Recipes default to
+# the hash dropout, which is cheap on TPU (ModelOptions' own default is flax's threefry).
+_NOT_IN_RECIPES = ("decode",)
+_RECIPE_DEFAULTS = {"dtype": "float32", "param_dtype": "float32", "dropout_impl": "hash"}
+_HINTS = typing.get_type_hints(ModelOptions)
+COMPUTE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelOptions) if f.name not in _NOT_IN_RECIPES)
+ComputeSection = dataclasses.make_dataclass(
+    "ComputeSection",
+    [(f.name, str if _HINTS[f.name] is Any else _HINTS[f.name],
+      dataclasses.field(default=_RECIPE_DEFAULTS.get(f.name, f.default)))
+     for f in dataclasses.fields(ModelOptions) if f.name in COMPUTE_FIELDS],
+    bases=(_Compute,),
+    namespace={"__module__": __name__, "__doc__": "How a model computes: ModelOptions' fields as recipe keys "
+               "(jaxbert.model.options.ModelOptions documents each); only remat_policy 'auto' is the recipe's own."})
 
 
 @dataclasses.dataclass
@@ -149,6 +155,21 @@ class CheckpointSection:
 
     def check(self, prefix: str = "checkpoint.") -> None:
         check_ranges(prefix, {"every_steps": (self.every_steps, *AT_LEAST_1), "keep": (self.keep, *AT_LEAST_1)})
+
+
+@dataclasses.dataclass
+class RunRecipe:
+    """What every recipe has beside its task's own sections: a name, the parallel layout, checkpoints.
+    Pretraining's and fine-tuning's recipes extend it with their model, data, optim and train sections."""
+    name: str = "custom"
+    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
+    checkpoint: CheckpointSection = dataclasses.field(default_factory=CheckpointSection)
+
+    def to_dict(self) -> dict:
+        """The recipe as a plain dict, as recipe.yaml shows it: name, the task's sections, then these."""
+        whole = dataclasses.asdict(self)
+        shared = ("parallel", "checkpoint")
+        return {k: whole[k] for k in ("name", *(k for k in whole if k not in ("name", *shared)), *shared)}
 
 
 def check_sections(recipe) -> None:

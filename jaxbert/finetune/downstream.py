@@ -6,7 +6,7 @@ Lives in finetune/ (train/ may not import finetune/); `jaxbert train` checks the
 item's recipe and `set` valid: a misspelt kind is not found after hours of pretraining) and calls
 `run_downstream` after the run finishes, and again on a rerun of a finished run. Each item
 fine-tunes into a folder of its own, WORKDIR/downstream/<task name> (<task name>-<n> when several
-items share a kind), with its item's recipe (default finetune-glue, or finetune-squad for qa) and
+items share a kind), with its item's recipe (default: its kind's, finetune-glue, or finetune-squad for qa) and
 `set` overrides; the score reported is the main metric of the evaluation at the end of fine-tuning.
 A rerun reads back the items that finished and trains (or resumes) the others.
 """
@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections import Counter
 
 from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.glue_run import check_folders
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import load
@@ -29,7 +31,7 @@ def _spec(item: dict):
     if task.lower().startswith("glue/"):
         return parse_task(task, data_dir=item["data"])
     kwargs = {}
-    if task in ("classification", "regression"):
+    if task in kinds.KINDS and kinds.KINDS[task].reads_columns:
         columns = item.get("text_columns", ["sentence"])
         kwargs = {"text_columns": tuple([columns] if isinstance(columns, str) else columns),
                   "label_column": item.get("label_column", "label")}
@@ -41,8 +43,7 @@ def _spec(item: dict):
 
 
 def _recipe(item: dict, kind: str):
-    return load(item.get("config") or ("finetune-squad" if kind == "qa" else "finetune-glue"),
-                list(item.get("set", [])))
+    return load(item.get("config") or kinds.get(kind).recipe, list(item.get("set", [])))
 
 
 def folder_names(items: list) -> list[str]:
@@ -90,7 +91,7 @@ def run_downstream(items: list, workdir, step: int, log=print) -> list[dict]:
     for item, folder in zip(items, folder_names(items)):
         spec = _spec(item)
         recipe = _recipe(item, spec.kind)
-        where = root / "downstream" / folder
+        where = workdir_lib.downstream_dir(root, folder)
         log(f"outputs.downstream: fine-tuning {root} on {spec.name} into {where}")
         summary = finetune(recipe, spec, root, where, tokenizer=item.get("tokenizer"), log=log)
         if summary["status"] == "stopped":

@@ -5,7 +5,11 @@ labels: [N] class ids (int32) or targets (float32), or [N, L] word tags for toke
 a word's tag sits on its first sub-token and -100 marks sub-tokens, specials and padding.
 L is the smallest bucket length (see `bucket_lengths`) holding the set's longest row, and
 `lengths` [N] keeps every row's own length so batches can be cut to their own bucket.
-Rows longer than max_length are truncated (longest first for pairs) and counted.
+Rows longer than max_length are truncated (longest first for pairs) and counted, except a
+token task's sentences: a sentence longer than max_length is cut into overlapping windows
+(as QA cuts a context), so every word is tagged; `word_index` maps each window back to its
+sentence's words, and a word the tokenizer reduces to nothing (a soft hyphen, a zero-width
+space, a byte-order mark, "") has no piece, no loss and the tag "O" (EMPTY_WORD_TAG).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from jaxbert.finetune.readers import ChoiceExample, TextExample, TokenExample
 from jaxbert.finetune.tables import TaskDataError
 
 IGNORE = -100  # label of a position no loss is taken on
+EMPTY_WORD_TAG = "O"  # the tag of a word without word pieces: the model never sees it
 SEQUENCE_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
 
@@ -34,6 +39,11 @@ class Features:
     max_length: int
     seq_keys: tuple[str, ...] = SEQUENCE_KEYS
     pad_values: dict[str, int] = field(default_factory=dict)  # per key; 0 where absent
+    # token tasks: the sentence each row (window) comes from [N], each example's word count [E],
+    # and per row the word a token starts (-1 on later pieces, specials and padding) [N, L]
+    example_index: np.ndarray | None = None
+    n_words: np.ndarray | None = None
+    word_index: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -142,17 +152,51 @@ def word_labels(word_ids: Sequence[int | None], tags: Sequence[int]) -> list[int
     return out
 
 
-def token_features(examples: Sequence[TokenExample], tok: Tokenizer, max_length: int) -> Features:
-    """Tagging: labels [N, L] hold each word's tag id on its first sub-token, IGNORE elsewhere."""
+def pieces(n: int, width: int, overlap: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of at most `width` over n items (one empty range for n = 0),
+    consecutive ones sharing `overlap` items (overlap < width)."""
+    out, start = [], 0
+    while True:
+        end = min(start + width, n)
+        out.append((start, end))
+        if end >= n:
+            return out
+        start = end - overlap
+
+
+def token_features(examples: Sequence[TokenExample], tok: Tokenizer, max_length: int,
+                   stride: int = 128) -> Features:
+    """Tagging: labels [N, L] hold each word's tag id on its first sub-token, IGNORE elsewhere.
+
+    A sentence of more than max_length - 2 pieces becomes several rows, [CLS] window [SEP],
+    consecutive windows sharing min(stride, half a window) pieces; a window's pieces that
+    continue a word begun in an earlier window carry IGNORE. Nothing is cut (n_truncated 0).
+    """
     if not examples:
         raise TaskDataError("no examples to encode")
-    encodings, truncated = encode(tok, [list(e.words) for e in examples], max_length, pretokenized=True)
-    pad = special_id(tok, "pad")
-    arrays, lengths, length = _sequence_arrays(encodings, max_length, pad)
-    arrays["labels"] = pad_rows([word_labels(enc.word_ids, e.tags) for enc, e in zip(encodings, examples)],
-                                length, IGNORE)
-    return Features(arrays, lengths, int(truncated.sum()), max_length, SEQUENCE_KEYS + ("labels",),
-                    {"input_ids": pad, "labels": IGNORE})
+    if max_length < 3:
+        raise TaskDataError(f"max_length must be at least 3 for tagging, got {max_length}")
+    cls, sep, pad = special_id(tok, "cls"), special_id(tok, "sep"), special_id(tok, "pad")
+    encodings = tok.encode_batch([list(e.words) for e in examples], is_pretokenized=True, add_special_tokens=False)
+    width = max_length - 2
+    overlap = max(0, min(stride, width // 2))
+    ids, labels, words, where = [], [], [], []
+    for k, (enc, example) in enumerate(zip(encodings, examples)):
+        starts = [-1 if w is None or (t and enc.word_ids[t - 1] == w) else int(w) for t, w in enumerate(enc.word_ids)]
+        for a, b in pieces(len(enc.ids), width, overlap):
+            ids.append([cls, *enc.ids[a:b], sep])
+            words.append([-1, *starts[a:b], -1])
+            labels.append([IGNORE] + [IGNORE if w < 0 else int(example.tags[w]) for w in starts[a:b]] + [IGNORE])
+            where.append(k)
+    lengths = np.array([len(r) for r in ids], dtype=np.int32)
+    length = bucket_for(int(lengths.max()), bucket_lengths(max_length))
+    arrays = {"input_ids": pad_rows(ids, length, pad), "token_type_ids": pad_rows([[0] * len(r) for r in ids], length),
+              "attention_mask": pad_rows([[1] * len(r) for r in ids], length),
+              "labels": pad_rows(labels, length, IGNORE)}
+    return Features(arrays, lengths, 0, max_length, SEQUENCE_KEYS + ("labels",), {"input_ids": pad, "labels": IGNORE},
+                    example_index=np.array(where, dtype=np.int32),
+                    n_words=np.array([len(e.words) for e in examples], dtype=np.int32),
+                    word_index=pad_rows(words, length, -1))
 
 
 def choice_features(examples: Sequence[ChoiceExample], tok: Tokenizer, max_length: int) -> Features:

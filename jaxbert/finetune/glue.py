@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import GLUE_MAIN, GLUE_METRICS
 from jaxbert.finetune.readers import read_task
 from jaxbert.finetune.tables import TaskDataError, local_path
@@ -29,6 +30,7 @@ class GlueTask:
     evals: dict[str, str] = field(default_factory=lambda: {"dev": "dev.tsv"})
     columns: tuple[str, ...] | None = None  # field names of a headerless TSV
     train: str = "train.tsv"
+    values: tuple[str, ...] | None = None   # how the files spell each class, in id order (None: as named)
 
     @property
     def metrics(self) -> tuple[str, ...]:
@@ -42,19 +44,24 @@ class GlueTask:
 
 _BINARY = ("0", "1")
 _NLI2 = ("entailment", "not_entailment")
+# The binary tasks' files hold 0 / 1; their classes carry the names GLUE's papers (and the
+# Hugging Face datasets) give them, so a model's id2label and `predict` say what a class means.
 GLUE_TASKS = {t.name: t for t in (
-    GlueTask("cola", "CoLA", "classification", ("sentence",), "label", _BINARY,
-             columns=("source", "label", "label_notes", "sentence")),
-    GlueTask("sst2", "SST-2", "classification", ("sentence",), "label", _BINARY),
-    GlueTask("mrpc", "MRPC", "classification", ("#1 String", "#2 String"), "Quality", _BINARY),
-    GlueTask("qqp", "QQP", "classification", ("question1", "question2"), "is_duplicate", _BINARY),
+    GlueTask("cola", "CoLA", "classification", ("sentence",), "label", ("unacceptable", "acceptable"),
+             columns=("source", "label", "label_notes", "sentence"), values=_BINARY),
+    GlueTask("sst2", "SST-2", "classification", ("sentence",), "label", ("negative", "positive"), values=_BINARY),
+    GlueTask("mrpc", "MRPC", "classification", ("#1 String", "#2 String"), "Quality",
+             ("not_equivalent", "equivalent"), values=_BINARY),
+    GlueTask("qqp", "QQP", "classification", ("question1", "question2"), "is_duplicate",
+             ("not_duplicate", "duplicate"), values=_BINARY),
     GlueTask("stsb", "STS-B", "regression", ("sentence1", "sentence2"), "score", None),
     GlueTask("mnli", "MNLI", "classification", ("sentence1", "sentence2"), "gold_label",
              ("contradiction", "entailment", "neutral"),
              evals={"matched": "dev_matched.tsv", "mismatched": "dev_mismatched.tsv"}),
     GlueTask("qnli", "QNLI", "classification", ("question", "sentence"), "label", _NLI2),
     GlueTask("rte", "RTE", "classification", ("sentence1", "sentence2"), "label", _NLI2),
-    GlueTask("wnli", "WNLI", "classification", ("sentence1", "sentence2"), "label", _BINARY),
+    GlueTask("wnli", "WNLI", "classification", ("sentence1", "sentence2"), "label", ("not_entailment", "entailment"),
+             values=_BINARY),
 )}
 
 
@@ -88,10 +95,21 @@ def load_glue(name: str, folder: str | os.PathLike):
     """(train examples, {eval name: examples}, labels) of a GLUE task from GLUE_DIR or GLUE_DIR/<Folder>.
 
     Eval names are "dev", or "matched" and "mismatched" for MNLI; labels is the preset's class
-    list (None for STS-B), so an eval label outside it is an error.
+    names (None for STS-B), read from the files' spellings (0 / 1 for the binary tasks), so an
+    eval label outside them is an error.
     """
     task = glue_task(name)
     where = task_folder(task, folder)
-    return read_task(task.kind, where / task.train, {k: where / v for k, v in task.evals.items()},
+    return read_task(kinds.get(task.kind), where / task.train, {k: where / v for k, v in task.evals.items()},
                      labels=task.labels, text_columns=task.text_columns, label_column=task.label_column,
-                     columns=task.columns)
+                     columns=task.columns, values=task.values)
+
+
+def headerless(task: GlueTask, path) -> bool:
+    """Whether a file of the task has no header row: CoLA's train / dev do, its test.tsv has one
+    (index, sentence); a file whose first line names the text column is taken as headed."""
+    if task.columns is None:
+        return False
+    with open(local_path(path), encoding="utf-8-sig") as f:
+        first = f.readline().rstrip("\r\n").split("\t")
+    return not set(task.text_columns) <= set(first)

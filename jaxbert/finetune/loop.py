@@ -27,14 +27,14 @@ from jaxbert import workdir as workdir_lib
 from jaxbert.convert.export import export_params
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.batching import batches, n_batches
-from jaxbert.finetune.featurize import make_features
 from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
 from jaxbert.finetune.model import LoadedModel, load_task_model, source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score, table, write_eval_json
-from jaxbert.finetune.scoring import Collector, decode, score
+from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.step import eval_outputs, step_spec
 from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
 from jaxbert.model.heads import build_model, dummy_inputs
@@ -63,8 +63,9 @@ class Prepared:
 
 def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=print) -> Prepared:
     """Reads the data, the tokenizer and SRC; raises InputError (one line, naming the file) on bad input."""
-    if spec.kind == "qa" and spec.version_2 != recipe.data.version_2:
+    if spec.version_2 != recipe.data.version_2:  # QA's scoring; the recipe says (other kinds ignore it)
         spec = dataclasses.replace(spec, version_2=recipe.data.version_2)
+    kind = kinds.get(spec.kind)
     data = read_task_data(spec)
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
@@ -72,11 +73,11 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     tok = load_tokenizer(tok_dir)
     recipe = fit_max_length(recipe, source_config(source), source, log)
     d = recipe.data
-    featurize = lambda examples: make_features(spec.kind, examples, tok, d.max_length, d.stride, d.max_query_length)
+    featurize = lambda examples: kind.featurize(examples, tok, d.max_length, d.stride, d.max_query_length)
     train = featurize(data.train)[0]
     evals = {name: featurize(examples) for name, examples in data.evals.items()}
     cut = {"train": train.n_truncated, **{n: f.n_truncated for n, (f, _) in evals.items()}}
-    what = "questions cut to data.max_query_length" if spec.kind == "qa" else f"rows cut to {d.max_length} tokens"
+    what = kind.truncation(d.max_length)
     log(f"{spec.name}: {len(data.train)} training examples ({len(train)} features), "
         + ", ".join(f"{n} {len(data.evals[n])}" for n in evals) + f" eval; {what}: "
         + ", ".join(f"{n} {c}" for n, c in cut.items()))
@@ -354,9 +355,10 @@ def evaluate(run: _Run, params, eval_fn) -> dict:
                        "outputs": {k: v.reshape(-1, *v.shape[2:]) for k, v in got["outputs"].items()}}
             sums = {k: sums.get(k, 0.0) + float(v) for k, v in got["sums"].items()}
             collect.add(got["outputs"], index)
-        decoded = decode(run.kind, collect.result(), features, windows, prep.data.labels, d.n_best,
-                         d.max_answer_length, d.version_2)
-        metrics = score(run.kind, prep.data.metrics, decoded["predictions"], prep.data.evals[name], prep.data.labels)
+        kind = kinds.get(run.kind)
+        decoded = kind.decode(collect.result(), features, windows, prep.data.labels, d.n_best, d.max_answer_length,
+                              d.version_2)
+        metrics = kind.score(prep.data.metrics, decoded["predictions"], prep.data.evals[name], prep.data.labels)
         metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         metrics.update(summarize(sums))
         out[name] = metrics

@@ -37,17 +37,6 @@ GLUE_MAIN = {
     "stsb": ("dev", "pearson"), "mnli": ("matched", "accuracy"), "qnli": ("dev", "accuracy"),
     "rte": ("dev", "accuracy"), "wnli": ("dev", "accuracy"),
 }
-# Task kind -> (metrics, main metric) for data that is not a GLUE preset.
-KIND_METRICS = {
-    "classification": (("accuracy", "macro_f1"), "accuracy"),
-    "regression": (("pearson", "spearman"), "pearson"),
-    "tokens": (("entity",), "entity_f1"),
-    "qa": (("squad",), "f1"),
-    "qa_v2": (("squad_v2",), "f1"),
-    "choice": (("accuracy",), "accuracy"),
-}
-
-
 def _pair(predictions, references, name: str) -> tuple[np.ndarray, np.ndarray]:
     p, r = np.asarray(predictions).reshape(-1), np.asarray(references).reshape(-1)
     if p.shape != r.shape:

@@ -1,7 +1,8 @@
 """The task model: SRC's encoder under a new head sized for the task's labels.
 
-`task_config` gives SRC's BertConfig the task's labels (id2label / label2id, problem_type
-for sequence classification); `load_task_model` reads SRC (anything from_pretrained reads:
+`task_config` gives SRC's BertConfig the task's labels (id2label / label2id, problem_type:
+what the kind's Kind in jaxbert.finetune.kinds says), and `kind_of` reads a kind back from a
+fine-tuned config; `load_task_model` reads SRC (anything from_pretrained reads:
 an HF or jaxbert directory, a pretraining workdir, a TensorFlow checkpoint, RoBERTa / XLM-R)
 into the task's class. Params the task has and SRC lacks are initialised as transformers
 initialises them (load_checkpoint: normal(initializer_range) kernels, zero biases, seeded);
@@ -18,31 +19,26 @@ from jaxbert import fs
 from jaxbert.convert.load import init_leaves
 from jaxbert.convert.pretrained import load_checkpoint
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.model.config import BertConfig
 from jaxbert.workdir import is_workdir, read_run
 
-HEAD_CLASS = {"classification": "BertForSequenceClassification", "regression": "BertForSequenceClassification",
-              "tokens": "BertForTokenClassification", "qa": "BertForQuestionAnswering",
-              "choice": "BertForMultipleChoice"}
-PROBLEM_TYPE = {"classification": "single_label_classification", "regression": "regression"}
 # Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
 # read a file the way training did.
 TASK_KEY = "jaxbert_task"
 
 
 def kind_of(config: BertConfig) -> str:
-    """The task kind of a fine-tuned model's config (its architectures and problem_type)."""
-    arch = (config.architectures or [""])[0]
-    for suffix, kind in (("ForTokenClassification", "tokens"), ("ForQuestionAnswering", "qa"),
-                         ("ForMultipleChoice", "choice")):
-        if arch.endswith(suffix):
-            return kind
-    if arch.endswith("ForSequenceClassification"):
-        regression = config.extra.get("problem_type") == "regression" or config.num_labels == 1
-        return "regression" if regression else "classification"
-    raise InputError(f"config architectures {config.architectures} name no fine-tuned task class "
-                     f"(...ForSequenceClassification, ...ForTokenClassification, ...ForQuestionAnswering, "
-                     f"...ForMultipleChoice)")
+    """The task kind of a fine-tuned model's config: the kind its task record names when that kind
+    recognises the head, else the first registered kind that recognises it (architectures, problem_type)."""
+    recorded = (config.extra.get(TASK_KEY) or {}).get("kind")
+    if recorded in kinds.KINDS and kinds.KINDS[recorded].recognises(config):
+        return recorded
+    for name, kind in kinds.KINDS.items():
+        if kind.recognises(config):
+            return name
+    heads = ", ".join(dict.fromkeys(f"...{k.head}" for k in kinds.KINDS.values()))
+    raise InputError(f"config architectures {config.architectures} name no fine-tuned task class ({heads})")
 
 
 def source_config(src) -> BertConfig:
@@ -59,21 +55,22 @@ def source_config(src) -> BertConfig:
 
 def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_info: dict | None = None) -> BertConfig:
     """base with the task's head size, label names and problem_type; architectures = the task's class."""
-    if kind in ("classification", "tokens"):
-        id2label = {i: str(name) for i, name in enumerate(labels)}
-    elif kind == "regression":
-        id2label = {0: "LABEL_0"}
-    else:  # qa: start and end columns; choice: one score per ending (transformers keeps the default 2)
-        id2label = {0: "LABEL_0", 1: "LABEL_1"}
+    k = kinds.get(kind)
+    id2label = k.id2label(labels)
     extra = dict(base.extra)
     extra.pop("problem_type", None)
-    if kind in PROBLEM_TYPE:
-        extra["problem_type"] = PROBLEM_TYPE[kind]
-    extra["architectures"] = [base.class_name(HEAD_CLASS[kind])]
+    if k.problem_type is not None:
+        extra["problem_type"] = k.problem_type
+    extra["architectures"] = [head_class(base, kind)]
     if task_info is not None:
         extra[TASK_KEY] = task_info
     return base.replace(id2label=id2label, label2id={v: k for k, v in id2label.items()}, num_labels=None,
                         extra=extra)
+
+
+def head_class(config: BertConfig, kind: str) -> str:
+    """The task's class in config's family: 'BertForSequenceClassification', 'RobertaForTokenClassification'."""
+    return config.class_name("Bert" + kinds.get(kind).head)
 
 
 @dataclass
@@ -99,11 +96,12 @@ def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype=
     """SRC's encoder in the task's class, with a new head; InputError if more than the head is missing."""
     own = source_config(src)
     config = task_config(own, kind, labels, task_info)
-    name = config.class_name(HEAD_CLASS[kind])
+    name = head_class(config, kind)
     config, name, params, report = load_checkpoint(src, name, config=config, dtype=dtype, strict=False,
                                                    scan_layers=scan_layers, seed=seed)
     prefix = config.base_prefix
-    note = _fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
+    note = (_fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
+            if kinds.get(kind).named_labels else [])  # a head without class names maps nothing onto them
     body = [p for p in report.missing_paths if p.split("/")[0] == prefix and not p.startswith(f"{prefix}/pooler/")]
     if body:
         shown = ", ".join(body[:6]) + (" ..." if len(body) > 6 else "")
@@ -121,7 +119,7 @@ def _fresh_head_for_other_labels(own: BertConfig, config: BertConfig, name: str,
     same_class = (own.architectures or [""])[0] == name
     old = [own.id2label[i] for i in sorted(own.id2label)] if own.id2label else None
     new = [config.id2label[i] for i in sorted(config.id2label)]
-    if not same_class or old is None or old == new or config.extra.get("problem_type") == "regression":
+    if not same_class or old is None or old == new:
         return []
     prefix = config.base_prefix
     paths = []

@@ -2,8 +2,10 @@
 
 The class and labels come from the model's config.json (architectures, id2label, problem_type);
 how training read its files (text columns, max_length, QA windows) from the ``jaxbert_task``
-record written beside them. `predict_file` needs no labels in the file; `evaluate_file` reads
-labelled data with the task readers and scores it with the task's metrics.
+record written beside them. Both verbs read files with the task readers training uses (the
+same checks; a GLUE model's files as its preset reads them): `predict_file` needs no labels
+in the file, `evaluate_file` reads labelled data and scores it with the task's metrics. The
+model's head decides the task; the data file is read and checked before the weights load.
 """
 
 from __future__ import annotations
@@ -18,96 +20,107 @@ from jaxbert import fs
 from jaxbert.convert.pretrained import from_pretrained
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
+from jaxbert.finetune import kinds
 from jaxbert.finetune.batching import batches
-from jaxbert.finetune.featurize import make_features
-from jaxbert.finetune.losses import MODEL_INPUTS, outputs
-from jaxbert.finetune.metrics import KIND_METRICS
+from jaxbert.finetune.features import special_id
+from jaxbert.finetune.glue import glue_task, headerless
+from jaxbert.finetune.kinds import Kind
+from jaxbert.finetune.losses import MODEL_INPUTS
 from jaxbert.finetune.model import TASK_KEY, kind_of
-from jaxbert.finetune.readers import ChoiceExample, TextExample, TokenExample, read_split
-from jaxbert.finetune.scoring import Collector, decode, score
-from jaxbert.finetune.squad import read_squad
-from jaxbert.finetune.tables import TaskDataError, cell, local_path, read_rows, require_columns
+from jaxbert.finetune.scoring import Collector
+from jaxbert.finetune.tables import local_path
 from jaxbert.model.config import BertConfig
 from jaxbert.workdir import tokenizer_path
 
 
 @dataclass
 class FinetunedModel:
-    module: object
-    params: dict
+    module: object | None  # None until load_weights
+    params: dict | None
     config: BertConfig
     kind: str
     labels: tuple[str, ...] | None  # class / tag names in id order
     task: dict  # the jaxbert_task record (defaults when the model has none)
     tokenizer: object
+    path: str = ""
 
     def option(self, key: str, default):
         return self.task.get(key, default)
 
+    @property
+    def task_kind(self) -> Kind:
+        """The registered Kind of the model's head."""
+        return kinds.get(self.kind)
 
-def load_finetuned(model_dir, kind: str | None = None, tokenizer=None) -> FinetunedModel:
-    """A fine-tuned directory's module, params, kind and labels; `kind` must agree with its class."""
+    def load_weights(self) -> "FinetunedModel":
+        if self.module is None:
+            self.module, self.params = from_pretrained(str(fs.local_copy(self.path)))
+        return self
+
+
+def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: bool = True) -> FinetunedModel:
+    """A fine-tuned directory's config, kind, labels and tokenizer (and, with weights, module and params).
+
+    The head in config.json decides the task: a `kind` that contradicts it is refused, before
+    the weights load. A tokenizer that lacks [CLS] / [SEP] / [PAD] or has more tokens than the
+    model's vocabulary is refused too.
+    """
+    if not fs.as_path(model_dir).exists():
+        raise InputError(f"model not found: {model_dir} does not exist")
     path = fs.local_copy(model_dir)
     if not (path / "config.json").is_file():
         raise InputError(f"{model_dir}: no config.json; is it a fine-tuned model directory?")
     config = BertConfig.from_json_file(path / "config.json")
     found = kind_of(config)
-    if kind is not None and kind != found and {kind, found} != {"classification", "regression"}:
-        raise InputError(f"{model_dir} is a {found} model ({config.architectures[0]}), not {kind}")
-    kind = kind or found
+    if kind is not None and kinds.get(kind) is not kinds.get(found):
+        raise InputError(f"--task {kind}: {model_dir} has a {found} head ({config.architectures[0]}, "
+                         f"{config.num_labels} output(s)); its head decides the task: leave --task out")
     tok_dir = tokenizer or tokenizer_path(model_dir)
     if tok_dir is None:
         raise InputError(f"{model_dir}: no tokenizer beside it; pass --tokenizer DIR")
-    module, params = from_pretrained(str(path))
-    labels = tuple(config.id2label[i] for i in range(config.num_labels)) if kind in ("classification", "tokens") else None
-    return FinetunedModel(module, params, config, kind, labels, dict(config.extra.get(TASK_KEY) or {}),
-                          load_tokenizer(tok_dir))
+    tok = load_tokenizer(tok_dir)
+    for role in ("cls", "sep", "pad"):
+        special_id(tok, role)  # a TokenizerError naming the missing token
+    if tok.get_vocab_size() > config.vocab_size:
+        raise InputError(f"{tok_dir}: its vocabulary ({tok.get_vocab_size()}) is larger than {model_dir}'s "
+                         f"({config.vocab_size}); is it the model's tokenizer?")
+    labels = kinds.get(found).labels_of(config)
+    m = FinetunedModel(None, None, config, found, labels, dict(config.extra.get(TASK_KEY) or {}), tok, str(model_dir))
+    return m.load_weights() if weights else m
 
 
-def _unlabelled(kind: str, path, task: dict, text_columns=None) -> list:
-    """Examples of a file that may lack labels (gold fields are read when present, else 0)."""
-    if kind == "qa":
-        return read_squad(path)
-    if kind == "tokens":
-        p = local_path(path)
-        if p.suffix.lower() in (".jsonl", ".json", ".parquet"):
-            rows, lines = read_rows(path)
-            require_columns(path, rows, ["tokens"])
-            return [TokenExample(f"{p.name}:{n}", tuple(str(w) for w in cell(path, r, n, "tokens")),
-                                 (0,) * len(cell(path, r, n, "tokens"))) for r, n in zip(rows, lines)]
-        sentences, words = [], []  # CoNLL: the word is the first field; tags, if any, are ignored
-        for line in p.read_text(encoding="utf-8").splitlines() + [""]:
-            fields = line.split()
-            if fields and fields[0] != "-DOCSTART-":
-                words.append(fields[0])
-            elif not fields and words:
-                sentences.append(TokenExample(f"{p.name}:{len(sentences)}", tuple(words), (0,) * len(words)))
-                words = []
-        if not sentences:
-            raise TaskDataError(f"{path} is empty")
-        return sentences
-    rows, lines = read_rows(path)
-    name = local_path(path).name
-    if kind == "choice":
-        require_columns(path, rows, ["context", "endings"])
-        return [ChoiceExample(f"{name}:{n}", str(cell(path, r, n, "context")),
-                              tuple(str(e) for e in cell(path, r, n, "endings")), int(r.get("label", 0) or 0))
-                for r, n in zip(rows, lines)]
-    columns = list(text_columns or task.get("text_columns") or ["sentence"])
-    require_columns(path, rows, columns)
-    return [TextExample(f"{name}:{n}", str(cell(path, r, n, columns[0])),
-                        str(cell(path, r, n, columns[1])) if len(columns) > 1 else None, 0)
-            for r, n in zip(rows, lines)]
+def read_columns(m: FinetunedModel, path, text_columns=None, label_column=None) -> dict:
+    """How to read a file for the model, as training read its files: text / label columns, and
+    for a GLUE model the preset's (CoLA's headerless train / dev files, 0 / 1 for named classes)."""
+    if not m.task_kind.reads_columns:
+        return {}
+    preset = glue_task(m.task["glue"]) if m.task.get("glue") else None
+    out = {"text_columns": tuple(text_columns or m.option("text_columns", None) or ["sentence"]),
+           "label_column": label_column or m.option("label_column", "label")}
+    if preset is not None:
+        if preset.values is not None and m.labels == preset.labels:
+            out["values"] = preset.values
+        if fs.as_path(path).exists() and local_path(path).is_file() and headerless(preset, path):
+            out["columns"] = preset.columns
+    return out
+
+
+def read_examples(m: FinetunedModel, path, labelled: bool, text_columns=None, label_column=None) -> list:
+    """The file's examples, read by the task's reader with training's checks; labelled=False
+    (predict) lets labels be absent, and checks those present."""
+    examples, _ = m.task_kind.read(path, m.labels, labelled=labelled, version_2=bool(m.option("version_2", False)),
+                                   **read_columns(m, path, text_columns, label_column))
+    return examples
 
 
 def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
     """Per-feature outputs (logits, or start / end logits), one jitted call per bucket shape."""
-    kind = m.kind
+    outputs = m.task_kind.outputs
 
     @jax.jit
     def forward(params, batch):
         out = m.module.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), deterministic=True)
-        return outputs(kind, out)
+        return outputs(out)
 
     collect = Collector(len(features), features.length)
     for b in batches(features, batch_size):
@@ -117,37 +130,31 @@ def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
 
 
 def _featurize(m: FinetunedModel, examples):
-    return make_features(m.kind, examples, m.tokenizer, int(m.option("max_length", 128)),
-                         int(m.option("stride", 128)), int(m.option("max_query_length", 64)))
+    return m.task_kind.featurize(examples, m.tokenizer, int(m.option("max_length", 128)),
+                                 int(m.option("stride", 128)), int(m.option("max_query_length", 64)))
 
 
 def _decode(m: FinetunedModel, out, features, windows):
-    return decode(m.kind, out, features, windows, m.labels, version_2=bool(m.option("version_2", False)))
+    return m.task_kind.decode(out, features, windows, m.labels, version_2=bool(m.option("version_2", False)))
 
 
 def predict_file(model_dir, path, kind: str | None = None, text_columns=None, tokenizer=None,
                  batch_size: int = 32) -> list[dict]:
-    """One dict per example: classification {id, label, score}, regression {id, value},
-    tokens {id, words, tags}, qa {id, answer}, choice {id, label, score}."""
-    m = load_finetuned(model_dir, kind, tokenizer)
-    examples = _unlabelled(m.kind, path, m.task, text_columns)
+    """One dict per example, its input beside the prediction: classification {id, <text columns>,
+    label, score}, regression {id, <text columns>, value}, tokens {id, words, tags[, empty_words]},
+    qa {id, question, context, answer}, choice {id, context, endings, label, score}.
+
+    empty_words lists the words the tokenizer reduced to nothing, tagged "O" (the model never saw them).
+    """
+    m = load_finetuned(model_dir, kind, tokenizer, weights=False)
+    columns = read_columns(m, path, text_columns)
+    examples = read_examples(m, path, labelled=False, text_columns=text_columns)
     features, windows = _featurize(m, examples)
+    m.load_weights()
     decoded = _decode(m, run_model(m, features, batch_size), features, windows)
-    preds, scores = decoded["predictions"], decoded["scores"]
-    rows = []
-    for i, e in enumerate(examples):
-        if m.kind == "classification":
-            rows.append({"id": e.id, "label": m.labels[int(preds[i])], "score": float(scores[i])})
-        elif m.kind == "choice":
-            rows.append({"id": e.id, "label": int(preds[i]), "score": float(scores[i])})
-        elif m.kind == "regression":
-            rows.append({"id": e.id, "value": float(preds[i])})
-        elif m.kind == "tokens":
-            tags = preds[i] + ["O"] * (len(e.words) - len(preds[i]))
-            rows.append({"id": e.id, "words": list(e.words), "tags": tags})
-        else:
-            rows.append({"id": e.id, "answer": preds[e.id]})
-    return rows
+    k = m.task_kind
+    return [{"id": e.id, **k.inputs(e, columns), **k.prediction(i, e, decoded, m.labels)}
+            for i, e in enumerate(examples)]
 
 
 def write_predictions(rows: list[dict], out) -> Path:
@@ -155,20 +162,28 @@ def write_predictions(rows: list[dict], out) -> Path:
     return Path(str(out))
 
 
-def evaluate_file(model_dir, kind: str, path, text_columns=None, label_column=None, tokenizer=None,
-                  batch_size: int = 32) -> dict:
-    """The task's metrics of the model on a labelled file (labels checked against the model's)."""
-    m = load_finetuned(model_dir, kind, tokenizer)
-    columns = {}
-    if m.kind in ("classification", "regression"):
-        columns = {"text_columns": tuple(text_columns or m.option("text_columns", ["sentence"])),
-                   "label_column": label_column or m.option("label_column", "label")}
-    examples, _ = read_split(m.kind, path, m.labels, **columns)
+def evaluate_file(model_dir, kind: str | None, path, text_columns=None, label_column=None, tokenizer=None,
+                  batch_size: int = 32, log=None) -> dict:
+    """The task's metrics of the model on a labelled file (labels checked against the model's).
+
+    kind None: the model's head decides; a kind that contradicts it is refused. log (when given)
+    hears about words without word pieces, tagged "O".
+    """
+    m = load_finetuned(model_dir, kind, tokenizer, weights=False)
+    examples = read_examples(m, path, labelled=True, text_columns=text_columns, label_column=label_column)
     features, windows = _featurize(m, examples)
+    m.load_weights()
     decoded = _decode(m, run_model(m, features, batch_size), features, windows)
-    names = KIND_METRICS["qa_v2" if m.kind == "qa" and m.option("version_2", False) else m.kind][0]
-    out = score(m.kind, names, decoded["predictions"], examples, m.labels)
+    empty = decoded.get("empty_words") or []
+    if log is not None and any(empty):
+        log(f"note: {sum(map(len, empty))} word(s) in {sum(map(bool, empty))} sentence(s) of {path} have no "
+            f"word pieces (e.g. a soft hyphen, a zero-width space, a byte-order mark, \"\"): tagged O")
+    names = m.task_kind.metrics(bool(m.option("version_2", False)))[0]
+    if m.task.get("glue"):  # a GLUE model is scored as its leaderboard scores it (CoLA: mcc)
+        names = glue_task(m.task["glue"]).metrics
+    out = m.task_kind.score(names, decoded["predictions"], examples, m.labels)
     return {k: float(v) for k, v in out.items()}
 
 
-__all__ = ["FinetunedModel", "load_finetuned", "predict_file", "write_predictions", "evaluate_file", "run_model"]
+__all__ = ["FinetunedModel", "load_finetuned", "predict_file", "write_predictions", "evaluate_file", "run_model",
+           "read_examples"]

@@ -1,22 +1,24 @@
-"""Task examples from data files, one reader per task kind.
+"""Task examples from data files: the readers the task kinds (jaxbert.finetune.kinds) read with.
 
-Kinds: "classification" and "regression" (one or two text columns and a label column),
-"tokens" (CoNLL text or JSONL with `tokens` / `tags`), "qa" (SQuAD v1.1 / v2.0 JSON) and
-"choice" (SWAG-style CSV or JSONL with `context`, `endings`, `label`). `read_task` reads a
-training file and its eval files; the training file fixes the label set unless one is given.
+`read_text`: one or two text columns and a label column (a class name, or a number with
+numeric=True); `read_tokens`: CoNLL text or JSONL with `tokens` / `tags`; `read_choice`:
+SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is jaxbert.finetune.squad's).
+`read_task` reads a training file and its eval files with a kind's reader; the training file
+fixes the label set unless one is given.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from jaxbert.finetune.squad import QAExample, read_squad
-from jaxbert.finetune.tables import TaskDataError, cell, local_path, read_rows, require_columns
+from jaxbert.finetune.tables import (TaskDataError, cell, data_file, local_path, read_rows, require_columns, show,
+                                     text_cell)
 
-KINDS = ("classification", "regression", "tokens", "qa", "choice")
 CONLL_SUFFIXES = (".txt", ".conll", ".iob", ".bio", ".tsv")
 _IOB_TAG = re.compile(r"^(O|[BI]-.+)$")
 
@@ -58,64 +60,140 @@ def label_list(values) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _label_ids(path, raw: list, lines: list[int], labels: Sequence[str] | None, what: str):
-    """Raw labels -> ids into `labels` (built from `raw` when None); error on an unknown one."""
-    labels = tuple(labels) if labels is not None else label_list(raw)
-    index = {name: i for i, name in enumerate(labels)}
+def check_label_names(labels: Sequence[str], what: str = "--labels") -> tuple[str, ...]:
+    """Given class / tag names in id order: each a non-empty string, none twice."""
+    labels = tuple(labels)
+    seen = set()
+    for name in labels:
+        if not isinstance(name, str) or not name.strip():
+            raise TaskDataError(f"{what}: {show(name)} is not a label name (in {', '.join(map(str, labels))})")
+        if name in seen:
+            raise TaskDataError(f"{what}: {name!r} is given twice (in {','.join(labels)}); each class once")
+        seen.add(name)
+    return labels
+
+
+def _label_key(path, value, line: int, what: str) -> str:
+    """A class label cell as its name: a string, a whole number, or true / false (named as JSON
+    spells them); null, a list, NaN and a fractional number are refused."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    bad = (value is None or isinstance(value, (list, dict))
+           or (isinstance(value, float) and not (math.isfinite(value) and value.is_integer()))
+           or (isinstance(value, str) and not value.strip()))
+    if bad:
+        raise TaskDataError(f"{path}: line {line} has {what} {show(value)}, which is not a class label")
+    return str(value)
+
+
+def _no_label(value) -> bool:
+    """In a file to predict on: a row without a label (null, or -1, the Hugging Face datasets'
+    label of an unlabelled test row)."""
+    return value is None or (not isinstance(value, bool) and value in (-1, "-1"))
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _label_ids(path, raw: list, lines: list[int], labels: Sequence[str] | None, what: str,
+               values: Sequence[str] | None = None):
+    """Raw labels -> ids into `labels` (built from `raw` when None); error on an unknown one.
+
+    values: how the file spells each label, in id order, when that differs from the names
+    (GLUE's 0 / 1 for named classes). One number spelt two ways (1 and 1.0) is refused.
+    """
+    keys = [_label_key(path, v, n, what) for v, n in zip(raw, lines)]
+    if labels is None:
+        spelt: dict[float, tuple[str, int]] = {}
+        for key, line in zip(keys, lines):
+            number = _number(key)
+            if number is None or not math.isfinite(number):
+                continue
+            first = spelt.setdefault(number, (key, line))
+            if first[0] != key:
+                raise TaskDataError(f"{path}: line {line} has {what} {key!r} beside {first[0]!r} (line {first[1]}): "
+                                    f"one class spelt two ways; write every label the same way")
+        labels = label_list(keys)
+    labels = tuple(labels)
+    spellings = tuple(values) if values is not None else labels
+    index = {name: i for i, name in enumerate(spellings)}
     ids = []
-    for value, line in zip(raw, lines):
-        key = str(value)
+    for key, line in zip(keys, lines):
         if key not in index:
             raise TaskDataError(f"{path}: line {line} has {what} {key!r}, which is not among the training "
-                                f"labels ({', '.join(labels)})")
+                                f"labels ({', '.join(spellings)})")
         ids.append(index[key])
     return ids, labels
 
 
-def read_text(path, kind: str, text_columns: Sequence[str], label_column: str,
-              labels: Sequence[str] | None = None, columns: Sequence[str] | None = None):
-    """(examples, labels) for classification or regression; labels is None for regression.
+def _target(path, value, line: int, what: str) -> float:
+    """A regression label: a finite number (a JSON number or numeric text); NaN, Inf, null, true refused."""
+    number = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        number = _number(value.strip())
+    if number is None:
+        raise TaskDataError(f"{path}: line {line} has {what} {show(value)}, not a number")
+    if not math.isfinite(number):
+        raise TaskDataError(f"{path}: line {line} has {what} {show(value)}, which is not a finite number")
+    return number
+
+
+def read_text(path, text_columns: Sequence[str], label_column: str,
+              labels: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+              labelled: bool = True, values: Sequence[str] | None = None, numeric: bool = False):
+    """(examples, labels): class labels named by `labels`, or (numeric=True) numbers, labels None.
 
     text_columns: one or two column names (sentence, or sentence pair); `columns` names the
-    fields of a headerless TSV/CSV.
+    fields of a headerless TSV/CSV. labelled=False (predict): the label column may be absent,
+    and a row's label may be null or -1 (unlabelled); a label that is there is checked as in
+    training (label 0 stands in where there is none). values: the file's spelling of each label (see _label_ids).
     """
     if not 1 <= len(text_columns) <= 2:
         raise TaskDataError(f"{path}: text_columns must name 1 or 2 columns, got {list(text_columns)}")
     rows, lines = read_rows(path, columns)
-    require_columns(path, rows, [*text_columns, label_column])
-    texts = [[str(cell(path, r, n, c)) for c in text_columns] for r, n in zip(rows, lines)]
-    raw = [cell(path, r, n, label_column) for r, n in zip(rows, lines)]
-    name = local_path(path).name
-    if kind == "regression":
-        values = []
-        for value, line in zip(raw, lines):
-            try:
-                values.append(float(value))
-            except (TypeError, ValueError):
-                raise TaskDataError(f"{path}: line {line} has {label_column} {value!r}, not a number") from None
-        targets, labels = values, None
-    elif kind == "classification":
-        targets, labels = _label_ids(path, raw, lines, labels, f"{label_column}")
+    require_columns(path, rows, [*text_columns] + ([label_column] if labelled else []))
+    texts = [[text_cell(path, r, n, c) for c in text_columns] for r, n in zip(rows, lines)]
+    if labelled:
+        raw = [(cell(path, r, n, label_column), n) for r, n in zip(rows, lines)]
     else:
-        raise TaskDataError(f"{path}: read_text reads classification or regression data, not {kind!r}")
+        raw = [(r.get(label_column), n) for r, n in zip(rows, lines)]
+        raw = [(v, n) for v, n in raw if not _no_label(v)]
+    if numeric:
+        found = {n: _target(path, v, n, label_column) for v, n in raw}
+        targets, labels = [found.get(n, 0.0) for n in lines], None
+    else:
+        ids, labels = _label_ids(path, [v for v, _ in raw], [n for _, n in raw], labels, label_column, values)
+        found = dict(zip([n for _, n in raw], ids))
+        targets = [found.get(n, 0) for n in lines]
+    name = local_path(path).name
     examples = [TextExample(f"{name}:{n}", t[0], t[1] if len(t) > 1 else None, y)
                 for t, y, n in zip(texts, targets, lines)]
     return examples, labels
 
 
-def _conll_sentences(path):
-    """[(first line, words, tags, tag lines)] of a CoNLL file: token ... tag per line, blank between."""
+def _conll_sentences(path, labelled: bool = True):
+    """[(first line, words, tags, tag lines)] of a CoNLL file: token ... tag per line, blank between.
+
+    A byte-order mark before the first line is dropped (so a leading -DOCSTART- is still one).
+    labelled=False: a line may hold the word alone; tags are "O" where absent.
+    """
     sentences, words, tags, tag_lines = [], [], [], []
-    with open(local_path(path), encoding="utf-8") as f:
+    with open(data_file(path), encoding="utf-8-sig") as f:
         for n, line in enumerate(f, 1):
             fields = line.split()
             if fields and fields[0] == "-DOCSTART-":
                 continue
-            if fields and len(fields) < 2:
+            if fields and len(fields) < 2 and labelled:
                 raise TaskDataError(f"{path}: line {n} has a token without a tag: {line.strip()!r}")
             if fields:
                 words.append(fields[0])
-                tags.append(fields[-1])
+                tags.append(fields[-1] if len(fields) > 1 else "O")
                 tag_lines.append(n)
             elif words:
                 sentences.append((tag_lines[0], words, tags, tag_lines))
@@ -125,37 +203,52 @@ def _conll_sentences(path):
     return sentences
 
 
-def _jsonl_sentences(path, labels):
+def _jsonl_sentences(path, labels, labelled: bool = True):
     rows, lines = read_rows(path)
-    require_columns(path, rows, ["tokens", "tags"])
+    require_columns(path, rows, ["tokens", "tags"] if labelled else ["tokens"])
     out = []
     for row, n in zip(rows, lines):
-        words, tags = cell(path, row, n, "tokens"), cell(path, row, n, "tags")
-        if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
+        words = cell(path, row, n, "tokens")
+        if not isinstance(words, list):
+            raise TaskDataError(f"{path}: line {n} has tokens {show(words)}, not a list of words")
+        bad = next((w for w in words if not isinstance(w, str)), "ok")
+        if bad != "ok":
+            raise TaskDataError(f"{path}: line {n} has the word {show(bad)} in tokens, which is not text")
+        if not labelled:
+            out.append((n, list(words), ["O"] * len(words), [n] * len(words)))
+            continue
+        tags = cell(path, row, n, "tags")
+        if not isinstance(tags, list) or len(words) != len(tags):
             raise TaskDataError(f"{path}: line {n} needs lists `tokens` and `tags` of one length")
-        if labels is not None and tags and all(isinstance(t, int) for t in tags):
+        if labels is not None and tags and all(isinstance(t, int) and not isinstance(t, bool) for t in tags):
             tags = [labels[t] if 0 <= t < len(labels) else t for t in tags]  # ids given as ints
-        out.append((n, [str(w) for w in words], [str(t) for t in tags], [n] * len(tags)))
+        bad = next((t for t in tags if not isinstance(t, str)), "ok")
+        if bad != "ok":
+            raise TaskDataError(f"{path}: line {n} has the tag {show(bad)} in tags, which is not an IOB tag")
+        out.append((n, list(words), list(tags), [n] * len(tags)))
     return out
 
 
-def read_tokens(path, labels: Sequence[str] | None = None):
+def read_tokens(path, labels: Sequence[str] | None = None, labelled: bool = True):
     """(examples, tag labels) of a CoNLL text file or a JSONL file of {"tokens": [...], "tags": [...]}.
 
-    Tags must be IOB (IOB1 or IOB2): O, B-TYPE or I-TYPE.
+    Tags must be IOB (IOB1 or IOB2): O, B-TYPE or I-TYPE. labelled=False (predict): tags are
+    not read (each word gets tag id 0).
     """
     suffix = local_path(path).suffix.lower()
     if suffix in (".jsonl", ".json", ".parquet"):
-        sentences = _jsonl_sentences(path, labels)
+        sentences = _jsonl_sentences(path, labels, labelled)
     elif suffix in CONLL_SUFFIXES:
-        if not local_path(path).is_file():
-            raise TaskDataError(f"data file not found: {local_path(path)}")
-        sentences = _conll_sentences(path)
+        sentences = _conll_sentences(path, labelled)
     else:
         raise TaskDataError(f"{path}: unknown file extension {suffix or '(none)'!r} for token data; expected "
                             f"one of {', '.join(CONLL_SUFFIXES + ('.jsonl', '.parquet'))}")
     if not sentences:
         raise TaskDataError(f"{path} is empty")
+    name = local_path(path).name
+    if not labelled:
+        return [TokenExample(f"{name}:{first}", tuple(words), (0,) * len(words))
+                for first, words, _, _ in sentences], labels
     for _, _, tags, tag_lines in sentences:
         for tag, line in zip(tags, tag_lines):
             if not _IOB_TAG.match(tag):
@@ -163,75 +256,86 @@ def read_tokens(path, labels: Sequence[str] | None = None):
     flat = [t for s in sentences for t in s[2]]
     flat_lines = [n for s in sentences for n in s[3]]
     ids, labels = _label_ids(path, flat, flat_lines, labels, "tag")
-    name, examples, k = local_path(path).name, [], 0
+    examples, k = [], 0
     for first, words, tags, _ in sentences:
         examples.append(TokenExample(f"{name}:{first}", tuple(words), tuple(ids[k:k + len(tags)])))
         k += len(tags)
     return examples, labels
 
 
-def read_choice(path, n_choices: int | None = None):
+def _ending_index(path, value, line: int, n_endings: int) -> int:
+    """A choice label: the 0-based index of the right ending (a whole number, or its digits as text)."""
+    index = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        index = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        index = int(value)
+    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        index = int(value)
+    if index is None:
+        raise TaskDataError(f"{path}: line {line} has label {show(value)}, not an ending index (0 .. {n_endings - 1})")
+    if not 0 <= index < n_endings:
+        raise TaskDataError(f"{path}: line {line} has label {index} for {n_endings} endings")
+    return index
+
+
+def read_choice(path, n_choices: int | None = None, labelled: bool = True):
     """Multiple-choice examples: SWAG CSV (sent1, sent2, ending0.., label) or JSONL (context, endings, label).
 
-    In the SWAG layout the context is sent1 and each candidate is "sent2 ending_i".
+    In the SWAG layout the context is sent1 and each candidate is "sent2 ending_i". Every row
+    needs the same number of endings, at least 2. labelled=False (predict): the label may be
+    absent, null or -1 (0 stands in); one that is there is checked as in training.
     """
     rows, lines = read_rows(path)
     name, examples = local_path(path).name, []
     swag = "sent1" in rows[0]
+    label = ["label"] if labelled else []
     if swag:
         endings = sorted((c for c in rows[0] if re.fullmatch(r"ending\d+", str(c))), key=lambda c: int(c[6:]))
-        require_columns(path, rows, ["sent1", "sent2", "ending0", "label"])
+        require_columns(path, rows, ["sent1", "sent2", "ending0"] + label)
     else:
-        require_columns(path, rows, ["context", "endings", "label"])
+        require_columns(path, rows, ["context", "endings"] + label)
     for row, n in zip(rows, lines):
         if swag:
-            context = str(cell(path, row, n, "sent1"))
-            options = tuple(f"{cell(path, row, n, 'sent2')} {cell(path, row, n, c)}".strip() for c in endings)
+            context = text_cell(path, row, n, "sent1")
+            start = text_cell(path, row, n, "sent2")
+            options = tuple(f"{start} {text_cell(path, row, n, c)}".strip() for c in endings)
         else:
-            context, options = str(cell(path, row, n, "context")), cell(path, row, n, "endings")
-            if not isinstance(options, list) or not options:
-                raise TaskDataError(f"{path}: line {n} has `endings` that is not a non-empty list")
-            options = tuple(str(o) for o in options)
+            context, options = text_cell(path, row, n, "context"), cell(path, row, n, "endings")
+            if not isinstance(options, list):
+                raise TaskDataError(f"{path}: line {n} has endings {show(options)}, not a list of endings")
+            bad = next((o for o in options if not isinstance(o, str)), "ok")
+            if bad != "ok":
+                raise TaskDataError(f"{path}: line {n} has the ending {show(bad)}, which is not text")
+            options = tuple(options)
+        if len(options) < 2:
+            raise TaskDataError(f"{path}: line {n} has {len(options)} ending(s); a choice needs at least 2")
         if n_choices is not None and len(options) != n_choices:
             raise TaskDataError(f"{path}: line {n} has {len(options)} endings where {n_choices} are expected")
         n_choices = len(options)
-        label = cell(path, row, n, "label")
-        try:
-            label = int(label)
-        except (TypeError, ValueError):
-            raise TaskDataError(f"{path}: line {n} has label {label!r}, not an ending index") from None
-        if not 0 <= label < len(options):
-            raise TaskDataError(f"{path}: line {n} has label {label} for {len(options)} endings")
-        examples.append(ChoiceExample(f"{name}:{n}", context, options, label))
+        value = row.get("label") if not labelled else cell(path, row, n, "label")
+        index = 0 if not labelled and _no_label(value) else _ending_index(path, value, n, len(options))
+        examples.append(ChoiceExample(f"{name}:{n}", context, options, index))
     return examples, None
 
 
-def read_split(kind: str, path, labels: Sequence[str] | None = None, text_columns: Sequence[str] = ("sentence",),
-               label_column: str = "label", columns: Sequence[str] | None = None):
-    """(examples, labels) of one file of a task kind; labels None where the kind has none."""
-    if kind in ("classification", "regression"):
-        return read_text(path, kind, text_columns, label_column, labels, columns)
-    if kind == "tokens":
-        return read_tokens(path, labels)
-    if kind == "qa":
-        return read_squad(path), None
-    if kind == "choice":
-        return read_choice(path)
-    raise TaskDataError(f"unknown task kind {kind!r}; known: {', '.join(KINDS)}")
+def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
+              labels: Sequence[str] | None = None, version_2: bool = True, **columns):
+    """(train examples, {eval name: examples}, labels) read by `kind` (a jaxbert.finetune.kinds
+    Kind): the training file fixes the label set, and the kind checks it.
 
-
-def read_task(kind: str, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
-              labels: Sequence[str] | None = None, **columns):
-    """(train examples, {eval name: examples}, labels): the training file fixes the label set.
-
-    `columns` passes text_columns / label_column / columns on to `read_split`.
+    `columns` passes text_columns / label_column / columns / values on to the kind's `read`;
+    version_2=False refuses unanswerable questions in a QA eval file.
     """
-    train_examples, labels = read_split(kind, train, labels, **columns)
+    if labels is not None:
+        labels = check_label_names(labels)
+    train_examples, labels = kind.read(train, labels, **columns)
+    kind.check_labels(train, labels)
     eval_examples = {}
     for name, path in evals.items():
-        eval_examples[name], _ = read_split(kind, path, labels, **columns)
+        eval_examples[name], _ = kind.read(path, labels, version_2=version_2, **columns)
     return train_examples, eval_examples, labels
 
 
-__all__ = ["KINDS", "TextExample", "TokenExample", "QAExample", "ChoiceExample", "label_list", "read_text",
-           "read_tokens", "read_squad", "read_choice", "read_split", "read_task", "TaskDataError"]
+__all__ = ["TextExample", "TokenExample", "QAExample", "ChoiceExample", "label_list", "read_text",
+           "read_tokens", "read_squad", "read_choice", "read_task", "check_label_names", "TaskDataError"]

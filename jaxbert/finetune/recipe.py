@@ -16,7 +16,8 @@ from typing import Optional
 from jaxbert.engine import recipe as engine_recipe
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, CheckpointSection, ComputeSection, ParallelSection,  # noqa: F401
-                                   RecipeError, check_ranges, check_sections, recipe_names)
+                                   RecipeError, RunRecipe, check_ranges, check_sections,
+                                   recipe_names)
 
 FOLDER = "finetune"  # configs/finetune/
 DEFAULT_RECIPE = "finetune-glue"
@@ -83,17 +84,12 @@ class FinetuneTrainSection:
 
 
 @dataclasses.dataclass
-class FinetuneRecipe:
-    name: str = "custom"
+class FinetuneRecipe(RunRecipe):
+    checkpoint: CheckpointSection = dataclasses.field(default_factory=lambda: CheckpointSection(every_steps=500, keep=2))
     model: FinetuneModelSection = dataclasses.field(default_factory=FinetuneModelSection)
     data: FinetuneDataSection = dataclasses.field(default_factory=FinetuneDataSection)
     optim: FinetuneOptimSection = dataclasses.field(default_factory=FinetuneOptimSection)
     train: FinetuneTrainSection = dataclasses.field(default_factory=FinetuneTrainSection)
-    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
-    checkpoint: CheckpointSection = dataclasses.field(default_factory=lambda: CheckpointSection(every_steps=500, keep=2))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def optim_for(self, total_steps: int) -> OptimSection:
         """The OptimSection make_optimizer takes: optim.warmup_steps, or warmup_ratio x total_steps."""

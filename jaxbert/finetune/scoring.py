@@ -1,21 +1,14 @@
-"""Model outputs -> predictions per example -> scores, for every task kind.
+"""Model outputs gathered per feature, and the decoding pieces the task kinds share.
 
 `Collector` puts the rows of evaluation batches back in feature order (a batch's `index`
-says where each row goes; padding rows have -1). `decode` turns the outputs of every
-feature into one prediction per example; `score` compares predictions with the examples'
-gold labels through jaxbert.finetune.metrics.
+says where each row goes; padding rows have -1). Each kind (jaxbert.finetune.kinds) turns
+the gathered outputs into one prediction per example (its `decode`) and scores them (its
+`score`); `class_predictions` is the classifying kinds' decode.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
-
-from jaxbert.finetune.features import IGNORE, Features
-from jaxbert.finetune.metrics import compute
-from jaxbert.finetune.qa_features import QAWindows, postprocess_qa
-from jaxbert.finetune.squad import gold_answers
 
 
 class Collector:
@@ -44,43 +37,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(-1, keepdims=True)
 
 
-def decode(kind: str, outputs: dict, features: Features, windows: QAWindows | None = None,
-           labels: Sequence[str] | None = None, n_best: int = 20, max_answer_length: int = 30,
-           version_2: bool = False) -> dict:
-    """{"predictions": per example, "scores": per example or None}.
-
-    classification / choice: class (ending) ids and their softmax probability; regression: the
-    value; tokens: tag names per word (words cut by truncation get "O"); qa: question id -> answer.
-    """
-    if kind == "qa":
-        answers = postprocess_qa(outputs["start_logits"], outputs["end_logits"], windows, n_best,
-                                 max_answer_length, version_2)
-        return {"predictions": answers, "scores": None}
-    logits = outputs["logits"]
-    if kind == "regression":
-        return {"predictions": logits[:, 0].astype(np.float64), "scores": None}
-    if kind == "tokens":
-        word_starts = features.arrays["labels"] != IGNORE  # [N, L]: the first piece of every word
-        ids = logits.argmax(-1)
-        tags = [[labels[t] for t in ids[i][word_starts[i]]] for i in range(len(features))]
-        return {"predictions": tags, "scores": None}
+def class_predictions(logits: np.ndarray) -> dict:
+    """{"predictions": the argmax class (ending) ids [N], "scores": their softmax probability [N]}."""
     probs = softmax(logits.astype(np.float64))
     return {"predictions": probs.argmax(-1), "scores": probs.max(-1)}
-
-
-def references(kind: str, examples: list, labels: Sequence[str] | None = None):
-    """Gold labels in the form metrics.compute takes for the kind."""
-    if kind == "qa":
-        return gold_answers(examples)
-    if kind == "tokens":
-        return [[labels[t] for t in e.tags] for e in examples]
-    return np.array([e.label for e in examples])
-
-
-def score(kind: str, metric_names: Sequence[str], predictions, examples: list,
-          labels: Sequence[str] | None = None) -> dict:
-    """metrics.compute over one eval set; tag lists are padded with "O" where truncation cut words."""
-    gold = references(kind, examples, labels)
-    if kind == "tokens":
-        predictions = [p + ["O"] * (len(g) - len(p)) for p, g in zip(predictions, gold)]
-    return compute(metric_names, predictions, gold)

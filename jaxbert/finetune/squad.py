@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from jaxbert.finetune.tables import TaskDataError, local_path
+from jaxbert.finetune.tables import TaskDataError, data_file, show
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,11 @@ class QAExample:
 
 
 def _load(path) -> list:
-    p = local_path(path)
+    p = data_file(path)
     if p.suffix.lower() != ".json":
         raise TaskDataError(f"{path}: unknown file extension {p.suffix or '(none)'!r} for SQuAD data; expected .json")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except OSError as e:
         raise TaskDataError(f"cannot read {path}: {e.strerror or e}") from e
     if not text.strip():
@@ -46,34 +46,85 @@ def _load(path) -> list:
     return doc["data"]
 
 
+def _need(path, where: str, value, kind: type, what: str, qid: str | None = None):
+    """value if it is a `kind`, else an error naming the file, the place in the document and the value."""
+    if isinstance(value, kind) and not isinstance(value, bool):
+        return value
+    of = f" (question {qid!r})" if qid is not None else ""
+    raise TaskDataError(f"{path}: {where}{of} is {show(value)}, not {what}")
+
+
 def read_squad(path) -> list[QAExample]:
-    """Every question of a SQuAD v1.1 or v2.0 file, in file order."""
-    examples, bad, first_bad = [], 0, None
-    for article in _load(path):
-        for paragraph in article.get("paragraphs", []):
-            context = paragraph.get("context")
-            if not isinstance(context, str):
-                raise TaskDataError(f"{path}: a paragraph of {article.get('title', 'an article')!r} has no context")
-            for qa in paragraph.get("qas", []):
-                qid = str(qa.get("id", f"{len(examples)}"))
+    """Every question of a SQuAD v1.1 or v2.0 file, in file order.
+
+    Every level must have SQuAD's types (an article and a paragraph are objects, qas and answers
+    lists, a question and a context text, answer_start a whole number); a place that does not is
+    named by its path in the document (data[0].paragraphs[2].qas[1].answers). Question ids must
+    be distinct: those given more than once are named.
+    """
+    examples, bad, first_bad, where_id = [], 0, None, {}
+    repeated: dict[str, int] = {}
+    for i, article in enumerate(_load(path)):
+        at = f"data[{i}]"
+        _need(path, at, article, dict, "an article object with 'paragraphs'")
+        for j, paragraph in enumerate(_need(path, f"{at}.paragraphs", article.get("paragraphs", []), list,
+                                            "a list of paragraphs")):
+            pat = f"{at}.paragraphs[{j}]"
+            _need(path, pat, paragraph, dict, "a paragraph object with 'context' and 'qas'")
+            if not isinstance(paragraph.get("context"), str):
+                raise TaskDataError(f"{path}: {pat}.context is {show(paragraph.get('context'))}, not text "
+                                    f"(a paragraph of {article.get('title', 'an article')!r})")
+            context = paragraph["context"]
+            for k, qa in enumerate(_need(path, f"{pat}.qas", paragraph.get("qas", []), list, "a list of questions")):
+                qat = f"{pat}.qas[{k}]"
+                _need(path, qat, qa, dict, "a question object")
+                raw_id = qa.get("id", f"{len(examples)}")
+                qid = str(_need(path, f"{qat}.id", raw_id, (str, int), "a question id"))
                 if "question" not in qa:
                     raise TaskDataError(f"{path}: question {qid!r} has no 'question' text")
+                question = _need(path, f"{qat}.question", qa["question"], str, "text", qid)
+                if qid in where_id:
+                    repeated[qid] = repeated.get(qid, 1) + 1
+                else:
+                    where_id[qid] = qat
+                impossible = qa.get("is_impossible", False)
+                if not isinstance(impossible, bool):
+                    raise TaskDataError(f"{path}: {qat}.is_impossible (question {qid!r}) is {show(impossible)}, "
+                                        f"not true or false")
                 answers = []
-                for a in ([] if qa.get("is_impossible", False) else qa.get("answers", [])):
+                listed = _need(path, f"{qat}.answers", qa.get("answers", []), list, "a list of answers", qid)
+                for m, a in enumerate([] if impossible else listed):
+                    aat = f"{qat}.answers[{m}]"
+                    _need(path, aat, a, dict, "an answer object with 'text' and 'answer_start'", qid)
                     text, start = a.get("text"), a.get("answer_start")
-                    if not isinstance(text, str) or not isinstance(start, int):
-                        raise TaskDataError(f"{path}: question {qid!r} has an answer without text / answer_start")
+                    if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
+                        raise TaskDataError(f"{path}: question {qid!r} has an answer without text / answer_start "
+                                            f"({aat}: text {show(text)}, answer_start {show(start)})")
                     if context[start:start + len(text)] != text:
                         bad += 1
                         first_bad = first_bad or qid
                     answers.append((text, start))
-                examples.append(QAExample(qid, qa["question"], context, tuple(answers)))
+                examples.append(QAExample(qid, question, context, tuple(answers)))
+    if repeated:
+        shown = ", ".join(f"{q!r} ({n} times, first at {where_id[q]})" for q, n in list(repeated.items())[:5])
+        more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+        raise TaskDataError(f"{path}: {len(repeated)} question id(s) given more than once: {shown}{more}; "
+                            f"every question needs its own id")
     if bad:
         raise TaskDataError(f"{path}: {bad} answer(s) do not match the context at answer_start; "
                             f"the first is in question {first_bad!r}")
     if not examples:
         raise TaskDataError(f"{path} holds no questions")
     return examples
+
+
+def check_answered(path, examples: list[QAExample]) -> None:
+    """SQuAD v1.1 scoring needs an answer to every question: refuse the unanswerable, naming them."""
+    none = [e.id for e in examples if not e.answers]
+    if none:
+        shown = ", ".join(repr(q) for q in none[:5]) + (f" and {len(none) - 5} more" if len(none) > 5 else "")
+        raise TaskDataError(f"{path}: {len(none)} question(s) without an answer ({shown}), which SQuAD v1.1 "
+                            f"scoring cannot score; for SQuAD v2.0 data --set data.version_2=true")
 
 
 def gold_answers(examples: list[QAExample]) -> dict[str, list[str]]:

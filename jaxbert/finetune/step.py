@@ -1,9 +1,9 @@
 """A fine-tuning kind's objective as the engine's step builder takes it (jaxbert.engine.step).
 
-``step_spec(kind)``: the forward pass over the model inputs, the kind's loss sums
-(jaxbert.finetune.losses), and the objective: the mean loss over every weighted target of
-the global batch (rows, or labelled tokens for tagging). Evaluation keeps the per-row
-outputs that scoring needs (``outputs``).
+``step_spec(kind)``: the forward pass over the model inputs, the kind's loss sums and their
+weights (its Kind in jaxbert.finetune.kinds), and the objective: the mean loss over every
+weighted target of the global batch (rows, or labelled tokens for tagging). Evaluation keeps
+the per-row outputs that scoring needs (``eval_outputs``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import functools
 
 from jaxbert.engine.step import StepSpec
-from jaxbert.finetune.losses import MODEL_INPUTS, outputs, task_sums, weights
+from jaxbert.finetune import kinds
+from jaxbert.finetune.kinds import Kind
+from jaxbert.finetune.losses import MODEL_INPUTS
 
 
 def _forward(params, apply_fn, batch, rng, deterministic: bool):
@@ -19,15 +21,20 @@ def _forward(params, apply_fn, batch, rng, deterministic: bool):
     return apply_fn({"params": params}, *(batch[k] for k in MODEL_INPUTS), deterministic=deterministic, rngs=rngs)
 
 
-@functools.cache
 def step_spec(kind: str) -> StepSpec:
-    return StepSpec(name=kind, forward=_forward,
-                    sums=lambda out, batch: task_sums(kind, out, batch),
-                    weights=lambda batch: {"loss": weights(kind, batch)},
+    """The StepSpec of the registered kind KIND (one per Kind object, so jitted steps are reused)."""
+    return _step_spec(kinds.get(kind))
+
+
+@functools.cache
+def _step_spec(k: Kind) -> StepSpec:
+    return StepSpec(name=k.name, forward=_forward,
+                    sums=k.sums,
+                    weights=lambda batch: {"loss": k.weights(batch)},
                     objective=lambda sums, dens, batch: sums["loss_sum"] / dens["loss"],
                     loss_sum=lambda sums: sums["loss_sum"])
 
 
 def eval_outputs(kind: str):
     """model output -> what evaluation keeps per row (logits, or start / end logits)."""
-    return functools.partial(outputs, kind)
+    return kinds.get(kind).outputs

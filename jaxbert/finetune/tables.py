@@ -30,6 +30,36 @@ def local_path(path: str | os.PathLike) -> Path:
     return fs.local_copy(path) if fs.is_url(path) else Path(path)
 
 
+def data_file(path: str | os.PathLike) -> Path:
+    """The local file behind `path`; an error naming it when it is missing or a folder."""
+    p = local_path(path)
+    if p.is_dir():
+        raise TaskDataError(f"{p} is a folder, not a data file; name a file in it")
+    if not p.is_file():
+        raise TaskDataError(f"data file not found: {p}")
+    return p
+
+
+def show(value) -> str:
+    """A cell's value as an error message quotes it: JSON's spelling for null / lists / objects."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, ensure_ascii=False)
+        return (text[:60] + "...") if len(text) > 60 else text
+    return repr(value)
+
+
+def text_cell(path, row: dict, line: int, name: str) -> str:
+    """A text cell: a string, else an error naming the file, line, column and value (null, a list...)."""
+    value = cell(path, row, line, name)
+    if not isinstance(value, str):
+        raise TaskDataError(f"{path}: line {line} has {name} {show(value)}, which is not text")
+    return value
+
+
 def _open_text(path: Path):
     try:
         # utf-8-sig drops a byte-order mark before the header (some GLUE TSVs carry one)
@@ -97,10 +127,8 @@ def read_rows(path: str | os.PathLike, columns: Sequence[str] | None = None) -> 
     .csv uses standard double-quote quoting. `columns` names the fields of a delimited file
     that has no header row (CoLA's train.tsv / dev.tsv).
     """
-    p = local_path(path)
+    p = data_file(path)
     suffix = p.suffix.lower()
-    if not p.is_file():
-        raise TaskDataError(f"data file not found: {p}")
     if suffix == ".tsv":
         return _delimited(p, "\t", csv.QUOTE_NONE, columns)
     if suffix == ".csv":

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from jaxbert.finetune import kinds
 from jaxbert.finetune.glue import glue_task, load_glue
-from jaxbert.finetune.metrics import KIND_METRICS
-from jaxbert.finetune.readers import KINDS, read_task
+from jaxbert.finetune.readers import check_label_names, read_task
 from jaxbert.finetune.tables import TaskDataError
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """kind: classification | regression | tokens | qa | choice; or glue (a GLUE task name) with data_dir."""
+    """kind: a registered kind (jaxbert.finetune.kinds: classification | regression | tokens | qa | choice);
+    or glue (a GLUE task name) with data_dir."""
 
     kind: str
     train: str | None = None
@@ -50,10 +51,12 @@ def parse_task(task: str, train=None, evals: Sequence[str] = (), data_dir=None, 
         if data_dir is None:
             raise TaskDataError(f"--task {task} needs --data GLUE_DIR (the folder GLUE's download script wrote)")
         return TaskSpec(preset.kind, glue=preset.name, data_dir=str(data_dir), labels=preset.labels)
-    if task not in KINDS:
-        raise TaskDataError(f"unknown task {task!r}; expected one of {', '.join(KINDS)} or glue/NAME")
+    if task not in kinds.KINDS:
+        raise TaskDataError(f"unknown task {task!r}; expected one of {', '.join(kinds.KINDS)} or glue/NAME")
     if train is None or not evals:
         raise TaskDataError(f"--task {task} needs --train FILE and --eval FILE")
+    if kwargs.get("labels") is not None:
+        kwargs["labels"] = check_label_names(kwargs["labels"])
     names = {}
     for path in evals:
         stem = Path(path).stem or "eval"
@@ -84,11 +87,9 @@ def read_task_data(spec: TaskSpec) -> TaskData:
         preset = glue_task(spec.glue)
         train, evals, labels = load_glue(spec.glue, spec.data_dir)
         return TaskData(spec, train, evals, labels, preset.metrics, preset.main_metric)
-    train, evals, labels = read_task(spec.kind, spec.train, spec.evals, labels=spec.labels,
-                                     **({"text_columns": spec.text_columns, "label_column": spec.label_column}
-                                        if spec.kind in ("classification", "regression") else {}))
-    if spec.kind == "classification" and len(labels) < 2:
-        raise TaskDataError(f"{spec.train}: classification needs at least 2 labels, found {list(labels)}")
-    names, main = KIND_METRICS["qa_v2" if spec.kind == "qa" and spec.version_2 else spec.kind]
+    kind = kinds.get(spec.kind)
+    train, evals, labels = read_task(kind, spec.train, spec.evals, labels=spec.labels, version_2=spec.version_2,
+                                     text_columns=spec.text_columns, label_column=spec.label_column)
+    names, main = kind.metrics(spec.version_2)
     return TaskData(spec, train, evals, labels, names, (next(iter(evals)), main))
 

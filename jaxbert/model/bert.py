@@ -12,6 +12,7 @@ from jaxbert.model.base import Array, BertModule, ModelOutput
 from jaxbert.model.config import ConfigError, bert_class_name
 from jaxbert.model.encoder import BertEmbeddings, BertEncoder, BertPooler
 from jaxbert.model.families import family_of_class
+from jaxbert.model.segments import segment_mask, segment_positions
 
 
 class BertPreTrainedModel(BertModule):
@@ -50,6 +51,10 @@ class BertModel(BertPreTrainedModel):
     """The encoder. Call with input_ids [B, L] (and optionally token_type_ids,
     attention_mask, position_ids [B, L], head_mask [N] or [num_layers, N]).
 
+    segment_ids [B, L] (packed rows: 0 = padding, 1..k = the documents of a row; see
+    jaxbert.model.segments): attention stays within each document and positions restart at each
+    document's start (unless position_ids are given); None computes as an unpacked row.
+
     When config.is_decoder is set, self-attention is causal; with
     add_cross_attention, encoder_hidden_states [B, S, H] (masked by
     encoder_attention_mask [B, S]) feed each layer's crossattention block.
@@ -63,13 +68,22 @@ class BertModel(BertPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                  deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
+                 output_attentions: bool = False, segment_ids=None):
         cfg = self.config
         B, L = input_ids.shape
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
         # [B, 1, 1, S]; under decode S is the cache length, as the mask given must be.
         mask = padding_mask(attention_mask, B, L)
+        if segment_ids is not None:
+            if self.options.decode or cfg.is_decoder:
+                raise ValueError("segment_ids (packed documents) are for encoders; decoding does not take them")
+            mask = mask & segment_mask(segment_ids)[:, None]  # [B, 1, T, S]: within each document
+            if position_ids is None:  # each document counts its positions from the family's origin
+                family = cfg.family
+                position_ids = segment_positions(
+                    segment_ids, family.position_offset(cfg),
+                    cfg.pad_token_id if family.zero_position_pad else 0)
         encoder_mask = None
         if encoder_attention_mask is not None or encoder_hidden_states is not None:
             S = (encoder_hidden_states.shape[1] if encoder_hidden_states is not None

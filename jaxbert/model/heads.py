@@ -71,10 +71,10 @@ class BertForPreTraining(BertPreTrainedModel):
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, masked_positions=None, deterministic: bool = True,
-                 output_hidden_states: bool = False, output_attentions: bool = False):
+                 output_hidden_states: bool = False, output_attentions: bool = False, segment_ids=None):
         out = self.bert(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
                         deterministic=deterministic, output_hidden_states=output_hidden_states,
-                        output_attentions=output_attentions)
+                        output_attentions=output_attentions, segment_ids=segment_ids)
         hidden = out.last_hidden_state
         if masked_positions is not None:
             hidden = gather_positions(hidden, masked_positions)
@@ -96,12 +96,12 @@ class _EncoderHead(BertPreTrainedModel):
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
+                 output_attentions: bool = False, segment_ids=None):
         spec = for_config(HEADS[bert_class_name(type(self).__name__)], self.config)
         bert = self._bert(spec.pooler)
         out = bert(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
                    deterministic=deterministic, output_hidden_states=output_hidden_states,
-                   output_attentions=output_attentions)
+                   output_attentions=output_attentions, segment_ids=segment_ids)
         return self.head(out, deterministic)
 
     def head(self, out: ModelOutput, deterministic: bool) -> ModelOutput:

@@ -148,6 +148,8 @@ def abstract_batch(recipe: Recipe, global_batch: int, sharding, split: str = "tr
     batch = {k: jax.ShapeDtypeStruct((A, global_batch, n), dt, sharding=sharding) for k, (n, dt) in shapes.items()}
     if recipe.data.nsp:
         batch["next_sentence_labels"] = jax.ShapeDtypeStruct((A, global_batch), jnp.int32, sharding=sharding)
+    if recipe.data.packing != "stream":  # rows of packed documents carry their segment ids
+        batch["segment_ids"] = jax.ShapeDtypeStruct((A, global_batch, T), jnp.int32, sharding=sharding)
     return batch
 
 
@@ -212,7 +214,7 @@ def runnable_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, see
             "masked_positions": np.sort(np.stack([rng.choice(np.arange(1, T - 1), M, replace=False)
                                                   for _ in range(A * B)]), axis=1).reshape(A, B, M),
             "masked_labels": rng.integers(5, cfg.vocab_size, (A, B, M)), "masked_weights": np.ones((A, B, M)),
-            "next_sentence_labels": rng.integers(0, 2, (A, B))}
+            "next_sentence_labels": rng.integers(0, 2, (A, B)), "segment_ids": np.ones((A, B, T))}
     batch = {k: jax.device_put(host[k].astype(v.dtype), sharding) for k, v in abstract.items()}
     key = jax.device_put(np.asarray(jax.random.PRNGKey(seed + 1), np.uint32), runner.replicated)
     compiled = runner.compile_train(mlm.train_step).lower(runner.abstract, abstract,

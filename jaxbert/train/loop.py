@@ -116,7 +116,7 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
         vocab = tok.get_vocab_size()
     cfg = recipe.bert_config(vocab)
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
-        sources.check_fits(cfg, tok, data_dir)
+        sources.check_fits(cfg, tok, data_dir, recipe.data.packing)
     runner = parallel.make_runner(recipe.parallel)
     if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
         recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)

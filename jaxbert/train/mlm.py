@@ -11,6 +11,8 @@ Batch keys (NumPy or jax arrays; the train batch has a leading accum axis):
   masked_positions, masked_labels            int32 [A, B, M]
   masked_weights                              float32 [A, B, M] (0 = padding slot)
   next_sentence_labels                        int32 [A, B] (NSP recipes only)
+  segment_ids                                 int32 [A, B, L] (data.packing: documents only;
+                                              0 = padding, 1..k = the documents of a row)
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_tr
 
 
 def _forward(params, apply_fn, mb, rng, deterministic):
+    # Packed documents (data.packing: documents) carry segment ids; other batches call as before.
+    packed = {"segment_ids": mb["segment_ids"]} if "segment_ids" in mb else {}
     return apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
                     attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
-                    deterministic=deterministic, rngs={"dropout": rng})
+                    deterministic=deterministic, rngs={"dropout": rng}, **packed)
 
 
 def _sums(out, mb) -> dict:

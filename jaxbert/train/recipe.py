@@ -16,9 +16,10 @@ from typing import Optional
 
 from jaxbert import fs
 from jaxbert.data.masking import masked_slots
+from jaxbert.data.prepare import PACKINGS
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, CheckpointSection,  # noqa: F401
-                                   ComputeSection, ParallelSection, RecipeError, apply_override, build,
+                                   ComputeSection, ParallelSection, RecipeError, RunRecipe, apply_override, build,
                                    check_choice, check_ranges, check_sections, read_yaml, recipe_names,
                                    recipe_path)
 from jaxbert.engine import recipe as engine_recipe
@@ -60,9 +61,14 @@ class DataSection:
     whole_word_mask: bool = False
     validation_fraction: float = 0.02  # held out when the data is built here
     nsp: bool = False  # sentence pairs with next-sentence labels (BertForPreTraining)
+    # stream: documents joined with [SEP] into rows (attention and positions cross documents);
+    # documents: whole documents share rows, each attending only to itself with its own positions;
+    # none: one document per padded row. Prepared data must have been made so (`data prepare --packing`).
+    packing: str = "stream"
 
     def check(self, prefix: str = "data.") -> None:
         check_choice(f"{prefix}source", self.source, ("prepared", "synthetic"))
+        check_choice(f"{prefix}packing", self.packing, PACKINGS)
         check_ranges(prefix, {
             "vocab_size": (self.vocab_size, *POSITIVE),
             "seq_len": (self.seq_len, *POSITIVE),
@@ -126,18 +132,12 @@ class OutputsSection:
 
 
 @dataclasses.dataclass
-class Recipe:
-    name: str = "custom"
+class Recipe(RunRecipe):
     model: ModelSection = dataclasses.field(default_factory=ModelSection)
     data: DataSection = dataclasses.field(default_factory=DataSection)
     optim: OptimSection = dataclasses.field(default_factory=OptimSection)
     train: TrainSection = dataclasses.field(default_factory=TrainSection)
-    parallel: ParallelSection = dataclasses.field(default_factory=ParallelSection)
-    checkpoint: CheckpointSection = dataclasses.field(default_factory=CheckpointSection)
     outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def bert_config(self, vocab_size: int | None = None) -> BertConfig:
         """The model's config, of the class its family reads (BertConfig, ModernBertConfig): the preset,
@@ -183,6 +183,9 @@ def _check_seq_len(r: Recipe, cfg: BertConfig) -> None:
 
 def _validate(r: Recipe) -> None:
     check_sections(r)  # each section its own values
+    if r.data.packing != "stream" and (r.data.nsp or r.data.source == "synthetic"):
+        raise RecipeError(f"data.packing: {r.data.packing!r} packs documents of prepared mlm data; "
+                          f"{'nsp sentence pairs' if r.data.nsp else 'synthetic data'} take packing stream")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
     _check_seq_len(r, r.bert_config())  # model.preset and model.config checked now, before any data is prepared

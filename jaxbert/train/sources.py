@@ -119,11 +119,12 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
         tokenizer.train_tokenizer(None, d.vocab_size, tok_dir)
         log(f"tokenizer: done in {time.time() - t:.1f} s")
     if not data_dir.exists():
-        log(f"data: tokenizing and packing the embedded corpus into rows of {d.seq_len} -> {data_dir}")
+        how = "" if d.packing == "stream" else f" (packing {d.packing})"
+        log(f"data: tokenizing and packing the embedded corpus into rows of {d.seq_len}{how} -> {data_dir}")
         t = time.time()
         prepare.prepare(inputs=None, tokenizer=str(tok_dir), output=str(data_dir), max_length=d.seq_len,
                         format="nsp" if d.nsp else "mlm", validation_fraction=d.validation_fraction,
-                        for_workdir=str(workdir))
+                        for_workdir=str(workdir), packing=d.packing)
         log(f"data: done in {time.time() - t:.1f} s ({_describe(data_dir)})")
     return str(data_dir), str(tok_dir)
 
@@ -157,9 +158,9 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                      fixed_masking=fixed_masking)
 
 
-def check_fits(cfg, tok, data_dir) -> None:
+def check_fits(cfg, tok, data_dir, packing: str | None = None) -> None:
     """A model, tokenizer and prepared data that do not fit each other stop here, named."""
     if family_of(cfg).pad_is_position_origin and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # positions count from [PAD]
         raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
                           f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
-    check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok))
+    check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok), packing=packing)

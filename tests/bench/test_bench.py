@@ -44,7 +44,7 @@ def test_worker_times_a_train_step(contender):
     pytest.importorskip("torch")
     spec = {"work": "train/bert-tiny/2x16", "contender": contender, "repeats": 2, "pause": 0.0, "warmup": 1}
     out = worker.run(spec)
-    assert len(out["seconds"]) == 2 and all(0 < s < 60 for s in out["seconds"])
+    assert len(out["seconds"]) == 2 and all(s > 0 for s in out["seconds"])  # no bound: tests time nothing
     assert out["extra"]["page_faults_mb_per_call"] >= 0 and out["extra"]["sys_s_per_call"] >= 0
 
 
@@ -53,7 +53,7 @@ def test_worker_times_a_finetune_step_without_recompiling(contender):
     pytest.importorskip("torch")
     spec = {"work": "finetune/bert-tiny/2x16", "contender": contender, "repeats": 2, "pause": 0.0, "warmup": 1}
     out = worker.run(spec)
-    assert len(out["seconds"]) == 2 and all(0 < s < 60 for s in out["seconds"])
+    assert len(out["seconds"]) == 2 and all(s > 0 for s in out["seconds"])
     if contender == "jaxbert":  # one shape: compiled once, over the warm-up and the timed calls
         assert out["extra"]["compiles"] == 1
     assert "finetune/bert-base/32x128" in harness.work_names(quick=True)
@@ -63,22 +63,42 @@ def test_bench_cli_writes_records(tmp_path):
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
     proc = subprocess.run([sys.executable, "-m", "jaxbert.cli.main", "bench", "--only", "roofline", "--no-torch",
-                           "--repeats", "2", "--json", str(out), "--markdown", str(md)],
+                           "--rounds", "2", "--json", str(out), "--markdown", str(md)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records = json.loads(out.read_text())
     assert [(r["work"], r["contender"], r["unit"]) for r in records] == [("roofline", "jaxbert", "GFLOP/s")]
     r = records[0]
     assert 0 < r["min"] <= r["median"] <= r["max"]
-    assert "jaxbert bench --no-torch --only roofline" in md.read_text()
+    assert "cores" in r["machine"] and "jax " in r["machine"]  # every row names its machine
+    assert "jaxbert bench --no-torch --rounds 2 --only roofline" in md.read_text()
+    assert proc.stdout.startswith("machine: ")  # the machine line comes first
 
 
 # ---- the GPU path, checked on the CPU -----------------------------------------------------------
 
 def _bench_args(**kw):
     import argparse
-    base = dict(quick=True, repeats=2, dtype=None, attention=None, malloc="keep", no_torch=False, only=None)
+    base = dict(quick=True, repeats=2, rounds=2, e2e_rounds=None, dtype=None, attention=None, malloc="keep",
+                no_torch=False, only=None)
     return argparse.Namespace(**{**base, **kw})
+
+
+class _FakeWarm:
+    """A warm worker whose every call 'took' the seconds it was made with; it logs each call."""
+
+    def __init__(self, spec, log, seconds=0.5, extra=None):
+        self.spec, self.log, self.seconds, self.extra = spec, log, seconds, extra or {}
+
+    def time(self, calls):
+        self.log.append(self.spec["contender"])
+        return [self.seconds] * calls
+
+    def finish(self):
+        return dict(self.extra)
+
+    def close(self):
+        pass
 
 
 def _fake_workers(monkeypatch, platform, device_kind):
@@ -87,10 +107,13 @@ def _fake_workers(monkeypatch, platform, device_kind):
 
     def fake(spec, env=None):
         specs.append(spec)
-        if spec["work"] == "device":
-            return {"seconds": [], "extra": {"platform": platform, "device_kind": device_kind, "jax": "0"}}
-        return {"seconds": [0.5, 0.5], "extra": {"peak_memory_mb": 1234}}
+        return {"seconds": [], "extra": {"platform": platform, "device_kind": device_kind, "jax": "0"}}
+
+    def fake_start(spec, env=None):
+        specs.append(spec)
+        return _FakeWarm(spec, [], 0.5, {"peak_memory_mb": 1234})
     monkeypatch.setattr(harness, "run_worker", fake)
+    monkeypatch.setattr(harness, "start_worker", fake_start)
     return specs
 
 

@@ -10,7 +10,7 @@ import pytest
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.finetune.batching import batches, epoch_order
 from jaxbert.finetune.features import IGNORE, bucket_for, bucket_lengths, word_labels
-from jaxbert.finetune.featurize import make_features
+from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import squad_scores
 from jaxbert.finetune.qa_features import postprocess_qa, qa_features
 from jaxbert.finetune.readers import ChoiceExample, TextExample, TokenExample
@@ -36,7 +36,7 @@ def real_tok():
 
 def test_word_labels_sit_on_first_sub_tokens(small_tok):
     ex = TokenExample("s", ("The", "unaffable", "cat", ","), (1, 2, 0, 3))
-    f, _ = make_features("tokens", [ex], small_tok, max_length=32)
+    f, _ = kinds.get("tokens").featurize([ex], small_tok, max_length=32)
     ids = f.arrays["input_ids"][0, :f.lengths[0]].tolist()
     assert [VOCAB[i] for i in ids] == ["[CLS]", "the", "un", "##aff", "##able", "cat", ",", "[SEP]"]
     assert f.arrays["labels"][0].tolist() == [IGNORE, 1, 2, IGNORE, IGNORE, 0, 3, IGNORE] + [IGNORE] * 24
@@ -46,15 +46,15 @@ def test_word_labels_sit_on_first_sub_tokens(small_tok):
 
 def test_text_pairs_regression_and_choice_shapes(small_tok):
     pairs = [TextExample("a", "the cat sat", "on the mat", 1), TextExample("b", "a dog", None, 0)]
-    f, _ = make_features("classification", pairs, small_tok, max_length=64)
+    f, _ = kinds.get("classification").featurize(pairs, small_tok, max_length=64)
     assert f.arrays["input_ids"].shape == (2, 32) and f.arrays["labels"].dtype == np.int32
     assert f.arrays["token_type_ids"][0, :10].tolist() == [0, 0, 0, 0, 0, 1, 1, 1, 1, 0]  # [CLS] x3 [SEP] | x3 [SEP]
     assert f.lengths.tolist() == [9, 4] and f.n_truncated == 0
     assert all(a.dtype == np.int32 for k, a in f.arrays.items())
-    f, _ = make_features("regression", [TextExample("r", "the cat", None, 2.5)], small_tok, max_length=64)
+    f, _ = kinds.get("regression").featurize([TextExample("r", "the cat", None, 2.5)], small_tok, max_length=64)
     assert f.arrays["labels"].dtype == np.float32 and f.arrays["labels"][0] == 2.5
     choices = [ChoiceExample("c", "the cat", ("sat", "ran", "on the mat"), 2)] * 3
-    f, _ = make_features("choice", choices, small_tok, max_length=40)
+    f, _ = kinds.get("choice").featurize(choices, small_tok, max_length=40)
     assert f.arrays["input_ids"].shape == (3, 3, 32) and f.arrays["labels"].tolist() == [2, 2, 2]
     assert f.lengths.tolist() == [8, 8, 8]
 
@@ -63,13 +63,13 @@ def test_truncation_is_counted_and_leaves_the_tokenizer_as_it_was(small_tok):
     rng = np.random.default_rng(0)
     counts = rng.integers(1, 30, 40)
     examples = [TextExample(str(i), " ".join(["cat"] * int(n)), None, 0) for i, n in enumerate(counts)]
-    f, _ = make_features("classification", examples, small_tok, max_length=16)
+    f, _ = kinds.get("classification").featurize(examples, small_tok, max_length=16)
     assert f.n_truncated == int(np.sum(counts + 2 > 16))
     assert f.lengths.max() == 16 and f.arrays["input_ids"].shape == (40, 16)
     assert f.arrays["input_ids"][np.argmax(counts), 15] == VOCAB.index("[SEP]")  # cut rows still end in [SEP]
     assert small_tok.truncation is None
     pair = [TextExample("p", " ".join(["cat"] * 20), " ".join(["dog"] * 3), 0)]
-    f, _ = make_features("classification", pair, small_tok, max_length=16)
+    f, _ = kinds.get("classification").featurize(pair, small_tok, max_length=16)
     # longest first: the long side gives up tokens, the short pair side keeps its 3
     assert f.n_truncated == 1 and f.arrays["token_type_ids"][0].sum() == 4
 
@@ -79,7 +79,7 @@ def test_bucket_lengths_and_distinct_batch_shapes(small_tok):
     assert bucket_lengths(16) == (16,) and bucket_for(33, (32, 64, 128)) == 64
     rng = np.random.default_rng(1)
     examples = [TextExample(str(i), " ".join(["the"] * int(rng.integers(1, 140))), None, 0) for i in range(300)]
-    f, _ = make_features("classification", examples, small_tok, max_length=128)
+    f, _ = kinds.get("classification").featurize(examples, small_tok, max_length=128)
     shapes = set()
     for epoch in range(3):
         for batch in batches(f, 7, shuffle=True, seed=3, epoch=epoch):
@@ -92,7 +92,7 @@ def test_bucket_lengths_and_distinct_batch_shapes(small_tok):
 
 def test_batches_pad_the_last_batch_and_shuffle_deterministically(small_tok):
     examples = [TokenExample(str(i), ("the",) * (i + 1), (1,) * (i + 1)) for i in range(10)]
-    f, _ = make_features("tokens", examples, small_tok, max_length=64)
+    f, _ = kinds.get("tokens").featurize(examples, small_tok, max_length=64)
     out = list(batches(f, 4, shuffle=True, seed=0, epoch=2))
     assert len(out) == 3 and out[-1]["valid"].tolist() == [1, 1, 0, 0] and out[-1]["index"][2:].tolist() == [-1, -1]
     assert (out[-1]["labels"][2:] == IGNORE).all() and (out[-1]["input_ids"][2:] == 0).all()
@@ -176,7 +176,7 @@ def test_a_roberta_tokenizer_featurizes_with_its_own_special_tokens():
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     examples = [TextExample("0", "the cat sat", None, 1), TextExample("1", "the dog", "sat", 0)]
-    features = make_features("classification", examples, tok, 16)[0]
+    features = kinds.get("classification").featurize(examples, tok, 16)[0]
     ids = features.arrays["input_ids"]
     assert ids[0, :5].tolist() == [0, 5, 6, 7, 2] and (ids[0, 5:] == 1).all()  # <pad> is id 1
     assert features.pad_values["input_ids"] == 1

@@ -116,8 +116,8 @@ def test_the_export_loads_in_transformers_and_predicts_the_same(runs, kind):
     _, _, dev, workdir = runs(kind)
     best = workdir / "best"
     m = load_finetuned(best)
-    from jaxbert.finetune.predict import _featurize, _unlabelled
-    examples = _unlabelled(kind, dev, m.task)[:16]
+    from jaxbert.finetune.predict import _featurize, read_examples
+    examples = read_examples(m, dev, labelled=False)[:16]
     features, windows = _featurize(m, examples)
     ours = run_model(m, features)
     auto = {"classification": transformers.AutoModelForSequenceClassification,

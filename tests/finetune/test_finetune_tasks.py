@@ -8,8 +8,9 @@ import pytest
 
 from jaxbert.errors import InputError
 from jaxbert.finetune.glue import GLUE_TASKS, glue_task, load_glue
-from jaxbert.finetune.readers import (ChoiceExample, TextExample, label_list, read_choice, read_split,
-                                      read_task, read_text, read_tokens)
+from jaxbert.finetune import kinds
+from jaxbert.finetune.readers import (ChoiceExample, TextExample, label_list, read_choice, read_task, read_text,
+                                      read_tokens)
 from jaxbert.finetune.squad import gold_answers, read_squad
 from jaxbert.finetune.tables import TaskDataError, read_rows
 
@@ -105,14 +106,14 @@ def test_glue_errors_name_the_task_folder_and_bad_label(glue_dir):
 def test_label_sets_come_sorted_from_the_training_file(tmp_path):
     _tsv(tmp_path / "train.tsv", ["text", "y"], [["a", "pos"], ["b", "neg"], ["c", "neu"], ["d", "neg"]])
     _tsv(tmp_path / "dev.tsv", ["text", "y"], [["e", "neu"]])
-    train, evals, labels = read_task("classification", tmp_path / "train.tsv", {"dev": tmp_path / "dev.tsv"},
+    train, evals, labels = read_task(kinds.get("classification"), tmp_path / "train.tsv", {"dev": tmp_path / "dev.tsv"},
                                      text_columns=["text"], label_column="y")
     assert labels == ("neg", "neu", "pos") and [e.label for e in train] == [2, 0, 1, 0]
     assert evals["dev"][0].label == 1
     assert label_list([10, 2, 1]) == ("1", "2", "10") and label_list(["b", "a"]) == ("a", "b")
     _tsv(tmp_path / "bad.tsv", ["text", "y"], [["e", "neu"], ["f", "angry"]])
     with pytest.raises(TaskDataError, match=r"bad.tsv: line 3 has y 'angry', which is not among the training labels"):
-        read_task("classification", tmp_path / "train.tsv", {"dev": tmp_path / "bad.tsv"},
+        read_task(kinds.get("classification"), tmp_path / "train.tsv", {"dev": tmp_path / "bad.tsv"},
                   text_columns=["text"], label_column="y")
 
 
@@ -123,12 +124,12 @@ def test_jsonl_csv_and_parquet_read_alike(tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
-    got = [read_text(tmp_path / f"d.{ext}", "classification", ["premise", "hypothesis"], "label")
+    got = [read_text(tmp_path / f"d.{ext}", ["premise", "hypothesis"], "label")
            for ext in ("jsonl", "csv", "parquet")]
     for examples, labels in got:
         assert labels == ("0", "1")
         assert [(e.text_a, e.text_b, e.label) for e in examples] == [("p1", "h1", 1), ("p, 2", "h2", 0)]
-    examples, labels = read_text(tmp_path / "d.jsonl", "regression", ["premise"], "label")
+    examples, labels = read_text(tmp_path / "d.jsonl", ["premise"], "label", numeric=True)
     assert labels is None and [e.label for e in examples] == [1.0, 0.0]
 
 
@@ -141,7 +142,7 @@ def test_jsonl_csv_and_parquet_read_alike(tmp_path):
 def test_bad_tables_raise_one_line_naming_the_file(tmp_path, content, message):
     (tmp_path / "x.tsv").write_text(content)
     with pytest.raises(TaskDataError, match=message) as err:
-        read_text(tmp_path / "x.tsv", "classification", ["a"], "label")
+        read_text(tmp_path / "x.tsv", ["a"], "label")
     assert "\n" not in str(err.value) and isinstance(err.value, InputError)
 
 
@@ -153,9 +154,9 @@ def test_unknown_extension_missing_file_bad_number(tmp_path):
         read_rows(tmp_path / "none.tsv")
     _tsv(tmp_path / "r.tsv", ["s", "score"], [["a", "1.5"], ["b", "high"]])
     with pytest.raises(TaskDataError, match=r"r.tsv: line 3 has score 'high', not a number"):
-        read_text(tmp_path / "r.tsv", "regression", ["s"], "score")
+        read_text(tmp_path / "r.tsv", ["s"], "score", numeric=True)
     with pytest.raises(TaskDataError, match="unknown task kind 'ranking'"):
-        read_split("ranking", tmp_path / "r.tsv")
+        kinds.get("ranking")
 
 
 CONLL = """-DOCSTART- -X- -X- O
@@ -239,6 +240,6 @@ def test_choice_swag_csv_and_jsonl(tmp_path):
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     with pytest.raises(TaskDataError, match=r"c.jsonl: line 2 has 2 endings where 3 are expected"):
         read_choice(tmp_path / "c.jsonl")
-    (tmp_path / "c.jsonl").write_text(json.dumps({"context": "c", "endings": ["a"], "label": 4}))
-    with pytest.raises(TaskDataError, match=r"line 1 has label 4 for 1 endings"):
+    (tmp_path / "c.jsonl").write_text(json.dumps({"context": "c", "endings": ["a", "b"], "label": 4}))
+    with pytest.raises(TaskDataError, match=r"line 1 has label 4 for 2 endings"):
         read_choice(tmp_path / "c.jsonl")

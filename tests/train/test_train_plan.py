@@ -114,7 +114,7 @@ def test_recipe_auto_keys():
 def test_auto_without_a_known_memory_size_is_a_clear_error():
     import jax
     r = recipes.from_dict({"train": {"per_device_batch_size": "auto"}})
-    with pytest.raises(recipes.InputError, match="memory of .* is unknown"):
+    with pytest.raises(InputError, match="memory of .* is unknown"):
         plan.resolve_auto(r, r.bert_config(), jax.devices("cpu"), log=lambda m: None)
 
 
