@@ -188,7 +188,11 @@ def _validate(r: Recipe) -> None:
                           f"{'nsp sentence pairs' if r.data.nsp else 'synthetic data'} take packing stream")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
-    _check_seq_len(r, r.bert_config())  # model.preset and model.config checked now, before any data is prepared
+    cfg = r.bert_config()  # model.preset and model.config checked now, before any data is prepared
+    _check_seq_len(r, cfg)
+    if r.data.packing != "stream" and not family_of(cfg).segment_ids:
+        raise RecipeError(f"data.packing: {r.data.packing!r} gives the model segment ids, which "
+                          f"{r.model.model_class} does not take yet; use packing stream")
     if r.data.source == "prepared" and r.data.dir is None and r.data.validation_fraction == 0:
         raise RecipeError("data.validation_fraction: 0 holds out no rows, but every run evaluates on held-out "
                           "rows (at least at its end); give a fraction > 0")

@@ -58,6 +58,9 @@ def test_the_recipe_builds_the_family_config_and_names_a_field_it_does_not_have(
     bad = dict(MODEL, config=dict(MODEL["config"], type_vocab_size=1))
     with pytest.raises(RecipeError, match="model.config.type_vocab_size: not a ModernBertConfig field"):
         load_recipe(write_recipe(tmp_path / "bad.yaml", model=bad, optim=OPTIM))
+    with pytest.raises(RecipeError, match="data.packing: 'documents' .* ModernBertForMaskedLM does not take yet"):
+        load_recipe(write_recipe(tmp_path / "packed.yaml", model=MODEL, optim=OPTIM,
+                                 data={"source": "prepared", "packing": "documents"}))
 
 
 @pytest.mark.parametrize("name", ["modernbert-tiny-demo", "modernbert-base", "modernbert-large"])

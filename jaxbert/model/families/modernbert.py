@@ -42,4 +42,5 @@ MODERNBERT = Family(
     position_limit=lambda config: config.max_position_embeddings,  # rotary: no position table to run out of
     class_specs=CLASS_SPECS, final_norm="final_norm",
     # transformers' eager path takes its softmax in float32 even in a float64 model; sdpa stays float64
-    reference_attention="sdpa", parity_length=_parity_length)
+    reference_attention="sdpa", parity_length=_parity_length,
+    segment_ids=False)  # packed documents (per-document RoPE positions and masks) not built yet

@@ -66,6 +66,7 @@ class Family:
       reference_attention: transformers' attention implementation parity compares against.
       parity_length: config -> the length the longest parity input should reach (past a local
         attention window), or None.
+      segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
     """
 
     name: str
@@ -100,6 +101,7 @@ class Family:
     final_norm: str = ""
     reference_attention: str = "eager"
     parity_length: Optional[Callable] = None
+    segment_ids: bool = True
 
     @property
     def builds_on_bert(self) -> bool:
