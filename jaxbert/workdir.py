@@ -36,7 +36,7 @@ from jax.experimental import multihost_utils
 from jaxbert import fs
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
-from jaxbert.model.config import BertConfig, ConfigError
+from jaxbert.model.config import BertConfig, ConfigError, build_config, read_config_dict
 from jaxbert.model.families import FAMILIES
 from jaxbert.model.families.bert import BERT
 
@@ -456,14 +456,13 @@ def run_config(meta: Mapping, vocab_size: int, where) -> tuple[BertConfig, str]:
     """(BertConfig, model class) a checkpoint was trained with: as it recorded them; a checkpoint from
     before they were recorded names them in its recipe's model section (preset, config, model_class)."""
     if isinstance(meta.get("config"), dict) and meta.get("model_class"):
-        return BertConfig.from_dict(meta["config"]), meta["model_class"]
+        return read_config_dict(meta["config"]), meta["model_class"]
     model = (meta.get("recipe") or {}).get("model")
     if not isinstance(model, dict) or "preset" not in model or "model_class" not in model:
         raise WorkdirError(f"{where}: its checkpoint records neither the model config nor the recipe's "
                            "model.preset and model.model_class")
     try:
-        config = BertConfig.from_pretrained(model["preset"]).with_overrides(
-            model.get("config") or {}, vocab_size, model["model_class"])
+        config = build_config(model["preset"], model.get("config") or {}, vocab_size, model["model_class"])
     except ConfigError as e:
         raise WorkdirError(f"{where}: its recipe's model section does not build a config ({e})") from None
     return config, model["model_class"]

@@ -162,6 +162,32 @@ def test_registry_describes_every_model_class():
         assert spec.prefix == ("" if spec.base else spec.family.prefix + ".")
 
 
+# Family flags: only the family modules (jaxbert/model/families/) and a family's own folder may ask
+# which family a config is; everything else asks the registry (jaxbert.model.families.family_of).
+FAMILY_FLAG = re.compile(r"\bis_modernbert\b|\bis_roberta\b|\bmodel_type\s*==")
+FAMILY_HOMES = ("model/families/", "model/modernbert/")
+
+
+def _family_flags(text: str) -> list[str]:
+    return [m.group(0) for m in FAMILY_FLAG.finditer(text)]
+
+
+def test_no_family_flag_outside_the_family_modules():
+    assert _family_flags((ROOT / "model" / "modernbert" / "__init__.py").read_text())  # the pattern finds one
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(FAMILY_HOMES):
+            continue
+        flags = _family_flags(path.read_text())
+        if flags:
+            found[rel] = flags
+    assert found == {}
+    assert _family_flags("if config.model_type == 'roberta':") == ["model_type =="]
+    assert _family_flags("if modernbert.is_modernbert(config) or is_roberta:") == ["is_modernbert", "is_roberta"]
+    assert _family_flags("model_type = data.get('model_type')") == []
+
+
 # Registries instead of flags: a task kind's differences live in its module under
 # jaxbert/finetune/kinds/, a model family's under jaxbert/model/families/ (ModernBERT's own modules
 # in jaxbert/model/modernbert/, a family folder too); no other module branches on a kind's or a

@@ -11,8 +11,8 @@ import numpy as np
 from jaxbert import fs
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import CheckFailed, InputError
-from jaxbert.model.config import bert_class_name
-from jaxbert.model.registry import HEADS
+from jaxbert.model.families import family_of
+from jaxbert.model.registry import spec_of
 from jaxbert.parity.compare import compare
 from jaxbert.parity.trajectory import trajectory
 from jaxbert.train.recipe import OptimSection, position_limit
@@ -87,11 +87,17 @@ def run(args) -> int:
     print(f"{args.model}: {type(module).__name__}; inputs: {len(texts)} texts, "
           f"{'tokenizer ' + ('found' if tokenizer else 'missing: random ids')}")
     cfg = module.config
-    choices = 2 if HEADS[bert_class_name(type(module).__name__)].choices else 0
+    choices = 2 if spec_of(type(module).__name__, cfg).choices else 0
+    family = family_of(cfg)
+    # a family with a local attention window: the first row reaches past it, unless --text says otherwise
+    min_length = (family.parity_length(cfg) or 0) if family.parity_length and not args.text else 0
     inputs = make_inputs(tokenizer, texts, args.max_length, cfg.vocab_size, args.seed, choices,
-                         pad_id=cfg.pad_token_id or 0, type_vocab_size=cfg.type_vocab_size, pad_left=args.pad_left)
+                         pad_id=cfg.pad_token_id or 0, type_vocab_size=getattr(cfg, "type_vocab_size", 1),
+                         pad_left=args.pad_left, min_length=min_length)
+    if min_length:
+        print(f"the first text repeats to {inputs['input_ids'].shape[-1]} tokens: past the local attention window")
     encoder = None
-    if module.config.add_cross_attention:  # decoders with cross-attention need encoder states
+    if getattr(cfg, "add_cross_attention", False):  # decoders with cross-attention need encoder states
         rng = np.random.default_rng(args.seed)
         B = inputs["input_ids"].shape[0]
         encoder = (rng.normal(size=(B, 7, module.config.hidden_size)).astype(np.float32), np.ones((B, 7), np.int32))
@@ -107,6 +113,9 @@ def run(args) -> int:
 
 
 def _train_steps(args, module, params, inputs) -> int:
+    if not family_of(module.config).builds_on_bert:
+        raise InputError(f"--train-steps trains BertForMaskedLM against transformers' (BERT-built families); "
+                         f"not yet for model_type {module.config.model_type!r}: compare one step with --grad")
     if inputs["input_ids"].ndim != 2:
         raise InputError("--train-steps needs a model whose encoder reads [batch, length] ids")
     warmup = args.train_steps // 5 if args.warmup_steps is None else args.warmup_steps

@@ -16,9 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbert.model import modernbert
 from jaxbert.model.config import BertConfig, bert_class_name
-from jaxbert.model.heads import ALL_MODEL_CLASSES, dummy_inputs
+from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import unflatten
 from jaxbert.model.registry import head
@@ -258,15 +257,11 @@ def init_leaves(config, model_class, scan_layers, add_pooling_layer, paths, dtyp
     """Fresh params at ``paths``, as ``module.init`` makes them; jit drops the rest of the init."""
     options = ModelOptions(param_dtype=dtype, scan_layers=scan_layers)
     kwargs = {}
-    if modernbert.is_modernbert(config):
-        module = modernbert.build(model_class, config, options)
-        ids, types = modernbert.dummy_inputs(model_class, 1, 4)
-    else:
-        pooling = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
-        module = ALL_MODEL_CLASSES[model_class](config, options, **pooling)
-        ids, types = dummy_inputs(model_class, 1, 4)
-    if not modernbert.is_modernbert(config) and config.add_cross_attention and \
-            head(bert_class_name(model_class)).cross_attention:
+    pooling = {"add_pooling_layer": add_pooling_layer} if add_pooling_layer is not None else {}
+    module = build_model(model_class, config, options, **pooling)
+    ids, types = dummy_inputs(model_class, 1, 4)
+    # cross-attention is BERT's (a config of a family without it has no such field)
+    if getattr(config, "add_cross_attention", False) and head(bert_class_name(model_class)).cross_attention:
         kwargs["encoder_hidden_states"] = jnp.zeros((1, 4, config.hidden_size), jnp.float32)
     paths = sorted(paths)
 

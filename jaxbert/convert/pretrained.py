@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import warnings
 from pathlib import Path
@@ -15,9 +14,10 @@ from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.workdir import WorkdirError, is_workdir, read_run
-from jaxbert.model import modernbert
-from jaxbert.model.config import PRESETS, BertConfig, ConfigError, bert_class_name
-from jaxbert.model.heads import ALL_MODEL_CLASSES
+from jaxbert.model.config import PRESETS, BertConfig, ConfigError, bert_class_name, config_classes
+from jaxbert.model.config import read_config as _read_config
+from jaxbert.model.families import family_of
+from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, unflatten
 from jaxbert.model.registry import HEADS, for_config, head
@@ -48,52 +48,30 @@ def _class_name(model_class) -> str | None:
     if model_class is None:
         return None
     name = model_class if isinstance(model_class, str) else model_class.__name__
-    known = {**ALL_MODEL_CLASSES, **modernbert.MODEL_CLASSES}
-    if name not in known:
-        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(known)}")
+    if name not in ALL_MODEL_CLASSES:
+        raise ConversionError(f"model class {name!r} is unknown; expected one of {sorted(ALL_MODEL_CLASSES)}")
     return name
 
 
 def read_config(path):
-    """config.json -> the config class its model_type names: ModernBertConfig for 'modernbert', else BertConfig."""
-    path = fs.as_path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        model_type = json.loads(path.read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        model_type = None  # BertConfig.from_json_file reports what is wrong with the file
-    if model_type == modernbert.MODEL_TYPE:
-        return modernbert.ModernBertConfig.from_json_file(path)
-    return BertConfig.from_json_file(path)
+    """config.json -> the config class of its model_type's family (jaxbert.model.families), BertConfig by default."""
+    return _read_config(path)
 
 
 def _is_base(name: str) -> bool:
-    """Whether a class is a bare encoder of BERT's family (which may lack the pooler)."""
-    return name not in modernbert.CLASS_NAMES and head(bert_class_name(name)).base
-
-
-def _infer_modernbert_class(config, keys: list[str]) -> str:
-    """A ModernBERT checkpoint's class: its architectures entry, else what its head keys say
-    (a classifier is taken for sequence classification, the commonest)."""
-    for arch in config.architectures or ():
-        if arch in modernbert.CLASS_NAMES:
-            return arch
-    if config.architectures:
-        raise ConversionError(f"config architectures {list(config.architectures)} name no ModernBERT class; "
-                              f"pass model_class= one of {modernbert.CLASS_NAMES}")
-    modules = {k.rpartition(".")[0] for k in keys}
-    if "decoder" in modules:
-        return "ModernBertForMaskedLM"
-    if "classifier" in modules:
-        return "ModernBertForSequenceClassification"
-    return "ModernBertModel"
+    """Whether a class is a bare encoder built on BERT's modules (which may lack the pooler)."""
+    return bert_class_name(name) in HEADS and head(bert_class_name(name)).base
 
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
     """The class a checkpoint was saved from: config ``architectures``, else its keys."""
-    if modernbert.is_modernbert(config):
-        return _infer_modernbert_class(config, keys)
+    family = family_of(config)
+    if family.infer_class is not None:  # a family with classes of its own says
+        name = family.infer_class(config, keys)
+        if name is None:
+            raise ConversionError(f"config architectures {list(config.architectures)} name no {family.name} class; "
+                                  f"pass model_class= one of {family.class_names()}")
+        return name
     for arch in config.architectures or ():
         if arch in ALL_MODEL_CLASSES:
             return arch
@@ -148,7 +126,7 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
             raise ConversionError(f"{path}: no config.json beside it; pass config= (a BertConfig, "
                                   "a preset name or a config.json path)")
         config = read_config(src.config_path)
-    elif not isinstance(config, (BertConfig, modernbert.ModernBertConfig)):
+    elif not isinstance(config, config_classes()):
         config = BertConfig.from_pretrained(config) if str(config) in PRESETS else read_config(config)
     keys = src.keys()
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
@@ -212,12 +190,10 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
         options = ModelOptions(param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
     except TypeError as e:  # an option ModelOptions does not have
         raise ValueError(f"from_pretrained: {e}") from None
-    if modernbert.is_modernbert(config):
-        if pooling:
-            raise ValueError(f"from_pretrained: add_pooling_layer: {name} has no pooler")
-        module = modernbert.build(name, config, options)
-    else:
-        module = ALL_MODEL_CLASSES[name](config, options, **pooling)
+    try:
+        module = build_model(name, config, options, **pooling)
+    except ValueError as e:  # add_pooling_layer for a class of a family without a pooler
+        raise ValueError(f"from_pretrained: {e}") from None
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 

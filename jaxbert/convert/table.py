@@ -24,9 +24,8 @@ import math
 from typing import Iterator
 
 from jaxbert.convert.result import ConversionError
-from jaxbert.model import modernbert
 from jaxbert.model.config import BertConfig, bert_class_name
-from jaxbert.model.modernbert.table import Table as ModernBertTable
+from jaxbert.model.families import family_of, family_of_class
 from jaxbert.model.registry import for_config, head
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
@@ -139,15 +138,17 @@ class Table:
 
 
 def table_for(config, model_class: str, scan_layers: bool = False, add_pooling_layer: bool | None = None):
-    """The key table of a model class, from the family its config's model_type names: BERT's
-    (bert, roberta, xlm-roberta) or ModernBERT's (jaxbert.model.modernbert.table, the same interface).
-    A class of the other family is refused naming both."""
-    if modernbert.is_modernbert(config) != (model_class in modernbert.CLASS_NAMES):
+    """The key table of a model class, from the family its config's model_type names: the family's
+    own (``Family.table``, the same interface) or, for the families built on BERT's modules, ``Table``.
+    A class of another architecture (a family with modules of its own on either side) is refused naming both."""
+    family = family_of(config)
+    own = family_of_class(model_class)
+    if own is not None and own is not family and not (own.builds_on_bert and family.builds_on_bert):
         saved = (getattr(config, "architectures", None) or [f"a {config.model_type!r} class"])[0]
         raise ConversionError(f"a {saved} checkpoint (model_type {config.model_type!r}) does not load into "
                               f"{model_class}: they are different architectures")
-    if modernbert.is_modernbert(config):
-        return ModernBertTable(config, model_class, scan_layers)
+    if family.table is not None:
+        return family.table(config, model_class, scan_layers, add_pooling_layer)
     return Table(config, model_class, scan_layers, add_pooling_layer)
 
 

@@ -17,13 +17,12 @@ from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.params import flatten, is_scanned, unflatten
-from jaxbert.model.registry import head
+from jaxbert.model.families import family_of
+from jaxbert.model.registry import HEADS
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
 from jaxbert.convert.table import Table, table_for, to_torch
-from jaxbert.model import modernbert
-from jaxbert.model.modernbert.table import is_scanned as modernbert_is_scanned
 
 SAFE_NAME = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"
@@ -61,11 +60,13 @@ def check_params(params, table: Table) -> dict:
 
 
 def _table(params, config, model_class, add_pooling_layer=None) -> Table:
-    if modernbert.is_modernbert(config) or model_class in modernbert.CLASS_NAMES:
-        return table_for(config, model_class, modernbert_is_scanned(_unwrap(params)))
-    if add_pooling_layer is None and head(bert_class_name(model_class)).base:
+    """The key table for these params: the layout read from them, the family from the config."""
+    family = family_of(config)
+    scanned = family.params_scanned(_unwrap(params)) if family.params_scanned else is_scanned(params)
+    bert_head = HEADS.get(bert_class_name(model_class)) if family.builds_on_bert else None
+    if add_pooling_layer is None and bert_head is not None and bert_head.base:
         add_pooling_layer = "pooler" in _unwrap(params)  # the base model without a pooler has none
-    return Table(config, model_class, is_scanned(params), add_pooling_layer)
+    return table_for(config, model_class, scanned, add_pooling_layer)
 
 
 def iter_state_dict(params, config: BertConfig, model_class: str, *, tied: bool = False,

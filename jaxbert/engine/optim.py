@@ -12,7 +12,7 @@ jitted call.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +23,7 @@ from jaxbert.engine.recipe import NON_NEGATIVE, POSITIVE, UNIT_OPEN, check_choic
 
 @dataclasses.dataclass
 class OptimSection:
-    name: str = "adamw"  # one of OPTIMIZERS: adamw | lamb
+    name: str = "adamw"  # one of OPTIMIZERS: adamw | lamb | stable_adamw
     learning_rate: float = 1e-4  # peak
     b1: float = 0.9
     b2: float = 0.999
@@ -145,8 +145,59 @@ def _lamb(o: OptimSection, schedule, mu_dtype):
                        optax.scale_by_learning_rate(schedule))
 
 
+class StableClipState(NamedTuple):
+    inner: optax.OptState  # (scale_by_adam's state, add_decayed_weights')
+
+
+def scale_by_stable_clip(inner: optax.GradientTransformation, b2: float, eps: float):
+    """AdamW's per-tensor update clipping (Wortsman et al. 2023, "Stable and low-precision training
+    for large-scale vision-language models"; ModernBERT's StableAdamW, as optimi implements it).
+
+    ``inner`` is ``optax.chain(optax.scale_by_adam(...), optax.add_decayed_weights(...))``; its
+    update is divided, tensor by tensor, by max(1, RMS_t) where
+    RMS_t = sqrt(mean(g_t^2 / max(v_hat_t, eps^2))), v_hat_t the bias-corrected second moment that
+    scale_by_adam just updated (read from its state, so no second copy is kept). A tensor whose
+    gradient jumps far past its running second moment takes a smaller step; otherwise this is AdamW.
+    """
+    def init(params):
+        return StableClipState(inner.init(params))
+
+    def update(updates, state, params=None):
+        out, inner_state = inner.update(updates, state.inner, params)
+        adam = inner_state[0]  # optax.ScaleByAdamState(count, mu, nu)
+        correction = 1 - b2 ** adam.count.astype(jnp.float32)
+
+        def clip(u, g, nu):
+            v_hat = nu.astype(jnp.float32) / correction
+            rms = jnp.sqrt(jnp.mean(jnp.square(g.astype(jnp.float32)) / jnp.maximum(v_hat, eps * eps)))
+            return (u / jnp.maximum(1.0, rms)).astype(u.dtype)
+
+        return jax.tree_util.tree_map(clip, out, updates, adam.nu), StableClipState(inner_state)
+
+    return optax.GradientTransformation(init, update)
+
+
+def _stable_adamw(o: OptimSection, schedule, mu_dtype):
+    """StableAdamW (ModernBERT's optimizer) from optax parts:
+    chain(scale_by_stable_clip(chain(scale_by_adam, add_decayed_weights)), scale_by_learning_rate).
+
+    - scale_by_adam(b1, b2, eps): AdamW's direction m_hat / (sqrt(v_hat) + eps).
+    - add_decayed_weights(weight_decay / learning_rate): the decay, fully decoupled from the learning
+      rate as ModernBERT's recipe (decoupled_stableadamw, weight_decay 1e-5) has it: the learning
+      rate below scales it back, so a step decays by weight_decay * lr_t / peak lr, following the
+      schedule but not its peak. Off biases and LayerNorm params (filter_bias_norm_wd).
+    - scale_by_stable_clip: the per-tensor update clipping above, over direction and decay alike
+      (optimi divides the tensor's learning rate, which scales both).
+    - scale_by_learning_rate(schedule).
+    Use it without global-norm clipping (optim.clip_norm: null): update clipping replaces it.
+    """
+    inner = optax.chain(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps, mu_dtype=mu_dtype),
+                        optax.add_decayed_weights(o.weight_decay / o.learning_rate, mask=decay_mask))
+    return optax.chain(scale_by_stable_clip(inner, o.b2, o.eps), optax.scale_by_learning_rate(schedule))
+
+
 # optim.name -> (section, schedule, first-moment dtype or None) -> optax transformation (clipping added after).
-OPTIMIZERS = {"adamw": _adamw, "lamb": _lamb}
+OPTIMIZERS = {"adamw": _adamw, "lamb": _lamb, "stable_adamw": _stable_adamw}
 
 
 def make_optimizer(o: OptimSection, total_steps: int):

@@ -57,3 +57,9 @@ ACT_FNS: dict[str, Callable[[Array], Array]] = {
     "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
     "linear": lambda x: x,
 }
+
+# The hidden_act names a config may give, in transformers' order (the keys of ACT_FNS).
+ACTIVATIONS = (
+    "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
+    "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
+)

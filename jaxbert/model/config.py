@@ -16,15 +16,15 @@ from typing import Any, Mapping
 
 from jaxbert import fs
 from jaxbert.errors import ConfigError  # noqa: F401 (its public home is here too)
-from jaxbert.model.families import FAMILIES, MODEL_TYPES, Family, family_of
+from jaxbert.model.activations import ACTIVATIONS  # noqa: F401 (also read from here)
+from jaxbert.model.families import BY_MODEL_TYPE, FAMILIES, Family, family_of
 from jaxbert.fs import atomic_write_text
 
-ACTIVATIONS = (
-    "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
-    "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
-)
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
-SUPPORTED_MODEL_TYPES = MODEL_TYPES  # config.json model_type values jaxbert builds (jaxbert.model.families)
+# config.json model_type values BertConfig reads: the families built on BERT's modules (jaxbert.model.families);
+# a family with a config class of its own (ModernBERT) is read by that class.
+MODEL_TYPES = tuple(t for t, f in BY_MODEL_TYPE.items() if f.builds_on_bert)
+SUPPORTED_MODEL_TYPES = MODEL_TYPES
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
     "bert-base-uncased", "bert-base-cased", "bert-large-uncased",
@@ -153,7 +153,7 @@ class BertConfig:
 
     def position_limit(self) -> int:
         """The longest sequence the position table holds (a family may start its positions later)."""
-        return self.max_position_embeddings - self.family.position_offset(self)
+        return position_limit(self)
 
     @property
     def base_prefix(self) -> str:
@@ -265,10 +265,78 @@ _TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false
 def bert_class_name(name: str) -> str:
     """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel'."""
     for family in FAMILIES.values():
+        if not family.builds_on_bert:
+            continue  # its classes are its own (ModernBertModel is not a BertModel)
         for prefix in family.class_prefixes.values():
             if name.startswith(prefix) and prefix != "Bert":
                 return "Bert" + name[len(prefix):]
     return name
+
+
+def position_limit(config) -> int:
+    """The longest sequence a config's model takes: its family's limit, else the position table's rows
+    less where the family's positions start (RoBERTa: pad_token_id + 1)."""
+    family = family_of(config)
+    if family.position_limit is not None:
+        return family.position_limit(config)
+    return config.max_position_embeddings - family.position_offset(config)
+
+
+def read_config_dict(data: Mapping[str, Any]):
+    """A config.json's contents -> the config class its model_type's family reads (BertConfig by default)."""
+    config_class = BY_MODEL_TYPE[data["model_type"]].config_class if data.get("model_type") in BY_MODEL_TYPE \
+        else None
+    return (config_class or BertConfig).from_dict(data)
+
+
+def read_config(path):
+    """A config.json (or the directory holding one) -> its family's config class (BertConfig by default)."""
+    path = fs.as_path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        model_type = json.loads(path.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None  # BertConfig.from_json_file reports what is wrong with the file
+    config_class = BY_MODEL_TYPE[model_type].config_class if model_type in BY_MODEL_TYPE else None
+    return (config_class or BertConfig).from_json_file(path)
+
+
+def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: int | None = None,
+                 model_class: str | None = None):
+    """A recipe's model config: a preset name, a config.json (or its directory), or the model_type of
+    a family with a config class of its own ("modernbert": that class's defaults, which are the
+    family's base model); then ``overrides`` (fields of the family's config class; a
+    ``model_type`` there picks the family), then ``vocab_size`` unless the overrides set it, and
+    ``architectures`` = [model_class]. Raises ConfigError naming a field the class does not have."""
+    base_type = preset_or_path if isinstance(preset_or_path, str) else None
+    if base_type in BY_MODEL_TYPE and BY_MODEL_TYPE[base_type].config_class is not None:
+        data = {"model_type": base_type}
+    elif str(preset_or_path) in PRESETS:
+        data = preset(str(preset_or_path)).to_dict()
+    else:
+        data = read_config(preset_or_path).to_dict()
+    model_type = overrides.get("model_type", data.get("model_type", "bert"))
+    if model_type not in BY_MODEL_TYPE:
+        raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert builds {tuple(BY_MODEL_TYPE)}")
+    config_class = BY_MODEL_TYPE[model_type].config_class or BertConfig
+    if data.get("model_type", "bert") != model_type and config_class is not BertConfig:
+        data = {"model_type": model_type}  # another family's preset says nothing of this one's config
+    known = {f.name for f in dataclasses.fields(config_class)} - {"extra"}
+    for key in overrides:
+        if key not in known:
+            raise ConfigError(f"{key}: not a {config_class.__name__} field")
+    data = dict(data, **overrides)
+    if vocab_size is not None and "vocab_size" not in overrides:
+        data["vocab_size"] = vocab_size
+    if model_class is not None:
+        data["architectures"] = [model_class]
+    return config_class.from_dict(data)
+
+
+def config_classes() -> tuple:
+    """Every config class of the registered families."""
+    return tuple(dict.fromkeys(f.config_class or BertConfig for f in FAMILIES.values()))
 
 
 def preset(name: str) -> BertConfig:

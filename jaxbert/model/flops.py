@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from jaxbert.model.config import BertConfig
+from jaxbert.model.families import family_of
+
 
 def non_embedding_params(cfg: BertConfig) -> int:
-    """Matmul weights of the encoder layers: 4 H^2 (Q, K, V, O) + 2 H I per layer."""
+    """Matmul weights of the encoder layers: 4 H^2 (Q, K, V, O) + 2 H I per layer, or the family's own count."""
+    own = family_of(cfg).non_embedding_params
+    if own is not None:
+        return own(cfg)
     H, I = cfg.hidden_size, cfg.intermediate_size
     return cfg.num_hidden_layers * (4 * H * H + 2 * H * I)
 

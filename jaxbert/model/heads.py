@@ -11,7 +11,7 @@ from jaxbert.model.bert import BertModel, BertPreTrainedModel
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.encoder import BertLMPredictionHead, gather_positions
 from jaxbert.model.options import ModelOptions
-from jaxbert.model.families import FAMILIES
+from jaxbert.model.families import FAMILIES, family_of_class
 from jaxbert.model.registry import HEADS, for_config
 
 
@@ -188,9 +188,12 @@ def _family_class(base, prefix: str, family):
 
 
 # Every family built on BERT's modules has BERT's classes under its own names (RobertaForMaskedLM, ...),
-# each one a module-level name here.
+# each one a module-level name here; a family with modules of its own (ModernBERT) lists its classes.
 ALL_MODEL_CLASSES = dict(MODEL_CLASSES)
 for _family in FAMILIES.values():
+    if not _family.builds_on_bert:
+        ALL_MODEL_CLASSES.update(_family.model_classes or {})
+        continue
     for _prefix in dict.fromkeys(_family.class_prefixes.values()):
         if _prefix != "Bert":
             for _suffix in _family.heads:
@@ -202,6 +205,9 @@ del _family, _prefix, _suffix, _cls
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:
     """Integer inputs shaped for init (multiple choice wants [B, C, L])."""
     name = model_cls_or_name if isinstance(model_cls_or_name, str) else model_cls_or_name.__name__
+    own = _own_family(name)
+    if own is not None:
+        return own.dummy_inputs(name, batch, length)
     shape = (batch, 2, length) if HEADS[bert_class_name(name)].choices else (batch, length)
     return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.int32)
 
@@ -210,8 +216,23 @@ def param_count(params) -> int:
     return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))
 
 
-def build_model(model_class: str, config: BertConfig, options: ModelOptions = ModelOptions()):
-    """The module of a class name (BERT or RoBERTa family) for this config and these options."""
+def _own_family(name: str):
+    """The family whose own modules (not BERT's) make this class, or None."""
+    family = family_of_class(name)
+    return None if family is None or family.builds_on_bert else family
+
+
+def build_model(model_class: str, config: BertConfig, options: ModelOptions = ModelOptions(), **kwargs):
+    """The module of a class name, of any registered family, for this config and these options.
+
+    ``kwargs`` go to the class (``add_pooling_layer`` for a bare BERT-built encoder); a family with
+    modules of its own is built by its ``build`` and takes none.
+    """
     if model_class not in ALL_MODEL_CLASSES:
         raise ValueError(f"model class {model_class!r} is unknown; expected one of {tuple(ALL_MODEL_CLASSES)}")
-    return ALL_MODEL_CLASSES[model_class](config, options)
+    own = _own_family(model_class)
+    if own is not None:
+        if kwargs:
+            raise ValueError(f"{model_class} takes no {', '.join(sorted(kwargs))} (it has no pooler)")
+        return own.build(model_class, config, options)
+    return ALL_MODEL_CLASSES[model_class](config, options, **kwargs)

@@ -15,64 +15,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from jaxbert.model.families import BY_MODEL_TYPE, Family
+from jaxbert.model.config import bert_class_name
+from jaxbert.model.families import BY_MODEL_TYPE, Family, family_of_class
 from jaxbert.model.families.bert import BERT
+from jaxbert.model.families.spec import Head
 
-
-@dataclasses.dataclass(frozen=True)
-class Head:
-    """One model class.
-
-    Attributes:
-      name: the class name, as in transformers.
-      family: its Family.
-      base: the bare encoder (no prefix on its params, add_pooling_layer option).
-      pooler: whether it builds the pooler.
-      mlm / nsp: whether it carries the MLM / next-sentence head.
-      cross_attention: whether it can take encoder_hidden_states (and so holds
-        crossattention params when config.add_cross_attention is set).
-      decoder: needs config.is_decoder.
-      choices: inputs are [B, C, L] (multiple choice).
-      extra_rows: config -> param rows of its head besides the MLM and NSP heads.
-      stages: (stage name, output attribute) of the head's outputs, named alike
-        in jaxbert's and transformers' output objects.
-      main: the output attribute(s) that make the head's main output (several
-        are stacked on a last axis).
-    """
-
-    name: str
-    family: Family
-    pooler: bool
-    mlm: bool = False
-    nsp: bool = False
-    cross_attention: bool = False
-    decoder: bool = False
-    choices: bool = False
-    base: bool = False
-    extra_rows: Callable = lambda c: []
-    stages: tuple = ()
-    main: tuple = ("logits",)
-
-    @property
-    def prefix(self) -> str:
-        """The state-dict prefix of the encoder's params: "" for the base class."""
-        return "" if self.base else self.family.prefix + "."
-
-    def rows(self, config) -> list:
-        """Param rows of the head (not the encoder), full state-dict module paths."""
-        rows = list(self.family.mlm_rows(config)) if self.mlm else []
-        if self.nsp:
-            rows.append((self.family.nsp_module, "dense", (config.hidden_size, 2)))
-        return rows + list(self.extra_rows(config))
-
-    def ties(self, config) -> dict:
-        """Tied state-dict keys -> the key whose tensor they must equal."""
-        if not self.mlm:
-            return {}
-        out = {f"{self.family.mlm_decoder}.bias": self.family.mlm_bias}
-        if config.tie_word_embeddings:
-            out[f"{self.family.mlm_decoder}.weight"] = f"{self.prefix}embeddings.word_embeddings.weight"
-        return out
+__all__ = ["HEADS", "Family", "Head", "for_config", "head", "main_output", "spec_of"]
 
 
 def _classifier(features: Callable) -> Callable:
@@ -126,3 +74,13 @@ def for_config(spec: Head, config) -> Head:
         # the family's own classifier on the first token, with no pooler (RoBERTa's dense -> tanh -> out_proj)
         changes.update(pooler=False, extra_rows=family.seq_classifier_rows)
     return dataclasses.replace(spec, **changes)
+
+
+def spec_of(name: str, config=None) -> Head:
+    """The registry entry of any family's class name: a family with classes of its own lists them
+    (``Family.class_specs``); a BERT-built class is its BERT class's entry, under the config's family."""
+    family = family_of_class(name)
+    if family is not None and not family.builds_on_bert:
+        return Head(name, family, **family.class_specs[name])
+    spec = head(bert_class_name(name))
+    return spec if config is None else for_config(spec, config)

@@ -9,6 +9,7 @@ on real (non-padding) tokens only.
 from __future__ import annotations
 
 import contextlib
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -16,8 +17,7 @@ import numpy as np
 
 from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import InputError, require
-from jaxbert.model.config import bert_class_name
-from jaxbert.model.registry import head
+from jaxbert.model.registry import spec_of
 from jaxbert.parity.grad import as_float64, grad_parity
 from jaxbert.parity.report import (GRAD_TOLERANCE, RATIO_LIMIT, TOLERANCE, GradResult, ParityReport, Row,
                                    environment)
@@ -72,9 +72,11 @@ def torch_model(module, params, dtype: str = "float32"):
 
     name = module.config.class_name(type(module).__name__)  # a RoBERTa config: the Roberta* class
     check_transformers_supports(module.config)
+    spec = spec_of(name, module.config)
     cfg = transformers.AutoConfig.for_model(**module.config.to_dict())
-    cfg._attn_implementation = "eager"
-    kwargs = {"add_pooling_layer": module.add_pooling_layer} if head(bert_class_name(name)).base else {}
+    cfg._attn_implementation = spec.family.reference_attention
+    kwargs = {"add_pooling_layer": module.add_pooling_layer} if spec.base and hasattr(module, "add_pooling_layer") \
+        else {}
     model = getattr(transformers, name)(cfg, **kwargs).eval()
     np_dtype = np.float64 if dtype == "float64" else np.float32
     if dtype == "float64":
@@ -83,7 +85,7 @@ def torch_model(module, params, dtype: str = "float32"):
              for k, v in params_to_state_dict(params, module.config, name).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # Tied decoder weights and buffers are the only keys the state dict may lack.
-    missing = [k for k in missing if ".decoder." not in k and not k.endswith("_ids")]
+    missing = [k for k in missing if ".decoder." not in f".{k}" and not k.endswith("_ids")]
     if missing or unexpected:
         raise RuntimeError(f"transformers {name} did not take the weights: missing {missing}, unexpected {unexpected}")
     return model
@@ -95,16 +97,26 @@ def check_transformers_supports(config, version: str | None = None) -> None:
     if version is None:
         import transformers
         version = transformers.__version__
-    if int(version.split(".")[0]) >= 5 and config.position_embedding_type != "absolute":
+    position = getattr(config, "position_embedding_type", "absolute")  # rotary families have no such field
+    if int(version.split(".")[0]) >= 5 and position != "absolute":
         raise InputError(f"position_embedding_type {config.position_embedding_type!r} needs transformers < 5 "
                          f"as the reference (installed: {version}, which has only absolute positions); "
                          "pip install 'transformers<5'")
 
 
-def _outputs_torch(model, name, inputs, enc):
+def torch_inputs(model, inputs: dict) -> dict:
+    """NumPy inputs -> torch tensors, leaving out token_type_ids where the model takes none (ModernBERT)."""
     import torch
 
-    kw = {k: torch.from_numpy(np.asarray(v)).long() for k, v in inputs.items()}
+    takes = inspect.signature(model.forward).parameters
+    return {k: torch.from_numpy(np.asarray(v)).long() for k, v in inputs.items()
+            if k != "token_type_ids" or "token_type_ids" in takes}
+
+
+def _outputs_torch(model, spec, inputs, enc):
+    import torch
+
+    kw = torch_inputs(model, inputs)
     if enc is not None:
         kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(enc[0])).to(next(model.parameters()).dtype)
         kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(enc[1])).long()
@@ -114,29 +126,36 @@ def _outputs_torch(model, name, inputs, enc):
         # (and use_cache=True makes one); without a cache its positions are right.
         kw["use_cache"] = False
     base = model.base_model
-    pooled = {}
-    hook = None
-    if getattr(base, "pooler", None) is not None:
-        hook = base.pooler.register_forward_hook(lambda m, i, o: pooled.setdefault("out", o))
+    seen, hooks = {}, []
+    for key, module_name in (("pooler", "pooler"), ("final", spec.family.final_norm)):
+        if module_name and getattr(base, module_name, None) is not None:
+            hooks.append(getattr(base, module_name).register_forward_hook(
+                lambda m, i, o, key=key: seen.setdefault(key, o)))
     with torch.no_grad():
         out = model(**kw, output_hidden_states=True)
-    if hook is not None:
+    for hook in hooks:
         hook.remove()
-    return _stages(name, out.hidden_states, pooled.get("out"), out)
+    return _stages(spec, out.hidden_states, seen.get("pooler"), out, seen.get("final"))
 
 
-def _stages(name, hidden_states, pooled, out) -> dict:
+def _stages(spec, hidden_states, pooled, out, final=None) -> dict:
     """Stage name -> array, for either framework's output object."""
     n = len(hidden_states) - 1
     stages = {"embeddings": hidden_states[0]}
     stages.update({f"layer {i}": hidden_states[i] for i in range(1, n + 1)})
+    if spec.family.final_norm:  # a norm after the last layer: last_hidden_state is not layer n
+        stages["final norm"] = final
     if pooled is not None:
         stages["pooler"] = pooled
-    for stage, attr in head(name).stages:
+    for stage, attr in spec.stages:
         stages[stage] = getattr(out, attr)
     # float64 holds float32 and bfloat16 values exactly: differences are taken there.
     return {k: np.asarray(v.detach().numpy() if hasattr(v, "detach") else v, np.float64)
             for k, v in stages.items()}
+
+
+def _has_rotary(model) -> bool:
+    return any(name.rsplit(".", 1)[-1] == "rotary_emb" for name, _ in model.named_modules())
 
 
 def _forward(runner, params, input_ids, token_type_ids, attention_mask, enc_states, enc_mask):
@@ -162,7 +181,8 @@ def _outputs_jax(module, params, inputs, enc, dtype, jit):
     out = (_jit_forward if jit else _forward)(
         runner, params, jnp.asarray(inputs["input_ids"]), jnp.asarray(inputs["token_type_ids"]),
         jnp.asarray(inputs["attention_mask"]), *enc)
-    return _stages(bert_class_name(type(module).__name__), out.hidden_states, out.pooler_output, out)
+    return _stages(spec_of(type(module).__name__, module.config), out.hidden_states, out.pooler_output, out,
+                   out.last_hidden_state)
 
 
 def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: float | None = None,
@@ -191,17 +211,17 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         which must stay <= RATIO_LIMIT.
       precision: jax_default_matmul_precision for jaxbert's matmuls.
     """
-    name = bert_class_name(type(module).__name__)  # stages are named as for the BERT class
+    spec = spec_of(type(module).__name__, module.config)  # stages are named as for the BERT class
     if reference not in (None, "float64"):
         raise InputError(f"reference {reference!r} is unknown; expected float64")
     tol = TOLERANCE[dtype] if tolerance is None else tolerance
     ref_model = torch_reference if torch_reference is not None else torch_model(module, params)
     if dtype == "float64":
         ref_model = as_float64(ref_model)
-    ref = _outputs_torch(ref_model, name, inputs, encoder_states)
+    ref = _outputs_torch(ref_model, spec, inputs, encoder_states)
     truth = None
     if reference == "float64":
-        truth = _outputs_torch(as_float64(ref_model), name, inputs, encoder_states)
+        truth = _outputs_torch(as_float64(ref_model), spec, inputs, encoder_states)
     with numerics(dtype, precision):
         ours = _outputs_jax(module, params, inputs, encoder_states, dtype, jit)
     own32 = own64 = None
@@ -232,6 +252,10 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         argmax = bool(np.array_equal(ours["mlm logits"][token_mask].argmax(-1),
                                      ref["mlm logits"][token_mask].argmax(-1)))
     ref_name = "transformers " + ("float64" if dtype == "float64" else "float32")
+    if spec.family.reference_attention != "eager":
+        ref_name += f" ({spec.family.reference_attention} attention)"
+    if dtype == "float64" or truth is not None:
+        ref_name += "".join(" (float64 rotary tables)" for _ in [0] if _has_rotary(ref_model))
     if truth is not None:
         ref_name += ", float64 as the truth"
     report = ParityReport(type(module).__name__, dtype, rows, argmax, env=environment(dtype, precision, ref_name))

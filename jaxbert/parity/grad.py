@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import types
 
 import jax
 import jax.numpy as jnp
@@ -10,8 +12,7 @@ import numpy as np
 import optax
 
 from jaxbert.convert import params_to_state_dict
-from jaxbert.model.config import bert_class_name
-from jaxbert.model.registry import for_config, head, main_output
+from jaxbert.model.registry import main_output, spec_of
 from jaxbert.parity.report import GRAD_TOLERANCE, GradResult
 
 MASK_RATE = 0.15
@@ -52,8 +53,8 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     compare.numerics("float64"); ``torch_model`` is then converted to float64).
     """
     import torch
-    name = bert_class_name(type(module).__name__)  # RoBERTa classes behave as the BERT class they extend
-    spec = for_config(head(name), module.config)
+    spec = spec_of(type(module).__name__, module.config)  # RoBERTa classes behave as the BERT class they extend
+    name = module.config.class_name(type(module).__name__)
     wide = dtype == "float64"
     jdtype = jnp.float64 if wide else jnp.float32
     module = module.clone(options=module.options.replace(dtype=jdtype, param_dtype=jdtype))
@@ -82,7 +83,8 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     loss_j, grads = jax.value_and_grad(loss_fn)(p)
     ours = params_to_state_dict(grads, module.config, name)
 
-    kw = {k: torch.from_numpy(np.asarray(v)).long() for k, v in masked.items()}
+    kw = {k: torch.from_numpy(np.asarray(v)).long() for k, v in masked.items()
+          if k != "token_type_ids" or "token_type_ids" in inspect.signature(torch_model.forward).parameters}
     if encoder_states is not None:
         kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(encoder_states[0])).to(tdtype)
         kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(encoder_states[1])).long()
@@ -126,9 +128,26 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
 
 
 def as_float64(model):
-    """A float64 copy of a transformers model (the float32 weights, exactly)."""
+    """A float64 copy of a transformers model (the float32 weights, exactly), its rotary tables
+    (where it has any) taken in float64 too: see float64_rotary."""
     import torch
 
     if next(model.parameters()).dtype == torch.float64:
-        return model
-    return copy.deepcopy(model).to(torch.float64)
+        return float64_rotary(model)
+    return float64_rotary(copy.deepcopy(model).to(torch.float64))
+
+
+def float64_rotary(model):
+    """transformers takes RoPE's angles, cos and sin in float32 even in a float64 model (ModernBERT:
+    1 float32 ulp off at some angles, 1e-8 on the outputs). Its rotary modules (any submodule named
+    ``rotary_emb``) get float64 tables here, from the same float32 inverse frequencies, so a float64
+    comparison tests everything else to 1e-10. Returns the model (changed in place)."""
+    def forward(self, x, position_ids):
+        angles = position_ids[:, :, None].double() * self.inv_freq.double()[None, None, :]
+        angles = angles.repeat(1, 1, 2)  # (angles, angles): rotate-half's layout
+        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+
+    for name, sub in model.named_modules():
+        if name.rsplit(".", 1)[-1] == "rotary_emb" and hasattr(sub, "inv_freq"):
+            sub.forward = types.MethodType(forward, sub)
+    return model

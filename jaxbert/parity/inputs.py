@@ -25,12 +25,14 @@ def find_tokenizer(model_path):
 
 
 def make_inputs(tokenizer, texts, max_length: int, vocab_size: int, seed: int = 0, choices: int = 0,
-                pad_id: int = 0, type_vocab_size: int = 2, pad_left: bool = False) -> dict:
+                pad_id: int = 0, type_vocab_size: int = 2, pad_left: bool = False, min_length: int = 0) -> dict:
     """Token ids [B, L] padded with ``pad_id`` (on the right, or the left), with two segments
     where a text has ' ||| ' (one segment type when ``type_vocab_size`` is 1, as in RoBERTa).
 
     Without a tokenizer, random ids (never ``pad_id``) with the same lengths as the default texts.
     ``choices`` > 0 repeats each row into [B, choices, L] (BertForMultipleChoice).
+    ``min_length``: when the longest row is shorter, the first row repeats its tokens up to it
+    (within ``max_length``), so the inputs reach past a local attention window; the others stay padded.
     """
     rows, types = [], []
     rng = np.random.default_rng(seed)
@@ -46,6 +48,10 @@ def make_inputs(tokenizer, texts, max_length: int, vocab_size: int, seed: int = 
             tt = [0] * n_a + [1] * n_b
         rows.append(ids[:max_length])
         types.append([t if t < type_vocab_size else 0 for t in tt[:max_length]])
+    want = min(min_length, max_length)
+    if rows and rows[0] and max(map(len, rows)) < want:
+        reps = -(-want // len(rows[0]))
+        rows[0], types[0] = (rows[0] * reps)[:want], (types[0] * reps)[:want]
     L = max(map(len, rows))
     out = {k: np.zeros((len(rows), L), np.int32) for k in ("input_ids", "token_type_ids", "attention_mask")}
     out["input_ids"][:] = pad_id

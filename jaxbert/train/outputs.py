@@ -11,7 +11,8 @@ from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.fs import as_path, atomic_write_text
-from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.families import family_of
+from jaxbert.model.heads import build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.convert.export import export_params
 from jaxbert.infer.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities
@@ -34,7 +35,9 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
         log(f"Hugging Face export: {out['export']}")
     if o.fill_mask and tokenizer_dir is not None:
         tok = load_tokenizer(tokenizer_dir)
-        mlm = BertForMaskedLM(model.config, ModelOptions(scan_layers=recipe.model.scan_layers))
+        # the family's MLM class (BertForMaskedLM, ModernBertForMaskedLM) reads the MLM head of any pretraining class
+        mlm_class = family_of(model.config).pretraining_classes[0]
+        mlm = build_model(mlm_class, model.config, ModelOptions(scan_layers=recipe.model.scan_layers))
         lines = [_showcase(mlm, params, tok, item) for item in o.fill_mask]
         atomic_write_text(workdir_lib.path(workdir, workdir_lib.FILL_MASK), "\n".join(lines) + "\n")
         log("fill-mask:\n" + "\n".join(lines))

@@ -23,8 +23,9 @@ from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, C
                                    check_choice, check_ranges, check_sections, read_yaml, recipe_names,
                                    recipe_path)
 from jaxbert.engine import recipe as engine_recipe
-from jaxbert.model.config import BertConfig, ConfigError
-from jaxbert.model.families import pretraining_classes
+from jaxbert.model.config import BertConfig, ConfigError, build_config
+from jaxbert.model.config import position_limit as config_position_limit
+from jaxbert.model.families import BY_MODEL_TYPE, family_of, pretraining_classes
 from jaxbert.workdir import write_recipe
 
 DEFAULT_RECIPE = "tiny-demo"
@@ -35,8 +36,10 @@ BERT_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
 
 @dataclasses.dataclass
 class ModelSection(ComputeSection):
-    preset: str = "bert-tiny"  # preset name, config.json or a directory holding one
-    config: dict = dataclasses.field(default_factory=dict)  # BertConfig fields over the preset
+    # preset name, config.json or a directory holding one, or a family's model_type ("modernbert":
+    # its config class's defaults, ModernBERT-base)
+    preset: str = "bert-tiny"
+    config: dict = dataclasses.field(default_factory=dict)  # fields of the family's config class over the preset
     model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss), RobertaForMaskedLM, ...
     init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
 
@@ -137,31 +140,40 @@ class Recipe(RunRecipe):
     outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
 
     def bert_config(self, vocab_size: int | None = None) -> BertConfig:
-        """The model's BertConfig: the preset, then model.config, then the tokenizer's vocabulary size."""
+        """The model's config, of the class its family reads (BertConfig, ModernBertConfig): the preset,
+        then model.config, then the tokenizer's vocabulary size (jaxbert.model.config.build_config)."""
         try:
-            base = BertConfig.from_pretrained(self.model.preset)
+            base_type = build_config(self.model.preset, {}).model_type
         except ConfigError as e:
             raise RecipeError(f"model.preset: {e}") from e
+        model_type = self.model.config.get("model_type", base_type)
+        if model_type not in BY_MODEL_TYPE:
+            raise RecipeError(f"model.config.model_type: {model_type!r} is not supported; jaxbert builds "
+                              f"{tuple(BY_MODEL_TYPE)}")
+        config_class = BY_MODEL_TYPE[model_type].config_class or BertConfig
+        known = {f.name for f in dataclasses.fields(config_class)} - {"extra"}
         for key in self.model.config:
-            if key not in BERT_FIELDS:
-                raise RecipeError(f"model.config.{key}: not a BertConfig field")
+            if key not in known:
+                raise RecipeError(f"model.config.{key}: not a {config_class.__name__} field")
         try:
-            return base.with_overrides(self.model.config, vocab_size, self.model.model_class)
+            return build_config(self.model.preset, self.model.config, vocab_size, self.model.model_class)
         except (ConfigError, TypeError) as e:
             raise RecipeError(f"model.config: {e}") from e
+
+    model_config = bert_config  # the name for any family
 
 
 # ---- checking ----------------------------------------------------------------
 
 def position_limit(cfg: BertConfig) -> int:
     """The longest sequence the model's position table holds (RoBERTa's positions start at pad_token_id + 1)."""
-    return cfg.position_limit()
+    return config_position_limit(cfg)
 
 
 def _check_seq_len(r: Recipe, cfg: BertConfig) -> None:
     limit = position_limit(cfg)
     if r.data.seq_len > limit:
-        offset = cfg.family.position_offset(cfg)
+        offset = family_of(cfg).position_offset(cfg)
         table = (f"model.config.max_position_embeddings {cfg.max_position_embeddings} less pad_token_id + 1 "
                  f"({limit} positions)" if offset else
                  f"model.config.max_position_embeddings {cfg.max_position_embeddings}")
@@ -176,7 +188,11 @@ def _validate(r: Recipe) -> None:
                           f"{'nsp sentence pairs' if r.data.nsp else 'synthetic data'} take packing stream")
     if r.data.nsp and r.model.model_class != "BertForPreTraining":
         raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
-    _check_seq_len(r, r.bert_config())  # model.preset and model.config checked now, before any data is prepared
+    cfg = r.bert_config()  # model.preset and model.config checked now, before any data is prepared
+    _check_seq_len(r, cfg)
+    if r.data.packing != "stream" and not family_of(cfg).segment_ids:
+        raise RecipeError(f"data.packing: {r.data.packing!r} gives the model segment ids, which "
+                          f"{r.model.model_class} does not take yet; use packing stream")
     if r.data.source == "prepared" and r.data.dir is None and r.data.validation_fraction == 0:
         raise RecipeError("data.validation_fraction: 0 holds out no rows, but every run evaluates on held-out "
                           "rows (at least at its end); give a fraction > 0")

@@ -23,6 +23,7 @@ from jaxbert.data import prepare, tokenizer
 from jaxbert.data.tokenizer import special_token_ids, tokenizer_hash
 from jaxbert.data.loader import MLMLoader, check_compatible
 from jaxbert.data.masking import masked_slots
+from jaxbert.model.families import family_of
 from jaxbert.train.recipe import Recipe, RecipeError
 
 # Special ids of the synthetic vocabulary, as a freshly trained WordPiece orders them.
@@ -159,7 +160,7 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
 
 def check_fits(cfg, tok, data_dir, packing: str | None = None) -> None:
     """A model, tokenizer and prepared data that do not fit each other stop here, named."""
-    if cfg.family.pad_is_position_origin and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # positions count from [PAD]
+    if family_of(cfg).pad_is_position_origin and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # positions count from [PAD]
         raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
                           f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
     check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok), packing=packing)

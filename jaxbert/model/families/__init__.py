@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 from jaxbert.model.families.bert import BERT
+from jaxbert.model.families.modernbert import MODERNBERT
 from jaxbert.model.families.roberta import ROBERTA
 from jaxbert.model.families.spec import Family
 
-FAMILIES = {f.name: f for f in (BERT, ROBERTA)}
+FAMILIES = {f.name: f for f in (BERT, ROBERTA, MODERNBERT)}
 # config.json model_type values jaxbert builds; anything else is refused by name.
 BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
 MODEL_TYPES = tuple(BY_MODEL_TYPE)
@@ -31,9 +32,15 @@ def family_of_class(name: str) -> Family | None:
     return None
 
 
+def config_class_of(model_type: str):
+    """The config class of a model_type's family (None: BertConfig, which the caller holds)."""
+    family = BY_MODEL_TYPE.get(model_type)
+    return None if family is None else family.config_class
+
+
 def pretraining_classes() -> tuple:
     """The classes an MLM pretraining recipe may name, over every family."""
     return tuple(c for f in FAMILIES.values() for c in f.pretraining_classes)
 
 
-__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "family_of", "family_of_class", "pretraining_classes"]
+__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "config_class_of", "family_of", "family_of_class", "pretraining_classes"]

@@ -43,6 +43,30 @@ class Family:
         or None for BERT's (pooler -> dropout -> classifier).
       seq_classifier_rows: config -> param rows of that classifier (replacing BERT's).
       pretraining_classes: the classes an MLM pretraining recipe may train.
+
+    A family with modules of its own (not BERT's) says so with the fields below; each is None
+    for the families built on BERT's modules, whose behaviour is BertConfig's, jaxbert.model.heads'
+    classes and jaxbert.convert.table.Table:
+      config_class: its config class (``from_dict``, ``from_json_file``, ``to_dict``), or None for BertConfig.
+      model_classes: class name -> module class, or None (BERT's classes under the family's names).
+      build: (class name, config, options) -> module, or None.
+      table: (config, class name, scan_layers, add_pooling_layer) -> its key table (the interface
+        of jaxbert.convert.table.Table), or None.
+      params_scanned: a param tree -> whether it holds the scanned layout, or None (BERT's test).
+      dummy_inputs: (class name, batch, length) -> (input_ids, token_type_ids) for init, or None.
+      infer_class: (config, state-dict keys) -> the class a checkpoint was saved from, or None.
+      non_embedding_params: config -> matmul weights of the encoder layers (for the FLOP count),
+        or None for BERT's 4 H^2 + 2 H I per layer.
+      position_limit: config -> the longest sequence it takes, or None (the position table's rows
+        less ``position_offset``).
+      class_specs: class name -> the fields of its ``Head`` (pooler, mlm, choices, base, stages, main)
+        for a family with classes of its own; None for BERT-built ones (jaxbert.model.registry.HEADS).
+      final_norm: the base model's norm after its last layer (transformers' module name, "final_norm"),
+        whose output is ``last_hidden_state`` and not the last of ``hidden_states``; "" where none.
+      reference_attention: transformers' attention implementation parity compares against.
+      parity_length: config -> the length the longest parity input should reach (past a local
+        attention window), or None.
+      segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
     """
 
     name: str
@@ -64,6 +88,25 @@ class Family:
     seq_classifier: Optional[type] = None
     seq_classifier_rows: Optional[Callable] = None
     pretraining_classes: tuple = ()
+    config_class: Optional[type] = None
+    model_classes: Optional[dict] = None
+    build: Optional[Callable] = None
+    table: Optional[Callable] = None
+    params_scanned: Optional[Callable] = None
+    dummy_inputs: Optional[Callable] = None
+    infer_class: Optional[Callable] = None
+    non_embedding_params: Optional[Callable] = None
+    position_limit: Optional[Callable] = None
+    class_specs: Optional[dict] = None
+    final_norm: str = ""
+    reference_attention: str = "eager"
+    parity_length: Optional[Callable] = None
+    segment_ids: bool = True
+
+    @property
+    def builds_on_bert(self) -> bool:
+        """Whether its classes are BERT's modules under its names (BERT, RoBERTa) rather than its own."""
+        return self.build is None
 
     def class_prefix(self, model_type: str) -> str:
         return self.class_prefixes[model_type]
@@ -76,3 +119,59 @@ class Family:
         """Every class name of the family, under each of its spellings."""
         prefixes = dict.fromkeys(self.class_prefixes.values())
         return tuple(p + suffix for p in prefixes for suffix in self.heads)
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """One model class.
+
+    Attributes:
+      name: the class name, as in transformers.
+      family: its Family.
+      base: the bare encoder (no prefix on its params, add_pooling_layer option).
+      pooler: whether it builds the pooler.
+      mlm / nsp: whether it carries the MLM / next-sentence head.
+      cross_attention: whether it can take encoder_hidden_states (and so holds
+        crossattention params when config.add_cross_attention is set).
+      decoder: needs config.is_decoder.
+      choices: inputs are [B, C, L] (multiple choice).
+      extra_rows: config -> param rows of its head besides the MLM and NSP heads.
+      stages: (stage name, output attribute) of the head's outputs, named alike
+        in jaxbert's and transformers' output objects.
+      main: the output attribute(s) that make the head's main output (several
+        are stacked on a last axis).
+    """
+
+    name: str
+    family: Family
+    pooler: bool
+    mlm: bool = False
+    nsp: bool = False
+    cross_attention: bool = False
+    decoder: bool = False
+    choices: bool = False
+    base: bool = False
+    extra_rows: Callable = lambda c: []
+    stages: tuple = ()
+    main: tuple = ("logits",)
+
+    @property
+    def prefix(self) -> str:
+        """The state-dict prefix of the encoder's params: "" for the base class."""
+        return "" if self.base else self.family.prefix + "."
+
+    def rows(self, config) -> list:
+        """Param rows of the head (not the encoder), full state-dict module paths."""
+        rows = list(self.family.mlm_rows(config)) if self.mlm else []
+        if self.nsp:
+            rows.append((self.family.nsp_module, "dense", (config.hidden_size, 2)))
+        return rows + list(self.extra_rows(config))
+
+    def ties(self, config) -> dict:
+        """Tied state-dict keys -> the key whose tensor they must equal."""
+        if not self.mlm:
+            return {}
+        out = {f"{self.family.mlm_decoder}.bias": self.family.mlm_bias}
+        if config.tie_word_embeddings:
+            out[f"{self.family.mlm_decoder}.weight"] = f"{self.prefix}embeddings.word_embeddings.weight"
+        return out

@@ -5,7 +5,7 @@ jaxbert family: its config, its six classes, and the key table the converter dis
     module = build("ModernBertForMaskedLM", config, ModelOptions(scan_layers=True))
     table = Table(config, "ModernBertForMaskedLM", scan_layers=True)  # state-dict key <-> param path
 
-The converter (jaxbert.convert.table.table_for) dispatches to ``Table`` by model_type.
+The rest of jaxbert reaches these through the family registry (jaxbert.model.families.modernbert).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from jaxbert.model.modernbert.config import CLASS_NAMES, MODEL_TYPE, ModernBertConfig
 from jaxbert.model.modernbert.heads import MODEL_CLASSES
-from jaxbert.model.modernbert.table import Table, param_count
+from jaxbert.model.modernbert.table import Table, is_scanned, param_count
 from jaxbert.model.options import ModelOptions
 
 
@@ -36,9 +36,32 @@ def dummy_inputs(class_name: str, batch: int = 1, length: int = 8) -> tuple:
     return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.int32)
 
 
+def infer_class(config: ModernBertConfig, keys: list) -> str | None:
+    """A ModernBERT checkpoint's class: its architectures entry, else what its head keys say
+    (a classifier is taken for sequence classification, the commonest); None when architectures
+    names only classes ModernBERT does not have."""
+    for arch in config.architectures or ():
+        if arch in CLASS_NAMES:
+            return arch
+    if config.architectures:
+        return None
+    modules = {k.rpartition(".")[0] for k in keys}
+    if "decoder" in modules:
+        return "ModernBertForMaskedLM"
+    if "classifier" in modules:
+        return "ModernBertForSequenceClassification"
+    return "ModernBertModel"
+
+
+def non_embedding_params(config: ModernBertConfig) -> int:
+    """Matmul weights of the layers, for the FLOP count: Wqkv + Wo (4 H^2) and GeGLU's Wi + Wo (3 H I)."""
+    H, I = config.hidden_size, config.intermediate_size
+    return config.num_hidden_layers * (4 * H * H + 3 * H * I)
+
+
 def is_modernbert(config) -> bool:
     return getattr(config, "model_type", None) == MODEL_TYPE
 
 
 __all__ = ["CLASS_NAMES", "MODEL_CLASSES", "MODEL_TYPE", "ModernBertConfig", "Table", "build", "dummy_inputs",
-           "is_modernbert", "param_count"]
+           "infer_class", "is_modernbert", "is_scanned", "non_embedding_params", "param_count"]

@@ -19,7 +19,8 @@ from typing import Any, Mapping
 
 from jaxbert import fs
 from jaxbert.fs import atomic_write_text
-from jaxbert.model.config import ACTIVATIONS, ConfigError
+from jaxbert.errors import ConfigError
+from jaxbert.model.activations import ACTIVATIONS
 
 MODEL_TYPE = "modernbert"
 FULL, SLIDING = "full_attention", "sliding_attention"

@@ -1,0 +1,102 @@
+"""Pretraining a ModernBertForMaskedLM from a recipe: the MLM objective on the synthetic source, a
+ModernBERT config built by the recipe (model.preset: modernbert), StableAdamW, the loss falling,
+an exact resume, and the shipped ModernBERT recipes checked."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxbert.cli.main import main
+from jaxbert.engine.optim import OptimSection, make_optimizer
+from jaxbert.model.modernbert import ModernBertConfig
+from jaxbert.train.recipe import RecipeError
+from jaxbert.train.recipe import load as load_recipe
+from tests.helpers.runs import REPO, final_params, train_losses, write_recipe
+
+# TINY's run with a 2-layer ModernBERT (layer 0 global, layer 1 sliding with a window of 8 = +-4
+# tokens, shorter than the 16-token rows) and StableAdamW (update clipping, no gradient clipping).
+MODEL = {"preset": "modernbert", "model_class": "ModernBertForMaskedLM", "config": {
+    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 48,
+    "vocab_size": 64, "max_position_embeddings": 32, "global_attn_every_n_layers": 2, "local_attention": 8,
+    "pad_token_id": 0, "cls_token_id": 2, "sep_token_id": 3, "bos_token_id": 2, "eos_token_id": 3}}
+OPTIM = {"name": "stable_adamw", "learning_rate": 1e-2, "b2": 0.98, "eps": 1e-6, "weight_decay": 1e-5,
+         "schedule": "wsd", "decay_fraction": 0.25, "warmup_steps": 3, "clip_norm": None}
+
+
+def test_a_tiny_modernbert_pretrains_its_loss_falls_and_it_resumes_exactly(tmp_path, capsys):
+    recipe = write_recipe(tmp_path / "mb.yaml", model=MODEL, optim=OPTIM,
+                          data={"mask_rate": 0.3},
+                          train={"steps": 36, "log_every": 1, "eval_every": 0},
+                          checkpoint={"every_steps": 12, "keep": 5})
+    whole = tmp_path / "whole"
+    assert main(["train", "--config", str(recipe), "--workdir", str(whole)]) == 0
+    out = capsys.readouterr().out
+    assert "ModernBertForMaskedLM 2x32" in out and "finished at step 36" in out
+    losses = train_losses(whole)
+    assert len(losses) == 36 and np.isfinite(losses).all()
+    assert losses[-6:].mean() < 0.8 * losses[:6].mean(), losses
+    # stopped at 12, then resumed to the end: the same params, bit for bit
+    parts = tmp_path / "parts"
+    assert main(["train", "--config", str(recipe), "--workdir", str(parts), "--stop-after", "12"]) == 0
+    assert main(["train", "--config", str(recipe), "--workdir", str(parts)]) == 0
+    a, b = final_params(whole), final_params(parts)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    np.testing.assert_array_equal(train_losses(parts)[-24:], losses[-24:])
+    # the run's config is a ModernBERT config, and its export loads back as the class it trained
+    config = json.loads((whole / "hf" / "config.json").read_text()) if (whole / "hf").exists() else None
+    if config is not None:
+        assert config["model_type"] == "modernbert" and config["architectures"] == ["ModernBertForMaskedLM"]
+
+
+def test_the_recipe_builds_the_family_config_and_names_a_field_it_does_not_have(tmp_path):
+    recipe = load_recipe(write_recipe(tmp_path / "mb.yaml", model=MODEL, optim=OPTIM))
+    cfg = recipe.model_config(64)
+    assert isinstance(cfg, ModernBertConfig) and cfg.layer_kinds == ("full_attention", "sliding_attention")
+    bad = dict(MODEL, config=dict(MODEL["config"], type_vocab_size=1))
+    with pytest.raises(RecipeError, match="model.config.type_vocab_size: not a ModernBertConfig field"):
+        load_recipe(write_recipe(tmp_path / "bad.yaml", model=bad, optim=OPTIM))
+    with pytest.raises(RecipeError, match="data.packing: 'documents' .* ModernBertForMaskedLM does not take yet"):
+        load_recipe(write_recipe(tmp_path / "packed.yaml", model=MODEL, optim=OPTIM,
+                                 data={"source": "prepared", "packing": "documents"}))
+
+
+@pytest.mark.parametrize("name", ["modernbert-tiny-demo", "modernbert-base", "modernbert-large"])
+def test_the_shipped_modernbert_recipes_load(name):
+    recipe = load_recipe(REPO / "configs" / "train" / f"{name}.yaml")
+    cfg = recipe.model_config(None if name.endswith("demo") else 50368)
+    assert isinstance(cfg, ModernBertConfig) and recipe.model.model_class == "ModernBertForMaskedLM"
+    assert recipe.optim.name == "stable_adamw" and recipe.data.mask_rate == 0.3
+    if not name.endswith("demo"):
+        o = recipe.optim
+        lr = 8e-4 if name == "modernbert-base" else 5e-4  # the paper's large rate
+        assert (o.learning_rate, o.b1, o.b2, o.eps, o.weight_decay, o.schedule) == (lr, 0.9, 0.98, 1e-6, 1e-5, "wsd")
+        assert o.clip_norm is None
+        assert recipe.data.seq_len == 1024
+
+
+def test_stable_adamw_is_adamw_until_a_tensor_spikes():
+    import jax
+    import jax.numpy as jnp
+    kw = dict(learning_rate=8e-4, b2=0.98, eps=1e-6, clip_norm=None, schedule="constant")
+    stable, _ = make_optimizer(OptimSection(name="stable_adamw", weight_decay=1e-5, **kw), 10)
+    plain, _ = make_optimizer(OptimSection(name="adamw", weight_decay=1e-5 / 8e-4, **kw), 10)
+    params = {"a": {"kernel": jnp.ones((3, 4))}, "b": {"kernel": jnp.ones((2,)), "bias": jnp.zeros(2)}}
+    grads = jax.tree_util.tree_map(lambda x: jnp.full_like(x, 0.1), params)
+    s1, s2 = stable.init(params), plain.init(params)
+    u1, s1 = stable.update(grads, s1, params)
+    u2, s2 = plain.update(grads, s2, params)
+    for x, y in zip(jax.tree_util.tree_leaves(u1), jax.tree_util.tree_leaves(u2)):
+        np.testing.assert_allclose(x, y, rtol=1e-6)  # first step: g^2 / v_hat = 1, nothing clipped
+    spike = {"a": {"kernel": grads["a"]["kernel"] * 100}, "b": grads["b"]}
+    u1, _ = stable.update(spike, s1, params)
+    u2, _ = plain.update(spike, s2, params)
+    # the spiking tensor's step (AdamW's direction and decay alike) shrinks by RMS(g^2 / v_hat) = 1.407
+    v_hat = (0.98 * 0.02 * 0.1 ** 2 + 0.02 * 10.0 ** 2) / (1 - 0.98 ** 2)
+    rms = np.sqrt(10.0 ** 2 / v_hat)
+    assert rms > 1.4
+    decay = 1e-5  # weight_decay / lr * lr on a kernel of ones: what plain AdamW adds unscaled
+    np.testing.assert_allclose(u1["a"]["kernel"], (u2["a"]["kernel"]) / rms, rtol=1e-4, atol=decay)
+    np.testing.assert_allclose(u1["b"]["kernel"], u2["b"]["kernel"], rtol=1e-6)
