@@ -218,6 +218,12 @@ class BertEncoder(BertModule):
     Returns (last hidden state, per-layer hidden states or None, (self probs, cross probs)).
     """
 
+    def _compute_dtype_dense(self, variables):
+        dtype, param_dtype = self.options.dtype, self.options.param_dtype
+        if dtype is None or jnp.dtype(dtype) == jnp.dtype(param_dtype or jnp.float32):
+            return variables
+        return {c: _cast_dense_params(v, dtype) for c, v in variables.items()}
+
     @nn.compact
     def __call__(self, hidden_states, mask, head_mask=None, encoder_hidden_states=None,
                  encoder_mask=None, deterministic=True, output_hidden_states=False,
@@ -235,6 +241,14 @@ class BertEncoder(BertModule):
                 layer_cls, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True, "dropout": True},
                 in_axes=(0 if head_mask is not None else nn.broadcast,) + (nn.broadcast,) * 5,
                 length=L, metadata_params={nn.PARTITION_NAME: "layers"})
+            if not self.is_initializing():
+                # The Dense params, stacked [L, ...], cast to the compute dtype before the loop rather than
+                # slice by slice inside it: each Dense casts them anyway (same values), but the loop's
+                # backward pass then stacks their gradients in that dtype ([L, ...] bf16, exactly the
+                # per-layer gradients the matmuls produce) and widens them once outside, where XLA fuses
+                # the widening into the norm and the optimizer update, instead of holding a stacked
+                # float32 copy of every layer's gradients (324 MiB for bert-base: docs/tpu.md).
+                scanned = nn.map_variables(scanned, "params", trans_in_fn=self._compute_dtype_dense)
             hidden_states, (per_layer, (probs, cross)) = scanned(self.config, self.options, name="layer")(
                 hidden_states, head_mask, mask, encoder_hidden_states, encoder_mask,
                 deterministic, output_attentions)
@@ -254,6 +268,15 @@ class BertEncoder(BertModule):
         attn = tuple(all_probs) if output_attentions else None
         cross = tuple(all_cross) if output_attentions and encoder_hidden_states is not None else None
         return hidden_states, (tuple(layer_states) if output_hidden_states else None), (attn, cross)
+
+
+def _cast_dense_params(tree, dtype):
+    """A params tree with every Dense's kernel and bias (a dict holding a "kernel") cast to dtype."""
+    if not isinstance(tree, dict) and not hasattr(tree, "items"):
+        return tree
+    if "kernel" in tree:
+        return {k: (v.astype(dtype) if k in ("kernel", "bias") else v) for k, v in tree.items()}
+    return {k: _cast_dense_params(v, dtype) for k, v in tree.items()}
 
 
 class _LayerCollection(BertModule):
