@@ -67,11 +67,12 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
         spec = dataclasses.replace(spec, version_2=recipe.data.version_2)
     kind = kinds.get(spec.kind)
     data = read_task_data(spec)
+    own = source_config(source)  # a model of a family fine-tuning cannot take is refused here, by name
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
         raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
     tok = load_tokenizer(tok_dir)
-    recipe = fit_max_length(recipe, source_config(source), source, log)
+    recipe = fit_max_length(recipe, own, source, log)
     d = recipe.data
     featurize = lambda examples: kind.featurize(examples, tok, d.max_length, d.stride, d.max_query_length)
     train = featurize(data.train)[0]

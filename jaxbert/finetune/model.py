@@ -12,6 +12,7 @@ encoder of this architecture, an error.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,6 +22,7 @@ from jaxbert.convert.pretrained import load_checkpoint
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
 from jaxbert.model.config import BertConfig
+from jaxbert.model.families import BY_MODEL_TYPE
 from jaxbert.workdir import is_workdir, read_run
 
 # Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
@@ -49,8 +51,22 @@ def source_config(src) -> BertConfig:
     folder = p if p.is_dir() else p.parent
     for name in ("config.json", "bert_config.json"):
         if (folder / name).is_file():
+            _check_family(src, folder / name)
             return BertConfig.from_json_file(folder / name)
     raise InputError(f"{src}: no config.json or bert_config.json beside it; is it a model directory?")
+
+
+def _check_family(src, config_json) -> None:
+    """Fine-tuning builds BERT's task heads: a family with modules of its own (ModernBERT) is refused by
+    name before any work, not misread as a BERT config."""
+    try:
+        model_type = json.loads(config_json.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # BertConfig.from_json_file names what is wrong with the file
+    family = BY_MODEL_TYPE.get(model_type)
+    if family is not None and family.config_class is not None:
+        raise InputError(f"{src}: fine-tuning a {model_type} model is not supported yet (jaxbert converts, checks "
+                         f"parity of and pretrains it); fine-tune a bert, roberta or xlm-roberta model")
 
 
 def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_info: dict | None = None) -> BertConfig:
