@@ -20,12 +20,12 @@ def add_arguments(parser) -> None:
 
 
 def check_not_finetuning(workdir) -> None:
-    """InputError for a fine-tuning workdir (its recipe.yaml names a task), pointing at its best/."""
+    """InputError for a fine-tuning workdir (its recorded kind), pointing at its best/."""
     try:
-        recipe = workdir_lib.read_recipe(workdir)
+        kind = workdir_lib.kind(workdir)
     except Exception:  # noqa: BLE001 - unreadable: export_workdir reports the workdir itself
         return
-    if not isinstance(recipe, dict) or "task" not in recipe:
+    if kind != workdir_lib.FINETUNING:
         return
     best = workdir_lib.path(workdir, workdir_lib.BEST)
     if best.is_dir():

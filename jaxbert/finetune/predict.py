@@ -17,6 +17,7 @@ from pathlib import Path
 import jax
 
 from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.convert.pretrained import from_pretrained
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
@@ -67,6 +68,11 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
     """
     if not fs.as_path(model_dir).exists():
         raise InputError(f"model not found: {model_dir} does not exist")
+    if workdir_lib.kind(model_dir) == workdir_lib.FINETUNING:  # a fine-tuning workdir: its best model
+        model_dir = workdir_lib.path(model_dir, workdir_lib.BEST)
+        if not model_dir.exists():
+            raise InputError(f"{model_dir}: not written yet (a fine-tuning workdir exports its best model at its "
+                             f"first evaluation)")
     path = fs.local_copy(model_dir)
     if not (path / "config.json").is_file():
         raise InputError(f"{model_dir}: no config.json; is it a fine-tuned model directory?")

@@ -10,6 +10,7 @@ import pytest
 from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune import loop as ft_loop
+from jaxbert.finetune.predict import evaluate_file, predict_file
 from jaxbert.finetune.recipe import load as load_ft
 from jaxbert.finetune.task import parse_task
 from jaxbert.train import recipe as R
@@ -65,6 +66,9 @@ def test_the_kind_is_recorded_and_a_run_of_the_other_kind_is_refused(src, train_
         ft_loop.finetune(load_ft("finetune-tiny", ["train.steps=2"]), spec, src, pre, log=QUIET)
     ft_loop.finetune(load_ft("finetune-tiny", ["train.steps=2"]), spec, src, ft, log=QUIET)
     assert workdir_lib.kind(ft) == workdir_lib.FINETUNING
+    # evaluate / predict read the kind: the fine-tuning workdir stands for its best model
+    assert evaluate_file(ft, "classification", train_file) == evaluate_file(ft / "best", "classification", train_file)
+    assert predict_file(ft, train_file)[:3] == predict_file(ft / "best", train_file)[:3]
     with pytest.raises(WorkdirError, match="is a finetuning workdir"):
         train_and_evaluate(_tiny(), ft)
     # a workdir of an older jaxbert (no kind file) is still known by its checkpoints, and resumes
