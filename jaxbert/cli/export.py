@@ -22,10 +22,10 @@ def add_arguments(parser) -> None:
 def check_not_finetuning(workdir) -> None:
     """InputError for a fine-tuning workdir (its recorded kind), pointing at its best/."""
     try:
-        kind = workdir_lib.kind(workdir)
+        what = workdir_lib.kind(workdir)
     except Exception:  # noqa: BLE001 - unreadable: export_workdir reports the workdir itself
         return
-    if kind != workdir_lib.FINETUNING:
+    if what != workdir_lib.FINETUNING:
         return
     best = workdir_lib.path(workdir, workdir_lib.BEST)
     if best.is_dir():
