@@ -119,7 +119,6 @@ DOWN_CONFIG = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads":
 
 
 @pytest.mark.parametrize("item, named", [
-    ({"task": "clasification", "train": "{data}/train.jsonl", "eval": "{data}/dev.jsonl"}, "'clasification'"),
     ({"task": "classification", "train": "{data}/missing.jsonl", "eval": "{data}/dev.jsonl"}, "missing.jsonl"),
     ({"task": "classification", "train": "{data}/train.jsonl", "eval": "{data}/nodev.jsonl"}, "nodev.jsonl"),
     ({"task": "glue/sst2", "data": "{data}/no-glue"}, "no-glue"),
@@ -133,6 +132,7 @@ def test_a_bad_downstream_item_is_refused_when_the_recipe_loads(data, item, name
 
 
 @pytest.mark.parametrize("item, named", [
+    ({"task": "clasification", "train": "{data}/train.jsonl", "eval": "{data}/dev.jsonl"}, "'clasification'"),
     ({"task": "glue/sstt", "data": "."}, "sstt"),  # a GLUE name no task has
     ({"task": "glue/sst2", "data": "{root}/glue"}, "SST-2"),  # the folder lacks the task's files
     ({"task": "classification", "train": "{data}/train.jsonl", "eval": "{data}/dev.jsonl",
