@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from jaxbert.cli.main import VERBS, build_parser, main
+from tests.helpers.cli import one_line
 
 
 def _cases(tmp):
@@ -65,13 +66,6 @@ def test_every_verb_help_lists_the_exit_codes(verb):
     assert "3 the run diverged" in " ".join(text.split())
 
 
-def _one_line(captured, verb: str, *needles: str) -> str:
-    lines = captured.err.strip().splitlines()
-    assert "Traceback" not in captured.err + captured.out
-    assert len(lines) == 1 and lines[0].startswith(f"jaxbert {verb}: error: "), captured.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -90,7 +84,7 @@ def test_train_set_refuses_bad_values_before_any_work(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(sources, "ensure_data", no_data)
     assert main(["train", "--set", override, "--workdir", str(tmp_path / "run")]) == 2
-    line = _one_line(capsys.readouterr(), "train", needle)
+    line = one_line(capsys.readouterr(), "train", needle)
     if needle == "data.seq_len":
         assert "model.config.max_position_embeddings" in line
     assert not (tmp_path / "run").exists()
@@ -99,7 +93,7 @@ def test_train_set_refuses_bad_values_before_any_work(tmp_path, capsys, monkeypa
 def test_train_config_that_names_no_recipe_lists_the_shipped_ones(tmp_path, capsys):
     from jaxbert.train.recipe import recipe_names
     assert main(["train", "--config", "nope", "--workdir", str(tmp_path / "run")]) == 2
-    _one_line(capsys.readouterr(), "train", "nope", *recipe_names())
+    one_line(capsys.readouterr(), "train", "nope", *recipe_names())
 
 
 def test_data_without_validation_rows_is_refused_before_training(tmp_path, capsys):
@@ -118,16 +112,16 @@ def test_data_without_validation_rows_is_refused_before_training(tmp_path, capsy
                           data={"source": "prepared", "dir": str(tmp_path / "data"), "tokenizer": str(tmp_path / "tok")})
     wd = tmp_path / "run"
     assert main(["train", "--config", str(recipe), "--workdir", str(wd)]) == 2
-    _one_line(capsys.readouterr(), "train", str(tmp_path / "data"), "split 'validation'", "held-out rows")
+    one_line(capsys.readouterr(), "train", str(tmp_path / "data"), "split 'validation'", "held-out rows")
     assert not (wd / "metrics.jsonl").exists() and not (wd / "checkpoints").exists()
 
 
 def test_a_path_that_does_not_exist_is_named_so(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["fill-mask", "runs/tiny-demo", "a [MASK] b"]) == 2
-    _one_line(capsys.readouterr(), "fill-mask", "runs/tiny-demo: does not exist")
+    one_line(capsys.readouterr(), "fill-mask", "runs/tiny-demo: does not exist")
     assert main(["export", str(tmp_path / "gone"), str(tmp_path / "out")]) == 2
-    _one_line(capsys.readouterr(), "export", f"{tmp_path / 'gone'}: does not exist")
+    one_line(capsys.readouterr(), "export", f"{tmp_path / 'gone'}: does not exist")
     assert not (tmp_path / "out").exists()
 
 
@@ -139,7 +133,7 @@ def test_export_of_a_step_that_was_not_kept_lists_the_kept_ones(tmp_path, capsys
     capsys.readouterr()
     assert main(["export", str(wd), str(tmp_path / "out"), "--step", "3"]) == 2
     captured = capsys.readouterr()
-    line = _one_line(captured, "export", "no checkpoint of step 3", "the steps kept: 2, 4")
+    line = one_line(captured, "export", "no checkpoint of step 3", "the steps kept: 2, 4")
     assert "trying the one before" not in captured.out + captured.err, line
 
 
@@ -151,7 +145,7 @@ def test_bench_only_names_the_works(capsys, monkeypatch):
 
     monkeypatch.setattr(harness, "run_worker", no_worker)
     assert main(["bench", "--only", "nope"]) == 2
-    _one_line(capsys.readouterr(), "bench", "--only nope", "train/bert-base/8x128", "convert/bert-base")
+    one_line(capsys.readouterr(), "bench", "--only nope", "train/bert-base/8x128", "convert/bert-base")
 
 
 def test_help_imports_no_verb_and_no_framework():

@@ -21,6 +21,7 @@ from jaxbert.finetune.readers import TokenExample, read_choice, read_task, read_
 from jaxbert.finetune.squad import read_squad
 from jaxbert.finetune.tables import TaskDataError
 from jaxbert.finetune.task import TaskSpec, parse_task, read_task_data
+from tests.helpers.cli import one_line
 from tests.helpers.finetune_data import make_source, write_jsonl
 
 EMPTY_WORDS = ("\u00ad", "\u200b", "\ufeff", "")  # soft hyphen, zero-width space, byte-order mark, empty
@@ -74,13 +75,7 @@ def models(src, tmp_path_factory):
 
 
 def _one_line(capsys, verb, *needles):
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert "Traceback" not in captured.err + captured.out
-    assert len(lines) == 1 and lines[0].startswith(f"jaxbert {verb}: error: "), captured.err
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
+    return one_line(capsys.readouterr(), verb, *needles)
 
 
 @pytest.fixture
