@@ -513,6 +513,11 @@ def tokenizer_path(path) -> Path | None:
     return folder if any((folder / n).is_file() for n in ("tokenizer.json", "vocab.txt")) else None
 
 
+def recorded_config(workdir) -> dict:
+    """The model config (a config.json dict) the workdir's newest readable checkpoint records, {} if none."""
+    return dict(_newest_meta(fs.as_path(workdir))[1].get("config") or {})
+
+
 def _newest_meta(workdir: Path) -> tuple[int, dict]:
     root = workdir / CHECKPOINTS
     for step in _steps(root):

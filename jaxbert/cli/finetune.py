@@ -48,8 +48,7 @@ def _hidden_size(src) -> int | None:
     """SRC's hidden size from its recorded config (a workdir's newest checkpoint, or config.json); None if unknown."""
     try:
         if workdir_lib.is_workdir(src):
-            config = workdir_lib._newest_meta(fs.as_path(src))[1].get("config") or {}
-            return config.get("hidden_size")
+            return workdir_lib.recorded_config(src).get("hidden_size")
         return source_config(src).hidden_size
     except Exception:  # noqa: BLE001 - unreadable here: the run reports it by name
         return None
