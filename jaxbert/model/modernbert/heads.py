@@ -83,8 +83,8 @@ class _DecoderBias(ModernBertModule):
         return bias.astype(self.options.dtype)
 
 
-class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
-    """logits [B, num_labels] from the first token (classifier_pooling 'cls') or the mean over real tokens."""
+class _EncoderHead(ModernBertPreTrainedModel):
+    """The encoder, then the class's `head(out, attention_mask, deterministic)` on its output."""
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
@@ -92,31 +92,28 @@ class ModernBertForSequenceClassification(ModernBertPreTrainedModel):
         _no_head_mask(head_mask)
         out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
                           output_attentions)
+        return self.head(out, attention_mask, deterministic)
+
+
+class ModernBertForSequenceClassification(_EncoderHead):
+    """logits [B, num_labels] from the first token (classifier_pooling 'cls') or the mean over real tokens."""
+
+    def head(self, out, attention_mask, deterministic):
         pooled = pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling, first_real=False)
         return out.replace(logits=self.classify(pooled, self.config.num_labels, deterministic))
 
 
-class ModernBertForTokenClassification(ModernBertPreTrainedModel):
+class ModernBertForTokenClassification(_EncoderHead):
     """logits [B, T, num_labels]."""
 
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False):
-        _no_head_mask(head_mask)
-        out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-                          output_attentions)
+    def head(self, out, attention_mask, deterministic):
         return out.replace(logits=self.classify(out.last_hidden_state, self.config.num_labels, deterministic))
 
 
-class ModernBertForQuestionAnswering(ModernBertPreTrainedModel):
+class ModernBertForQuestionAnswering(_EncoderHead):
     """start_logits, end_logits [B, T]: columns 0 and 1 of the classifier's num_labels."""
 
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False):
-        _no_head_mask(head_mask)
-        out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-                          output_attentions)
+    def head(self, out, attention_mask, deterministic):
         logits = self.classify(out.last_hidden_state, self.config.num_labels, deterministic)
         return out.replace(logits=logits, start_logits=logits[..., 0], end_logits=logits[..., 1])
 
