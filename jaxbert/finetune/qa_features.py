@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from jaxbert.finetune.features import Features, bucket_for, bucket_lengths, pad_rows, special_id
+from jaxbert.finetune.features import Features, bucket_for, bucket_lengths, pad_rows, pieces, special_id
 from jaxbert.finetune.squad import QAExample
 from jaxbert.finetune.tables import TaskDataError
 
@@ -34,17 +34,6 @@ class QAWindows:
     example_index: np.ndarray
     offsets: np.ndarray
     examples: list[QAExample]
-
-
-def _pieces(n: int, width: int, stride: int) -> list[tuple[int, int]]:
-    """[start, end) token ranges of width `width` over n tokens, consecutive ones overlapping by `stride`."""
-    out, start = [], 0
-    while True:
-        end = min(start + width, n)
-        out.append((start, end))
-        if end >= n:
-            return out
-        start = end - stride
 
 
 def _answer_tokens(example: QAExample, offsets, a: int, b: int) -> tuple[int, int] | None:
@@ -83,7 +72,7 @@ def qa_features(examples: Sequence[QAExample], tok: Tokenizer, max_length: int =
             raise TaskDataError(f"max_length {max_length} leaves {width} context tokens per window after "
                                 f"question {example.id!r}, not more than stride {stride}")
         ctx = encoded[example.context]
-        for a, b in _pieces(len(ctx.ids), width, stride):
+        for a, b in pieces(len(ctx.ids), width, stride):
             head = len(q_ids) + 2  # [CLS] question [SEP]
             ids.append([cls, *q_ids, sep, *ctx.ids[a:b], sep])
             types.append([0] * head + [1] * (b - a + 1))
