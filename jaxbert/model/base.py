@@ -4,6 +4,7 @@ and ModelOutput, what every model returns."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import warnings
 from typing import Any, Optional
@@ -12,6 +13,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxbert.model.dropout import make_dropout
 from jaxbert.model.options import ModelOptions, constrain_batch
@@ -109,12 +111,16 @@ class BertModule(nn.Module):
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
             name=name)
 
-    def embed(self, num: int, features: int, axes: tuple, name: str, pad_row: int | None = None):
+    def embed(self, num: int, features: int, axes: tuple, name: str, pad_row: int | None = None,
+              small: bool = False):
+        """An nn.Embed with transformers' init. `small`: a table of few rows that every row of the batch
+        looks up (positions, token types): its gradient is a one-hot matmul (SmallTableEmbed)."""
         init = nn.initializers.normal(self.config.initializer_range)
         if pad_row is not None:
             init = _zero_row(init, pad_row)
-        return nn.Embed(num, features, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
-                        embedding_init=nn.with_logical_partitioning(init, axes), name=name)
+        cls = SmallTableEmbed if small else nn.Embed
+        return cls(num, features, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
+                   embedding_init=nn.with_logical_partitioning(init, axes), name=name)
 
     def vocab_logits(self, x, word_embeddings=None):
         """x [B, M, H] -> logits [B, M, V]: the decoder (tied to word_embeddings [V, H] unless the
@@ -161,6 +167,46 @@ class Dense(nn.Dense):
         y = jnp.dot(inputs.reshape(-1, inputs.shape[-1]), kernel, precision=self.precision)
         y = constrain_batch(y.reshape(inputs.shape[:-1] + (self.features,)))
         return y if bias is None else y + bias
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def take_rows(table, ids, num_rows: int):
+    """table[ids] (rows of a [V, H] table), whose gradient is one_hot(ids)^T @ g: a matmul.
+
+    The usual gradient of a lookup is a scatter-add of every position's cotangent into its row. For a
+    table of few rows that the whole batch reads (token types: 2 rows for B x L lookups; positions: B
+    lookups of each row) that scatter serialises on atomics: on an H100 it took half of bert-base's
+    train step (docs/benchmarks.md). The one-hot matmul sums the same cotangents, in float32 (or
+    wider) whatever the compute dtype, at full precision. Out-of-range ids get no gradient (as the
+    scatter drops them)."""
+    return jnp.take(table, ids, axis=0)
+
+
+def _take_rows_fwd(table, ids, num_rows):
+    return jnp.take(table, ids, axis=0), (ids, jnp.zeros((), table.dtype))
+
+
+def _take_rows_bwd(num_rows, res, g):
+    ids, like = res
+    acc = jnp.promote_types(g.dtype, jnp.float32)
+    onehot = jax.nn.one_hot(ids.reshape(-1), num_rows, dtype=g.dtype)
+    grad = jnp.matmul(onehot.T, g.reshape(-1, g.shape[-1]), precision=jax.lax.Precision.HIGHEST,
+                      preferred_element_type=acc)
+    zero_ids = np.zeros(ids.shape, jax.dtypes.float0)
+    return grad.astype(like.dtype), zero_ids
+
+
+take_rows.defvjp(_take_rows_fwd, _take_rows_bwd)
+
+
+class SmallTableEmbed(nn.Embed):
+    """nn.Embed (same param, same forward) whose table gradient is a one-hot matmul (take_rows)."""
+
+    def __call__(self, inputs):
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise ValueError("SmallTableEmbed: ids must be integers")
+        (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
+        return take_rows(embedding, inputs, self.num_embeddings)
 
 
 def _zero_row(init, row: int):

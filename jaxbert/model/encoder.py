@@ -48,9 +48,10 @@ class BertEmbeddings(BertModule):
         # RoBERTa's keeps a zero row at padding_idx, which padding positions point to.
         self.position_embeddings = self.embed(cfg.max_position_embeddings, cfg.hidden_size,
                                               (None, "embed"), "position_embeddings",
-                                              pad_row=cfg.pad_token_id if cfg.family.zero_position_pad else None)
+                                              pad_row=cfg.pad_token_id if cfg.family.zero_position_pad else None,
+                                              small=True)
         self.token_type_embeddings = self.embed(cfg.type_vocab_size, cfg.hidden_size,
-                                                (None, "embed"), "token_type_embeddings")
+                                                (None, "embed"), "token_type_embeddings", small=True)
         self.LayerNorm = self.layer_norm()
         self.dropout = self.dropout_layer(cfg.hidden_dropout_prob)
         if self.options.decode:  # how many positions the cache holds already

@@ -155,6 +155,23 @@ def test_mfu_arithmetic():
         400_000 * per_token / 312e12)
 
 
+@pytest.mark.parametrize("platform,kind", [("gpu", "NVIDIA H100 80GB HBM3"), ("cpu", "cpu")])
+def test_the_accelerator_shapes_run_only_on_an_accelerator(monkeypatch, platform, kind):
+    """bert-base at 256 x 128 (the GPU rows) would take minutes a step on a CPU; the contenders' processes
+    share one GPU, so jax must not preallocate most of its memory."""
+    from jaxbert.bench import harness
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    specs = _fake_workers(monkeypatch, platform, kind)
+    bench = harness.Bench(_bench_args(only=["train/bert-base", "infer/bert-base"]))
+    bench.run()
+    works = {s["work"] for s in specs[1:]}
+    big = {"train/bert-base/256x128", "infer/bert-base/256x128"}
+    assert big <= works if platform == "gpu" else not big & works
+    assert "train/bert-base/8x128" in works
+    assert bench.env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert big <= set(harness.work_names(quick=True))  # --only accepts them before the platform is known
+
+
 def test_the_pytorch_contender_on_a_gpu_is_built_as_its_users_run_it():
     from jaxbert.bench import contenders
     gpu = contenders.torch_settings("gpu", compile_=True)
