@@ -58,9 +58,38 @@ def test_the_recipe_builds_the_family_config_and_names_a_field_it_does_not_have(
     bad = dict(MODEL, config=dict(MODEL["config"], type_vocab_size=1))
     with pytest.raises(RecipeError, match="model.config.type_vocab_size: not a ModernBertConfig field"):
         load_recipe(write_recipe(tmp_path / "bad.yaml", model=bad, optim=OPTIM))
-    with pytest.raises(RecipeError, match="data.packing: 'documents' .* ModernBertForMaskedLM does not take yet"):
-        load_recipe(write_recipe(tmp_path / "packed.yaml", model=MODEL, optim=OPTIM,
-                                 data={"source": "prepared", "packing": "documents"}))
+    # packed documents are taken now (segment ids: per-document masks and rotary positions)
+    packed = load_recipe(write_recipe(tmp_path / "packed.yaml", model=MODEL, optim=OPTIM,
+                                      data={"source": "prepared", "packing": "documents"}))
+    assert packed.data.packing == "documents"
+
+
+def test_a_tiny_modernbert_pretrains_on_packed_documents(tmp_path, capsys):
+    """As tests/train/test_train_packing.py for BERT, briefly: short documents packed into rows of 32
+    with segment ids (several per row, longer than the sliding layer's +-4), 12 steps, the loss falls."""
+    from jaxbert.data.prepare import prepare
+    from jaxbert.data.tokenizer import train_tokenizer
+    sentences = ["the return statement leaves the function", "a for loop iterates over a list",
+                 "the break statement ends the loop", "a dictionary maps keys to values"]
+    rng = np.random.default_rng(0)
+    docs = [" . ".join(rng.choice(sentences, int(rng.integers(1, 3)))) + " ." for _ in range(200)]
+    (tmp_path / "corpus.txt").write_text("\n\n".join(docs) + "\n")
+    train_tokenizer([str(tmp_path / "corpus.txt")], 120, tmp_path / "tok")
+    meta = prepare([str(tmp_path / "corpus.txt")], str(tmp_path / "tok"), str(tmp_path / "data"), max_length=32,
+                   validation_fraction=0.1, progress=False, packing="documents")
+    segments = np.load(sorted((tmp_path / "data").glob("train-*-segments.npy"))[0])
+    assert segments.max() >= 2  # rows hold several documents
+    model = dict(MODEL, config=dict(MODEL["config"], vocab_size=meta["vocab_size"]))  # the small corpus's
+    recipe = write_recipe(tmp_path / "mb-packed.yaml", model=model, optim=OPTIM,
+                          data={"source": "prepared", "dir": str(tmp_path / "data"), "seq_len": 32,
+                                "mask_rate": 0.3, "packing": "documents"},
+                          train={"steps": 12, "log_every": 1, "eval_every": 0, "eval_batches": 1},
+                          checkpoint={"every_steps": 12, "keep": 1})
+    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run")]) == 0
+    assert "finished at step 12" in capsys.readouterr().out
+    losses = train_losses(tmp_path / "run")
+    assert len(losses) == 12 and np.isfinite(losses).all()
+    assert losses[-3:].mean() < losses[:3].mean(), losses
 
 
 @pytest.mark.parametrize("name", ["modernbert-tiny-demo", "modernbert-base", "modernbert-large"])

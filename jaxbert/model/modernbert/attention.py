@@ -49,7 +49,8 @@ class ModernBertAttention(ModernBertModule):
 
     Args:
       hidden_states: [B, T, H] (already attn_norm-ed).
-      mask: bool [B, 1, 1, T] padding mask; True = attend.
+      mask: bool [B, 1, 1, T] padding mask, or [B, 1, T, T] padding & segment mask of packed
+        rows (jaxbert.model.segments); True = attend.
       rope: (cos, sin) [B or 1, T, D] of this layer's theta.
       is_global: True for a full-attention layer, False for a sliding one; a traced bool
         scalar inside the scanned layer stack (then both paths are built and one runs).
@@ -80,7 +81,7 @@ class ModernBertAttention(ModernBertModule):
         return self.dropout_layer(rate)(out, deterministic=deterministic), probs
 
     def _full_mask(self, mask, T, is_global):
-        """Padding mask, narrowed to the band on sliding layers: [B, 1, 1 or T, T]."""
+        """Padding (and segment) mask, narrowed to the band on sliding layers: [B, 1, 1 or T, T]."""
         if is_global is True:
             return mask
         near = band(T, self.config.half_window)
@@ -129,7 +130,11 @@ class ModernBertAttention(ModernBertModule):
 
     def _dot_product(self, q, k, v, mask, is_global):
         """jax.nn.dot_product_attention: the window as local_window_size (cuDNN skips what lies
-        outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it."""
+        outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it.
+
+        Packed rows: `mask` is then the padding & segment mask [B, 1, T, T], passed whole as the
+        API's mask; its (XLA) implementation ANDs that mask with local_window_size, so a sliding
+        layer still attends within both its document and its window, with no fallback needed."""
         B, T, N, D = q.shape
         pad = jnp.broadcast_to(mask, (B, N, T, T))
         attend = functools.partial(jax.nn.dot_product_attention, scale=D ** -0.5)

@@ -31,10 +31,11 @@ class ModernBertPreTrainedModel(ModernBertModule):
     """Base of the head classes: the encoder under ``model`` and the classifier head."""
 
     def encode(self, input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-               output_attentions) -> ModelOutput:
+               output_attentions, segment_ids=None) -> ModelOutput:
         return ModernBertModel(self.config, self.options, name="model")(
             input_ids, None, attention_mask, position_ids, None, deterministic=deterministic,
-            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+            segment_ids=segment_ids)
 
     def classify(self, x, features: int, deterministic: bool):
         """head -> drop(classifier_dropout) -> classifier (with bias, as transformers' nn.Linear default)."""
@@ -50,11 +51,11 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
                  masked_positions=None, deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
+                 output_attentions: bool = False, segment_ids=None):
         _no_head_mask(head_mask)
         cfg = self.config
         out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-                          output_attentions)
+                          output_attentions, segment_ids)
         hidden = out.last_hidden_state
         if masked_positions is not None:
             hidden = gather_positions(hidden, masked_positions)
@@ -88,15 +89,18 @@ class _EncoderHead(ModernBertPreTrainedModel):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False):
+                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
+                 segment_ids=None):
         _no_head_mask(head_mask)
         out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-                          output_attentions)
+                          output_attentions, segment_ids)
         return self.head(out, attention_mask, deterministic)
 
 
 class ModernBertForSequenceClassification(_EncoderHead):
-    """logits [B, num_labels] from the first token (classifier_pooling 'cls') or the mean over real tokens."""
+    """logits [B, num_labels] from the first token (classifier_pooling 'cls') or the mean over real tokens.
+    With segment_ids, 'mean' stays the mean over every real token of the row (all its documents), as
+    attention_mask marks them; 'cls' reads the row's first token."""
 
     def head(self, out, attention_mask, deterministic):
         pooled = pool(out.last_hidden_state, attention_mask, self.config.classifier_pooling, first_real=False)
@@ -124,13 +128,14 @@ class ModernBertForMultipleChoice(ModernBertPreTrainedModel):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False):
+                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
+                 segment_ids=None):
         _no_head_mask(head_mask)
         B, C, T = input_ids.shape
         flat = lambda a: None if a is None else a.reshape(B * C, T)  # noqa: E731 [B, C, T] -> [B*C, T]
         mask = flat(attention_mask)
         out = self.encode(flat(input_ids), mask, flat(position_ids), deterministic, output_hidden_states,
-                          output_attentions)
+                          output_attentions, flat(segment_ids))
         pooled = pool(out.last_hidden_state, mask, self.config.classifier_pooling, first_real=True)
         return out.replace(logits=self.classify(pooled, 1, deterministic).reshape(B, C))
 

@@ -26,6 +26,7 @@ from jaxbert.model.modernbert.attention import ModernBertAttention, rope_tables
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.modernbert.config import FULL
 from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
+from jaxbert.model.segments import segment_mask, segment_positions
 
 SCAN = "scan"  # the name of the scanned stack of layers 1..L-1 under layers/
 
@@ -70,7 +71,7 @@ class ModernBertEncoderLayer(ModernBertModule):
       first: layer 0, which has no attn_norm.
       kind: FULL or SLIDING; None in the scanned stack, where ``is_global`` comes as data.
     Args:
-      hidden_states: [B, T, H]; mask: bool [B, 1, 1, T]; ropes: {True: (cos, sin) of the global
+      hidden_states: [B, T, H]; mask: bool [B, 1, 1, T] (packed rows: [B, 1, T, T]); ropes: {True: (cos, sin) of the global
       theta, False: of the local one}, each [B or 1, T, D].
     Returns: (hidden_states [B, T, H], attention probabilities or None).
     """
@@ -180,6 +181,11 @@ class ModernBertModel(ModernBertModule):
     (default 0..T-1). token_type_ids is accepted so BERT's callers can pass it; ModernBERT has
     no token types and does not read it.
 
+    segment_ids [B, T] (packed rows: 0 = padding, 1..k = the documents of a row; see
+    jaxbert.model.segments): attention stays within each document on global and sliding layers
+    alike, and the rotary positions (of both thetas) restart at 0 at each document's start (unless
+    position_ids are given); None computes as an unpacked row.
+
     Returns ModelOutput: last_hidden_state = final_norm(last layer) [B, T, H]; hidden_states
     (with output_hidden_states) = the embeddings and every layer's output before final_norm,
     as transformers' eager / sdpa paths return them; attentions [B, N, T, T] per layer.
@@ -190,13 +196,18 @@ class ModernBertModel(ModernBertModule):
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
                  deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False):
+                 output_attentions: bool = False, segment_ids=None):
         cfg = self.config
         if head_mask is not None:
             raise ValueError("head_mask: ModernBERT has no head mask (transformers' ModernBertModel takes none)")
         B, T = input_ids.shape
         mask = (jnp.ones((B, 1, 1, T), bool) if attention_mask is None
                 else attention_mask.astype(bool)[:, None, None, :])
+        if segment_ids is not None:
+            # [B, 1, T, T]: within each document; sliding layers narrow it further to their band.
+            mask = mask & segment_mask(segment_ids)[:, None]
+            if position_ids is None:  # rotary positions count from 0 in each document
+                position_ids = segment_positions(segment_ids, 0)
         positions = jnp.arange(T)[None] if position_ids is None else position_ids
         D, dtype = cfg.head_dim, self.options.dtype
         ropes = {True: rope_tables(positions, D, cfg.global_theta, dtype),
