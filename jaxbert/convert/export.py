@@ -17,6 +17,7 @@ from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import check_destination, publish_dir
+from jaxbert.model.families import family_of
 from jaxbert.workdir import read_run
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
@@ -36,7 +37,7 @@ def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir:
             for name in TOKENIZER_FILES:
                 if (tok / name).exists():
                     shutil.copy2(tok / name, Path(tmp) / name)
-            _fit_tokenizer_to_model(Path(tmp) / "tokenizer_config.json", cfg.max_position_embeddings)
+            _fit_tokenizer_to_model(Path(tmp) / "tokenizer_config.json", cfg)
     return dst if fs.is_url(dst) else Path(dst)
 
 
@@ -58,10 +59,13 @@ def export_workdir(workdir: str | Path, dst: str | Path, step: int | None = None
                          sources=(checkpoints,) + ((tok_dir,) if tok_dir is not None else ()))
 
 
-def _fit_tokenizer_to_model(config_path: Path, max_positions: int) -> None:
-    """The tokenizer truncates where the model's position table ends (transformers reads model_max_length)."""
+def _fit_tokenizer_to_model(config_path: Path, cfg) -> None:
+    """The tokenizer truncates where the model's position table ends (transformers reads model_max_length),
+    and gives no token_type_ids to a model whose family reads none (ModernBERT: input_ids, attention_mask)."""
     config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
-    config["model_max_length"] = max_positions
+    config["model_max_length"] = cfg.max_position_embeddings
+    if not family_of(cfg).token_types:
+        config["model_input_names"] = ["input_ids", "attention_mask"]
     config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 

@@ -38,7 +38,8 @@ from jaxbert.errors import InputError
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
-from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
+from jaxbert.model.families import family_of
+from jaxbert.model.heads import BertForMaskedLM, build_model, dummy_inputs
 from jaxbert.finetune.task import parse_task
 
 KINDS = ("module", "class", "function")
@@ -181,8 +182,13 @@ def fresh_copy(source, tokenizer, where: Path, seed: int = 0) -> Path:
     """SRC's architecture (its config) with freshly initialised weights and SRC's tokenizer, saved
     as a Hugging Face directory at `where`: the "no pretraining" control."""
     config = source_config(source)
-    model = BertForMaskedLM(config)
-    ids, types = dummy_inputs("BertForMaskedLM", 1, 8)
+    family = family_of(config)
+    if family.builds_on_bert:
+        name, model = "BertForMaskedLM", BertForMaskedLM(config)
+    else:  # a family with modules of its own (ModernBERT): its MLM class
+        name = family.class_prefix(config.model_type) + "ForMaskedLM"
+        model = build_model(name, config)
+    ids, types = dummy_inputs(name, 1, 8)
     params = model.init(jax.random.PRNGKey(seed), ids, types)["params"]
     save_pretrained(where, model, params, overwrite=True)
     for name in TOKENIZER_FILES:

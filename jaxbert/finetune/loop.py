@@ -37,6 +37,7 @@ from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.step import eval_outputs, step_spec
 from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
+from jaxbert.model.config import position_limit
 from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.params import unscan_params
 from jaxbert.engine import loop as engine
@@ -67,7 +68,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
         spec = dataclasses.replace(spec, version_2=recipe.data.version_2)
     kind = kinds.get(spec.kind)
     data = read_task_data(spec)
-    own = source_config(source)  # a model of a family fine-tuning cannot take is refused here, by name
+    own = source_config(source)  # its family's config class (BertConfig, ModernBertConfig)
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
         raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
@@ -91,7 +92,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     loaded = load_task_model(source, spec.kind, data.labels, scan_layers=recipe.model.scan_layers,
                              dtype=recipe.model.param_dtype, seed=recipe.train.seed, task_info=info)
     cfg = loaded.config
-    limit = cfg.position_limit()
+    limit = position_limit(cfg)
     if d.max_length > limit:
         raise RecipeError(f"data.max_length: {d.max_length} is more than the {limit} positions of {source}")
     if (tok.get_vocab_size() > cfg.vocab_size):
@@ -103,7 +104,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
 
 def fit_max_length(recipe: FinetuneRecipe, cfg, source, log=print) -> FinetuneRecipe:
     """The recipe with data.max_length cut to SRC's position table, saying so (a recipe's 128 on a model of 64)."""
-    limit = cfg.position_limit()
+    limit = position_limit(cfg)
     if recipe.data.max_length <= limit:
         return recipe
     log(f"data.max_length: {recipe.data.max_length} is more than the {limit} positions of {source}; using {limit} "

@@ -1,18 +1,19 @@
 """The task model: SRC's encoder under a new head sized for the task's labels.
 
-`task_config` gives SRC's BertConfig the task's labels (id2label / label2id, problem_type:
-what the kind's Kind in jaxbert.finetune.kinds says), and `kind_of` reads a kind back from a
-fine-tuned config; `load_task_model` reads SRC (anything from_pretrained reads:
-an HF or jaxbert directory, a pretraining workdir, a TensorFlow checkpoint, RoBERTa / XLM-R)
-into the task's class. Params the task has and SRC lacks are initialised as transformers
-initialises them (load_checkpoint: normal(initializer_range) kernels, zero biases, seeded);
-that is allowed only for the head and the pooler. Anything else missing means SRC is not an
-encoder of this architecture, an error.
+`task_config` gives SRC's config (its family's config class: BertConfig, ModernBertConfig) the
+task's labels (id2label / label2id, problem_type: what the kind's Kind in jaxbert.finetune.kinds
+says), and `kind_of` reads a kind back from a fine-tuned config; `load_task_model` reads SRC
+(anything from_pretrained reads: an HF or jaxbert directory, a pretraining workdir, a TensorFlow
+checkpoint, RoBERTa / XLM-R, ModernBERT) into the task's class, the head class of SRC's family
+(jaxbert.model.families). Params the task has and SRC lacks are initialised as transformers
+initialises them (load_checkpoint: the family's own init, seeded: BERT's normal(initializer_range)
+kernels and zero biases, ModernBERT's truncated normals); that is allowed only for the head and
+the pooler. Anything else missing means SRC is not an encoder of this architecture, an error.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -21,8 +22,8 @@ from jaxbert.convert.load import init_leaves
 from jaxbert.convert.pretrained import load_checkpoint
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
-from jaxbert.model.config import BertConfig
-from jaxbert.model.families import BY_MODEL_TYPE
+from jaxbert.model.config import BertConfig, read_config
+from jaxbert.model.families import family_of
 from jaxbert.workdir import is_workdir, read_run
 
 # Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
@@ -44,29 +45,16 @@ def kind_of(config: BertConfig) -> str:
 
 
 def source_config(src) -> BertConfig:
-    """SRC's own config: a workdir's recorded run config, else config.json / bert_config.json beside it."""
+    """SRC's own config: a workdir's recorded run config, else config.json / bert_config.json beside it,
+    read as its model_type's family reads it (a ModernBERT's as a ModernBertConfig)."""
     if is_workdir(src):
         return read_run(src)[0]
     p = fs.local_copy(src)
     folder = p if p.is_dir() else p.parent
     for name in ("config.json", "bert_config.json"):
         if (folder / name).is_file():
-            _check_family(src, folder / name)
-            return BertConfig.from_json_file(folder / name)
+            return read_config(folder / name)
     raise InputError(f"{src}: no config.json or bert_config.json beside it; is it a model directory?")
-
-
-def _check_family(src, config_json) -> None:
-    """Fine-tuning builds BERT's task heads: a family with modules of its own (ModernBERT) is refused by
-    name before any work, not misread as a BERT config."""
-    try:
-        model_type = json.loads(config_json.read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return  # BertConfig.from_json_file names what is wrong with the file
-    family = BY_MODEL_TYPE.get(model_type)
-    if family is not None and family.config_class is not None:
-        raise InputError(f"{src}: fine-tuning a {model_type} model is not supported yet (jaxbert converts, checks "
-                         f"parity of and pretrains it); fine-tune a bert, roberta or xlm-roberta model")
 
 
 def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_info: dict | None = None) -> BertConfig:
@@ -74,19 +62,26 @@ def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_
     k = kinds.get(kind)
     id2label = k.id2label(labels)
     extra = dict(base.extra)
-    extra.pop("problem_type", None)
-    if k.problem_type is not None:
-        extra["problem_type"] = k.problem_type
-    extra["architectures"] = [head_class(base, kind)]
     if task_info is not None:
         extra[TASK_KEY] = task_info
+    fields = {"problem_type": k.problem_type, "architectures": [head_class(base, kind)]}
+    own = {f.name for f in dataclasses.fields(base)}  # a family's config may hold them as fields
+    changes = {}
+    for key, value in fields.items():
+        extra.pop(key, None)
+        if key in own:
+            changes[key] = tuple(value) if isinstance(value, list) else value
+        elif value is not None:
+            extra[key] = value
     return base.replace(id2label=id2label, label2id={v: k for k, v in id2label.items()}, num_labels=None,
-                        extra=extra)
+                        extra=extra, **changes)
 
 
 def head_class(config: BertConfig, kind: str) -> str:
-    """The task's class in config's family: 'BertForSequenceClassification', 'RobertaForTokenClassification'."""
-    return config.class_name("Bert" + kinds.get(kind).head)
+    """The task's class in config's family: 'BertForSequenceClassification', 'RobertaForTokenClassification',
+    'ModernBertForQuestionAnswering'."""
+    family = family_of(config)
+    return config.class_name(family.class_prefix(config.model_type) + kinds.get(kind).head)
 
 
 @dataclass
@@ -102,8 +97,9 @@ class LoadedModel:
         if self.dropped:
             lines.append(f"  dropped from {src} (the task does not use them): {', '.join(self.dropped)}")
         if self.fresh:
-            lines.append(f"  initialised fresh (normal(std={self.config.initializer_range}) kernels, zero biases): "
-                         f"{', '.join(self.fresh)}")
+            init = (f"normal(std={self.config.initializer_range}) kernels, zero biases"
+                    if family_of(self.config).builds_on_bert else f"{self.class_name}'s init, zero biases")
+            lines.append(f"  initialised fresh ({init}): {', '.join(self.fresh)}")
         return "\n".join(lines)
 
 
@@ -115,7 +111,7 @@ def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype=
     name = head_class(config, kind)
     config, name, params, report = load_checkpoint(src, name, config=config, dtype=dtype, strict=False,
                                                    scan_layers=scan_layers, seed=seed)
-    prefix = config.base_prefix
+    prefix = family_of(config).prefix
     note = (_fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
             if kinds.get(kind).named_labels else [])  # a head without class names maps nothing onto them
     body = [p for p in report.missing_paths if p.split("/")[0] == prefix and not p.startswith(f"{prefix}/pooler/")]
@@ -137,7 +133,7 @@ def _fresh_head_for_other_labels(own: BertConfig, config: BertConfig, name: str,
     new = [config.id2label[i] for i in sorted(config.id2label)]
     if not same_class or old is None or old == new:
         return []
-    prefix = config.base_prefix
+    prefix = family_of(config).prefix
     paths = []
 
     def walk(node, path):

@@ -30,7 +30,7 @@ from jaxbert.finetune.losses import MODEL_INPUTS
 from jaxbert.finetune.model import TASK_KEY, kind_of
 from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.tables import local_path
-from jaxbert.model.config import BertConfig
+from jaxbert.model.config import BertConfig, read_config
 from jaxbert.workdir import tokenizer_path
 
 
@@ -76,7 +76,7 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
     path = fs.local_copy(model_dir)
     if not (path / "config.json").is_file():
         raise InputError(f"{model_dir}: no config.json; is it a fine-tuned model directory?")
-    config = BertConfig.from_json_file(path / "config.json")
+    config = read_config(path / "config.json")  # its family's config class
     found = kind_of(config)
     if kind is not None and kinds.get(kind) is not kinds.get(found):
         raise InputError(f"--task {kind}: {model_dir} has a {found} head ({config.architectures[0]}, "

@@ -129,17 +129,3 @@ def test_optim_warmup_steps_is_the_warmup_a_run_takes(src, tmp_path):
     # the learning rate of update k (schedule at count k-1): a linear warmup over 4 updates, then the decay
     assert lr[1] == pytest.approx(0.0) and lr[3] == pytest.approx(5e-4, rel=1e-5)
     assert lr[5] == pytest.approx(1e-3, rel=1e-5)
-
-
-def test_fine_tuning_a_modernbert_is_refused_by_name_before_any_work(tmp_path, capsys):
-    from jaxbert.cli.main import main
-    from tests.helpers.modernbert import tiny_hf
-    src = tmp_path / "modernbert"
-    tiny_hf("ModernBertForMaskedLM").save_pretrained(src)
-    train = write_jsonl(tmp_path / "train.jsonl", classification_rows(8, seed=9))
-    wd = tmp_path / "wd"
-    assert main(["finetune", "--task", "classification", "--train", str(train), "--eval", str(train),
-                 "--model", str(src), "--workdir", str(wd)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "fine-tuning a modernbert model is not supported yet" in err[0], err
-    assert not wd.exists()

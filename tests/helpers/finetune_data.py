@@ -213,3 +213,35 @@ def write_glue_dir(root: Path, n_train: int = 32, n_dev: int = 16, skip: tuple[s
                 return [i, a, b, ("entailment", "not_entailment")[i % 2]]
             _tsv(root / folder / f"{split}.tsv", ["index", first, second, "label"], rows(n, nli))
     return root
+
+
+def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, layers: int = 2) -> Path:
+    """A ModernBertForMaskedLM (random weights, jaxbert's init) with the made WordPiece tokenizer, saved
+    as a Hugging Face directory: model_type modernbert, its [CLS] / [SEP] / [PAD] ids in the config, a
+    global then a local layer (window 16), classifier_pooling `pooling`, no token types in the tokenizer."""
+    from jaxbert.model.heads import build_model
+    from jaxbert.model.modernbert import ModernBertConfig
+    rng = random.Random(0)
+    root.mkdir(parents=True, exist_ok=True)
+    text = root / "corpus.txt"
+    text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)) + "\n")
+    tok_dir = train_tokenizer([str(text)], 200, root / "tok", overwrite=True)
+    tok = load_tokenizer(tok_dir)
+    ids = {t: tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
+    cfg = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, intermediate_size=2 * hidden,
+                           num_hidden_layers=layers, num_attention_heads=2, global_attn_every_n_layers=2,
+                           local_attention=16, max_position_embeddings=128, pad_token_id=ids["[PAD]"],
+                           cls_token_id=ids["[CLS]"], bos_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"],
+                           eos_token_id=ids["[SEP]"], classifier_pooling=pooling)
+    model = build_model("ModernBertForMaskedLM", cfg)
+    x = jax.numpy.zeros((1, 8), jax.numpy.int32)
+    params = model.init(jax.random.PRNGKey(0), x, x)["params"]
+    src = root / "src"
+    save_pretrained(src, model, params, overwrite=True)
+    for name in TOKENIZER_FILES:
+        if (tok_dir / name).exists():
+            shutil.copy2(tok_dir / name, src / name)
+    tc = json.loads((src / "tokenizer_config.json").read_text())
+    tc["model_input_names"] = ["input_ids", "attention_mask"]  # as ModernBERT's own tokenizer has it
+    (src / "tokenizer_config.json").write_text(json.dumps(tc, indent=2) + "\n")
+    return src

@@ -55,8 +55,10 @@ class Classification(Kind):
 
 
 def regresses(config) -> bool:
-    """A ...ForSequenceClassification config that regresses: problem_type regression, or one output."""
-    return config.extra.get("problem_type") == "regression" or config.num_labels == 1
+    """A ...ForSequenceClassification config that regresses: problem_type regression, or one output.
+    problem_type is a field of a family's own config class (ModernBertConfig), else in BertConfig's extra."""
+    problem_type = getattr(config, "problem_type", None) or config.extra.get("problem_type")
+    return problem_type == "regression" or config.num_labels == 1
 
 
 KIND = Classification()

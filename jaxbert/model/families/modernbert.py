@@ -43,4 +43,5 @@ MODERNBERT = Family(
     class_specs=CLASS_SPECS, final_norm="final_norm",
     # transformers' eager path takes its softmax in float32 even in a float64 model; sdpa stays float64
     reference_attention="sdpa", parity_length=_parity_length,
-    segment_ids=True)  # packed documents: per-document masks (global and sliding) and RoPE positions
+    segment_ids=True,  # packed documents: per-document masks (global and sliding) and RoPE positions
+    token_types=False)  # no token-type table: transformers' tokenizer gives input_ids, attention_mask

@@ -67,6 +67,9 @@ class Family:
       parity_length: config -> the length the longest parity input should reach (past a local
         attention window), or None.
       segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
+      token_types: its models read token_type_ids (BERT's segment embeddings); where not (ModernBERT)
+        they are ignored, and an exported tokenizer's model_input_names leaves them out, so that
+        transformers' tokenizer and pipelines do not feed them.
     """
 
     name: str
@@ -102,6 +105,7 @@ class Family:
     reference_attention: str = "eager"
     parity_length: Optional[Callable] = None
     segment_ids: bool = True
+    token_types: bool = True
 
     @property
     def builds_on_bert(self) -> bool:
