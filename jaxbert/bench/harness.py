@@ -16,7 +16,7 @@ commands the same way, since their start-up is part of what they measure.
 
 On a GPU (the device worker reports platform "gpu") both sides run as their
 users run them there (device_options, contenders.torch_settings): jaxbert with
-bf16 compute and attention_impl "dot_product" (cuDNN fused attention);
+bf16 compute and attention_impl "dot_product" (jax.nn.dot_product_attention);
 transformers on CUDA with bf16 autocast, SDPA attention and fused AdamW, and
 torch.compile as a second contender. Every train/infer row then reports MFU
 against the device's bf16 peak and the peak memory of its process.

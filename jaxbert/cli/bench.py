@@ -40,7 +40,7 @@ def add_arguments(p):
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="jaxbert compute dtype (default: bfloat16 on a GPU, float32 elsewhere)")
     p.add_argument("--attention", default=None, choices=["einsum", "dot_product"],
-                   help="jaxbert attention (default: dot_product, cuDNN fused attention, on a GPU; einsum elsewhere)")
+                   help="jaxbert attention (default: dot_product, jax.nn.dot_product_attention, on a GPU; einsum elsewhere)")
     p.add_argument("--no-torch", action="store_true", help="time jaxbert alone (no transformers contender)")
     p.add_argument("--malloc", default="keep", choices=["keep", "system", "tcmalloc"],
                    help="allocator of every worker process: keep = glibc malloc set to keep freed memory, "

@@ -46,7 +46,8 @@ class ModelOptions:
         per-layer param dicts become one dict with a leading layer axis.
       remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
       attention_impl: "einsum" (explicit softmax) or "dot_product"
-        (jax.nn.dot_product_attention, cuDNN flash attention on GPU).
+        (jax.nn.dot_product_attention: jax picks the implementation; with
+        jax 0.10-0.11 that is its XLA one, cuDNN only when asked for, which jaxbert does not).
       attention_chunks: split the einsum attention into this many blocks of queries,
         each recomputed in the backward pass (jax.checkpoint), so that one block's
         [B, N, T / chunks, S] scores are held at a time; 1 = whole. Used where it

@@ -129,8 +129,8 @@ class ModernBertAttention(ModernBertModule):
         return jnp.concatenate(out, axis=1)
 
     def _dot_product(self, q, k, v, mask, is_global):
-        """jax.nn.dot_product_attention: the window as local_window_size (cuDNN skips what lies
-        outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it.
+        """jax.nn.dot_product_attention: the window as local_window_size (its XLA implementation, which
+        jax picks when none is named, masks what lies outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it.
 
         Packed rows: `mask` is then the padding & segment mask [B, 1, T, T], passed whole as the
         API's mask; its (XLA) implementation ANDs that mask with local_window_size, so a sliding
