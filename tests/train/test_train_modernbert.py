@@ -103,7 +103,7 @@ def test_the_shipped_modernbert_recipes_load(name):
         lr = 8e-4 if name == "modernbert-base" else 5e-4  # the paper's large rate
         assert (o.learning_rate, o.b1, o.b2, o.eps, o.weight_decay, o.schedule) == (lr, 0.9, 0.98, 1e-6, 1e-5, "wsd")
         assert o.clip_norm is None
-        assert recipe.data.seq_len == 1024
+        assert recipe.data.seq_len == 1024 and recipe.data.packing == "documents"
 
 
 def test_stable_adamw_is_adamw_until_a_tensor_spikes():
