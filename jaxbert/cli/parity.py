@@ -44,7 +44,8 @@ def add_arguments(p):
                         "logits scale it")
     p.add_argument("--train-steps", type=int, default=0, metavar="N",
                    help="instead of one forward pass: N training steps of jaxbert's train_step and AdamW "
-                        "against transformers + torch.optim.AdamW (MLM head, fresh if the model has none; "
+                        "against transformers + torch.optim.AdamW (the family's masked LM: BertForMaskedLM, "
+                        "ModernBertForMaskedLM; its MLM head, fresh if the model has none; "
                         "dropout off; float64 or float32)")
     p.add_argument("--lr", type=float, default=1e-4, help="--train-steps: peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=None,
@@ -113,9 +114,6 @@ def run(args) -> int:
 
 
 def _train_steps(args, module, params, inputs) -> int:
-    if not family_of(module.config).builds_on_bert:
-        raise InputError(f"--train-steps trains BertForMaskedLM against transformers' (BERT-built families); "
-                         f"not yet for model_type {module.config.model_type!r}: compare one step with --grad")
     if inputs["input_ids"].ndim != 2:
         raise InputError("--train-steps needs a model whose encoder reads [batch, length] ids")
     warmup = args.train_steps // 5 if args.warmup_steps is None else args.warmup_steps

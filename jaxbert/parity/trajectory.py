@@ -18,10 +18,11 @@ import numpy as np
 from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
+from jaxbert.model.families import family_of
 from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.parity.compare import numerics, torch_model
-from jaxbert.parity.grad import fixed_masking
+from jaxbert.parity.grad import fixed_masking, float64_rotary
 from jaxbert.parity.report import environment
 from jaxbert.parity.torch_reference import torch_trajectory
 from jaxbert.engine.optim import make_optimizer
@@ -117,12 +118,31 @@ def mlm_batches(inputs: dict, vocab_size: int, steps: int, seed: int = 0) -> lis
     return out
 
 
-def mlm_model(module, params, seed: int = 0):
-    """(BertForMaskedLM with dropout off, its params): the encoder of ``module``'s params,
-    an MLM head from ``module`` when it has one, else a fresh one (init with ``seed``)."""
+def _no_dropout(config):
+    """The config with every dropout rate 0 (BERT's *_dropout_prob, ModernBERT's *_dropout)."""
+    rates = {f.name: 0.0 for f in dataclasses.fields(config)
+             if f.name.endswith(("dropout", "dropout_prob")) and getattr(config, f.name) is not None}
+    return config.replace(**rates)
 
-    cfg = module.config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    mlm = BertForMaskedLM(cfg, ModelOptions(scan_layers=module.options.scan_layers))
+
+def mlm_model(module, params, seed: int = 0):
+    """(the family's masked-LM module with dropout off, its params): the encoder of ``module``'s
+    params, an MLM head from ``module`` when it has one, else a fresh one (init with ``seed``).
+
+    BERT-built families (BERT, RoBERTa) train BertForMaskedLM; a family with its own modules
+    (ModernBERT) trains its pretraining class (ModernBertForMaskedLM)."""
+    family = family_of(module.config)
+    cfg = _no_dropout(module.config)
+    options = ModelOptions(scan_layers=module.options.scan_layers)
+    if not family.builds_on_bert:
+        name = family.pretraining_classes[0]
+        mlm = family.build(name, cfg, options)
+        if type(module).__name__ == name:
+            return mlm, params
+        fresh = mlm.init(jax.random.key(seed), *family.dummy_inputs(name, 1, 8))["params"]
+        head = {k: v for k, v in fresh.items() if k != family.prefix}
+        return mlm, {family.prefix: params.get(family.prefix, params), **head}
+    mlm = BertForMaskedLM(cfg, options)
     fresh = mlm.init(jax.random.key(seed), *dummy_inputs("BertForMaskedLM", 1, 8))["params"]
     encoder = params.get("bert", params)
     encoder = {k: v for k, v in encoder.items() if k != "pooler"}
@@ -134,7 +154,8 @@ def mlm_model(module, params, seed: int = 0):
 def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = "float64",
                precision: str = "highest", seed: int = 0) -> TrajectoryReport:
     """``steps`` updates of jaxbert's train_step + make_optimizer(optim) against
-    transformers BertForMaskedLM + torch.optim.AdamW, from the same weights.
+    transformers' masked-LM class (BertForMaskedLM, ModernBertForMaskedLM) + torch.optim.AdamW, from the
+    same weights.
 
     ``module``/``params`` give the encoder (any jaxbert class; see mlm_model);
     ``inputs`` int arrays [B, L] are masked afresh for each step (mlm_batches).
@@ -144,9 +165,12 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
     if dtype not in TRAJECTORY_TOLERANCE:
         raise InputError(f"--train-steps runs float64 or float32, not {dtype}")
     mlm, p = mlm_model(module, params, seed)
+    name = type(mlm).__name__
     batches = mlm_batches(inputs, mlm.config.vocab_size, steps, seed)
 
     reference = torch_model(mlm, p, dtype=dtype)
+    if dtype == "float64":  # RoPE's tables in float64 too (ModernBERT); a model without rotary is unchanged
+        reference = float64_rotary(reference)
     theirs = torch_trajectory(reference, batches, optim, steps)  # one step per next()
 
     rows = []
@@ -163,12 +187,13 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
             jb = {k: jnp.asarray(v) for k, v in b.items() if k != "labels"}
             state, m = step_fn(state, jb, rng)
             m = jax.device_get(m)
-            ours = params_to_state_dict(jax.device_get(state.params), mlm.config, "BertForMaskedLM")
+            ours = params_to_state_dict(jax.device_get(state.params), mlm.config, name)
             rel, worst = _worst_param(ours, t["params"])
             rows.append(StepRow(s + 1, lr, float(m["mlm_loss_sum"]) / float(m["mlm_weight"]), t["loss"],
                                 float(m["grad_norm"]), t["grad_norm"], rel, worst,
                                 TRAJECTORY_TOLERANCE[dtype]))
-    env = environment(dtype, precision, f"transformers BertForMaskedLM + torch.optim.AdamW, {dtype}")
+    reference_name = mlm.config.class_name(name)  # a RoBERTa config: RobertaForMaskedLM
+    env = environment(dtype, precision, f"transformers {reference_name} + torch.optim.AdamW, {dtype}")
     return TrajectoryReport(dtype, rows, env, dataclasses.asdict(optim))
 
 

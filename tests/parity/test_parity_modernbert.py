@@ -55,7 +55,7 @@ def test_task_heads(tmp_path, capsys, name, pooling, argv):
     assert stages[len(LAYERS) + 2:] == (["start logits", "end logits"] if "Question" in name else ["logits"])
 
 
-def test_a_wrong_weight_fails_from_its_layer_on_and_train_steps_is_refused_by_name(tmp_path, capsys):
+def test_a_wrong_weight_fails_from_its_layer_on(tmp_path):
     import jaxbert
     from jaxbert.parity import compare, torch_model
     from jaxbert.parity.inputs import make_inputs
@@ -68,5 +68,45 @@ def test_a_wrong_weight_fails_from_its_layer_on_and_train_steps_is_refused_by_na
     inputs = make_inputs(None, ["a b c ||| d", "e f g h i j k l m n o p q r ||| s t"], 64, TINY["vocab_size"])
     report = compare(module, params, inputs, torch_reference=reference)
     assert [r.stage for r in report.rows if not r.ok] == ["layer 2", "layer 3", "final norm", "mlm logits"]
-    assert jaxbert.cli.main.main(["parity", str(tmp_path / "hf"), "--train-steps", "2"]) == 2
-    assert "--train-steps" in capsys.readouterr().err
+
+
+def test_train_steps_float64_against_transformers(tmp_path, capsys):
+    """`parity --train-steps` on a ModernBertForMaskedLM: jaxbert's train_step + AdamW against
+    transformers' ModernBertForMaskedLM + torch.optim.AdamW, float64, within the BERT test's bounds
+    (loss 1e-9, every parameter 1e-8). transformers' own MLM loss (logits cast to float32) or its
+    float32 RoPE tables would put the loss 1e-8 and the parameters 1e-6 apart: both are taken in
+    float64 on the torch side."""
+    rc, data = _parity(tmp_path, "ModernBertForMaskedLM", "--train-steps", "3", "--dtype", "float64",
+                       "--lr", "1e-3")
+    assert rc == 0, capsys.readouterr().out
+    assert data["kind"] == "trajectory" and data["ok"] and [r["step"] for r in data["rows"]] == [1, 2, 3]
+    assert "ModernBertForMaskedLM" in data["env"]["reference"]
+    rows = data["rows"]
+    assert max(r["loss_rel"] for r in rows) <= 1e-9 and max(r["param_rel"] for r in rows) <= 1e-8
+    assert data["optim"]["warmup_steps"] == 0 and [r["lr"] for r in rows] == pytest.approx([1e-3, 2e-3 / 3, 1e-3 / 3])
+    assert len({r["loss_torch"] for r in rows}) == 3  # the weights moved: each step's loss differs
+    assert rows[0]["grad_norm_torch"] > 1.0  # above clip_norm 1.0: the clipping is exercised
+    assert all(abs(r["grad_norm_jax"] - r["grad_norm_torch"]) <= 1e-9 * r["grad_norm_torch"] for r in rows)
+
+
+def test_train_steps_fresh_head_and_a_wrong_decay_mask(tmp_path, monkeypatch):
+    """A ModernBertModel (no MLM head) trains with a fresh head; decaying ModernBERT's norm weights
+    (attn_norm, mlp_norm, final_norm, the head's norm) on the torch side shows after the first real
+    update: the reference's decay mask follows their names, not only BERT's *LayerNorm*."""
+    import jaxbert
+    import jaxbert.parity.torch_reference as ref
+    from jaxbert.parity.inputs import make_inputs
+    from jaxbert.parity.trajectory import trajectory
+    from jaxbert.train.recipe import OptimSection
+
+    tiny_hf("ModernBertModel", seed=5).save_pretrained(tmp_path / "hf")
+    module, params = jaxbert.from_pretrained(tmp_path / "hf")
+    inputs = make_inputs(None, ["a b c d e f g h i j k l m n ||| o", "p q r ||| s t"], 64, TINY["vocab_size"])
+    optim = OptimSection(learning_rate=1e-3, warmup_steps=1, weight_decay=0.1)
+    good = trajectory(module, params, inputs, optim, 3, dtype="float64")
+    assert good.ok and max(r.param_rel for r in good.rows) <= 1e-8, good.table()
+    assert "ModernBertForMaskedLM" in good.env["reference"]
+    monkeypatch.setattr(ref, "_no_decay", lambda name: name.endswith("bias"))  # norms decayed
+    bad = trajectory(module, params, inputs, optim, 3, dtype="float64")
+    assert not bad.ok and bad.rows[0].ok  # step 1 runs at lr 0 (warmup): nothing moved yet
+    assert bad.rows[1].param_rel > 1e-6 and "norm" in bad.rows[1].worst_param
