@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
     t.add_argument("--input", nargs="+", default=None, metavar="PATH",
                    help="text/jsonl/parquet files, globs, folders (default: the embedded Python docs corpus)")
     t.add_argument("--vocab-size", type=int, required=True)
-    t.add_argument("--output", required=True, help="folder for tokenizer.json, vocab.txt and configs")
+    t.add_argument("--output", required=True, help="folder for tokenizer.json, the configs and (WordPiece) vocab.txt")
     t.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece",
                    help="wordpiece (BERT's, default) or bpe (byte-level, as ModernBERT's: cased, no token types, "
                         "exact decoding)")
