@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
                    help="text/jsonl/parquet files, globs, folders (default: the embedded Python docs corpus)")
     t.add_argument("--vocab-size", type=int, required=True)
     t.add_argument("--output", required=True, help="folder for tokenizer.json, the configs and (WordPiece) vocab.txt")
-    t.add_argument("--kind", choices=TOKENIZER_KINDS, default="wordpiece",
+    t.add_argument("--kind", choices=tuple(TOKENIZER_KINDS), default="wordpiece",
                    help="wordpiece (BERT's, default) or bpe (byte-level, as ModernBERT's: cased, no token types, "
                         "exact decoding)")
     t.add_argument("--cased", action="store_true",
@@ -30,9 +30,8 @@ def run(args) -> int:
                           text_field=args.text_field, min_frequency=args.min_frequency,
                           overwrite=args.overwrite, kind=args.kind)
     tok = load_tokenizer(out)
-    if args.kind == "bpe":
-        print(f"{out}: byte-level BPE vocabulary of {tok.get_vocab_size():,} tokens (cased)")
-    else:
-        print(f"{out}: WordPiece vocabulary of {tok.get_vocab_size():,} tokens "
-              f"({'cased' if args.cased else 'lower-cased'})")
+    kind = TOKENIZER_KINDS[args.kind]
+    cased = args.cased or not kind.word_pieces  # the byte-level BPE never lower-cases
+    print(f"{out}: {kind.name} vocabulary of {tok.get_vocab_size():,} tokens "
+          f"({'cased' if cased else 'lower-cased'})")
     return 0

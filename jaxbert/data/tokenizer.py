@@ -8,12 +8,13 @@ packs raw ids itself.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from jaxbert import fs
 from jaxbert.data.wordpiece import build_vocab, count_words
 from jaxbert.errors import InputError
@@ -23,7 +24,19 @@ from jaxbert.data.corpus import iter_documents
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
 TOKENIZER_KIND = "tokenizer"  # what train_tokenizer publishes (fs.publish_dir)
-TOKENIZER_KINDS = ("wordpiece", "bpe")  # what train_tokenizer trains: BERT's WordPiece, ModernBERT's byte-level BPE
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerKind:
+    """A kind of tokenizer train_tokenizer trains."""
+    name: str  # as the logs say it
+    model_type: str  # tokenizer.json's model.type
+    word_pieces: bool  # marks a word's continuations (##), which whole-word masking needs
+
+
+# BERT's WordPiece, ModernBERT's byte-level BPE
+TOKENIZER_KINDS = {"wordpiece": TokenizerKind("WordPiece", "WordPiece", True),
+                   "bpe": TokenizerKind("byte-level BPE", "BPE", False)}
 DEFAULT_SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
@@ -219,7 +232,6 @@ def save_bpe_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, model_max_
 def _train_bpe(inputs: list[str] | None, vocab_size: int, text_field: str, min_frequency: int) -> Tokenizer:
     """A byte-level BPE trained on `inputs`: the specials (ids 0-4 in SPECIAL_ROLES order), the 256 byte
     symbols, then the merges; template [CLS] $A [SEP] / [CLS] $A [SEP] $B [SEP], every type id 0."""
-    from tokenizers import trainers
     if vocab_size < len(SPECIAL_ROLES) + 256:
         raise TokenizerError(f"vocab_size {vocab_size} is too small for a byte-level BPE: the special tokens "
                              f"and the 256 byte symbols alone take {len(SPECIAL_ROLES) + 256}")
@@ -255,7 +267,7 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
     """
     if kind not in TOKENIZER_KINDS:
         raise TokenizerError(f"tokenizer kind {kind!r}: expected one of {', '.join(TOKENIZER_KINDS)}")
-    if kind == "bpe":
+    if not TOKENIZER_KINDS[kind].word_pieces:  # the byte-level BPE
         check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
         tok = _train_bpe(inputs, vocab_size, text_field, min_frequency)
         with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:

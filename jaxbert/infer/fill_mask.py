@@ -66,7 +66,7 @@ def answer_rank(probs: np.ndarray, tokenizer, answer: str) -> int | None:
     With a byte-level tokenizer (RoBERTa's, ModernBERT's) a word after a space is its space-led token
     (`Ġimport`), which is looked up first."""
     i = None
-    if type(tokenizer.pre_tokenizer).__name__ == "ByteLevel":
+    if type(getattr(tokenizer, "pre_tokenizer", None)).__name__ == "ByteLevel":
         ids = tokenizer.encode(" " + answer, add_special_tokens=False).ids
         i = ids[0] if len(ids) == 1 else None
     if i is None:

@@ -71,10 +71,12 @@ class DataSection:
     def check(self, prefix: str = "data.") -> None:
         check_choice(f"{prefix}source", self.source, ("prepared", "synthetic"))
         check_choice(f"{prefix}packing", self.packing, PACKINGS)
-        check_choice(f"{prefix}tokenizer_kind", self.tokenizer_kind, TOKENIZER_KINDS)
-        if self.whole_word_mask and self.tokenizer_kind == "bpe" and self.dir is None and self.tokenizer is None:
-            raise RecipeError(f"{prefix}whole_word_mask: true needs WordPiece's ## pieces, which the byte-level "
-                              f"BPE of {prefix}tokenizer_kind: bpe lacks; set whole_word_mask: false")
+        check_choice(f"{prefix}tokenizer_kind", self.tokenizer_kind, tuple(TOKENIZER_KINDS))
+        trained = self.dir is None and self.tokenizer is None
+        if self.whole_word_mask and trained and not TOKENIZER_KINDS[self.tokenizer_kind].word_pieces:
+            raise RecipeError(f"{prefix}whole_word_mask: true needs WordPiece's ## pieces, which the "
+                              f"{TOKENIZER_KINDS[self.tokenizer_kind].name} of {prefix}tokenizer_kind: "
+                              f"{self.tokenizer_kind} lacks; set whole_word_mask: false")
         check_ranges(prefix, {
             "vocab_size": (self.vocab_size, *POSITIVE),
             "seq_len": (self.seq_len, *POSITIVE),
