@@ -19,7 +19,7 @@ VERBS = {
     "convert": ("jaxbert.cli.convert", "convert a checkpoint: Hugging Face/PyTorch <-> jaxbert"),
     "parity": ("jaxbert.cli.parity", "compare jaxbert with transformers layer by layer"),
     "data": ("jaxbert.cli.data", "prepare a pretraining corpus (data prepare ...)"),
-    "tokenizer": ("jaxbert.cli.tokenizer", "train a WordPiece tokenizer (tokenizer train ...)"),
+    "tokenizer": ("jaxbert.cli.tokenizer", "train a WordPiece or byte-level BPE tokenizer (tokenizer train ...)"),
     "train": ("jaxbert.cli.train", "MLM pretraining from a recipe (default: the tiny-demo)"),
     "finetune": ("jaxbert.cli.finetune", "fine-tune on a task (classification, regression, tokens, qa, choice, glue/NAME)"),
     "glue": ("jaxbert.cli.glue", "the eight GLUE tasks under one protocol: a table of dev scores and their average"),

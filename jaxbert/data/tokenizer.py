@@ -1,4 +1,5 @@
-"""WordPiece tokenizers for pretraining: load one from any common form, train a new one, hash it.
+"""Tokenizers for pretraining: load one from any common form, train a new one (BERT's WordPiece or
+ModernBERT's byte-level BPE), hash it.
 
 `load_tokenizer` returns a `tokenizers.Tokenizer` (the Rust tokenizer behind BertTokenizerFast)
 with truncation and padding switched off, whatever the file said, because the data pipeline
@@ -7,12 +8,13 @@ packs raw ids itself.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from pathlib import Path
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from jaxbert import fs
 from jaxbert.data.wordpiece import build_vocab, count_words
 from jaxbert.errors import InputError
@@ -22,6 +24,19 @@ from jaxbert.data.corpus import iter_documents
 # Role -> default BERT spelling. Order is also the id order of a freshly trained vocabulary.
 SPECIAL_ROLES = ("pad", "unk", "cls", "sep", "mask")
 TOKENIZER_KIND = "tokenizer"  # what train_tokenizer publishes (fs.publish_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerKind:
+    """A kind of tokenizer train_tokenizer trains."""
+    name: str  # as the logs say it
+    model_type: str  # tokenizer.json's model.type
+    word_pieces: bool  # marks a word's continuations (##), which whole-word masking needs
+
+
+# BERT's WordPiece, ModernBERT's byte-level BPE
+TOKENIZER_KINDS = {"wordpiece": TokenizerKind("WordPiece", "WordPiece", True),
+                   "bpe": TokenizerKind("byte-level BPE", "BPE", False)}
 DEFAULT_SPECIAL_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
@@ -179,17 +194,85 @@ def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase
     return out
 
 
+def _byte_level_bpe() -> Tokenizer:
+    """An untrained byte-level BPE pipeline as ModernBERT's (GPT-NeoX's): no normalizer, no lower-casing,
+    ByteLevel pre-tokenizer and decoder, no unknown token (every byte is in the vocabulary)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
+    return tok
+
+
+def _bpe_specials(specials: dict[str, str]) -> list[AddedToken]:
+    """The special tokens in SPECIAL_ROLES order; [MASK] swallows the space before it (lstrip), as
+    ModernBERT's does, so "the [MASK] statement" encodes as the, [MASK], Ġstatement."""
+    return [AddedToken(specials[r], special=True, normalized=False, lstrip=r == "mask") for r in SPECIAL_ROLES]
+
+
+def save_bpe_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, model_max_length: int = 8192) -> Path:
+    """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json of a byte-level BPE tokenizer
+    that transformers' AutoTokenizer loads as PreTrainedTokenizerFast, giving no token_type_ids."""
+    if fs.is_url(output_dir):  # built locally, published to the bucket when complete
+        with fs.publish_dir(output_dir, "tokenizer", overwrite=True) as local:
+            save_bpe_tokenizer(tok, os.fspath(local), model_max_length)
+        return fs.as_path(output_dir)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    specials = {f"{r}_token": t for r, t in DEFAULT_SPECIAL_TOKENS.items()}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
+              "model_input_names": ["input_ids", "attention_mask"],
+              "clean_up_tokenization_spaces": False,  # byte-level decoding is exact; no space clean-up
+              **specials}
+    atomic_write_text(out / "tokenizer.json", tok.to_str(pretty=True))
+    atomic_write_text(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
+    return out
+
+
+def _train_bpe(inputs: list[str] | None, vocab_size: int, text_field: str, min_frequency: int) -> Tokenizer:
+    """A byte-level BPE trained on `inputs`: the specials (ids 0-4 in SPECIAL_ROLES order), the 256 byte
+    symbols, then the merges; template [CLS] $A [SEP] / [CLS] $A [SEP] $B [SEP], every type id 0."""
+    if vocab_size < len(SPECIAL_ROLES) + 256:
+        raise TokenizerError(f"vocab_size {vocab_size} is too small for a byte-level BPE: the special tokens "
+                             f"and the 256 byte symbols alone take {len(SPECIAL_ROLES) + 256}")
+    specials = DEFAULT_SPECIAL_TOKENS
+    tok = _byte_level_bpe()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+                                  special_tokens=_bpe_specials(specials),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    docs = [doc for doc, _ in iter_documents(inputs, text_field=text_field)]
+    if not any(docs):
+        where = "the embedded corpus" if inputs is None else ", ".join(map(str, inputs))
+        raise TokenizerError(f"no vocabulary learnt from {where}: it holds no text")
+    tok.train_from_iterator(docs, trainer, length=len(docs))
+    tok.add_special_tokens(_bpe_specials(specials))  # the trainer adds them without lstrip
+    cls, sep = specials["cls"], specials["sep"]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:0 {sep}:0",
+        special_tokens=[(t, tok.token_to_id(t)) for t in (cls, sep)])
+    return tok
+
+
 def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str | os.PathLike,
                     lowercase: bool = True, *, text_field: str = "text", min_frequency: int = 2,
-                    overwrite: bool = False) -> Path:
-    """Train a BERT WordPiece tokenizer on `inputs` (None: the embedded default corpus).
+                    overwrite: bool = False, kind: str = "wordpiece") -> Path:
+    """Train a BERT WordPiece tokenizer on `inputs` (None: the embedded default corpus), or with
+    kind="bpe" a byte-level BPE as ModernBERT's (cased whatever `lowercase` says; no token types).
 
     The vocabulary is the same for the same text on every run (jaxbert.data.wordpiece).
     Returns the output directory, which transformers' BertTokenizerFast loads as it is.
     It is built beside `output_dir` and swapped in when complete; an existing folder is
     replaced only when it is an earlier jaxbert tokenizer and `overwrite` is set.
+    Both kinds give the specials the same ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4.
     """
-
+    if kind not in TOKENIZER_KINDS:
+        raise TokenizerError(f"tokenizer kind {kind!r}: expected one of {', '.join(TOKENIZER_KINDS)}")
+    if not TOKENIZER_KINDS[kind].word_pieces:  # the byte-level BPE
+        check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
+        tok = _train_bpe(inputs, vocab_size, text_field, min_frequency)
+        with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
+            save_bpe_tokenizer(tok, tmp)
+        return fs.as_path(output_dir)
     if vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
     check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))

@@ -61,8 +61,16 @@ def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list
 
 
 def answer_rank(probs: np.ndarray, tokenizer, answer: str) -> int | None:
-    """1-based rank of `answer` in one [MASK]'s distribution [V]; None when it is not one token."""
-    i = tokenizer.token_to_id(answer)
+    """1-based rank of `answer` in one [MASK]'s distribution [V]; None when it is not one token.
+
+    With a byte-level tokenizer (RoBERTa's, ModernBERT's) a word after a space is its space-led token
+    (`Ġimport`), which is looked up first."""
+    i = None
+    if type(getattr(tokenizer, "pre_tokenizer", None)).__name__ == "ByteLevel":
+        ids = tokenizer.encode(" " + answer, add_special_tokens=False).ids
+        i = ids[0] if len(ids) == 1 else None
+    if i is None:
+        i = tokenizer.token_to_id(answer)
     return None if i is None else int(np.sum(probs > probs[i])) + 1
 
 

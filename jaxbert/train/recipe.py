@@ -17,6 +17,7 @@ from typing import Optional
 from jaxbert import fs
 from jaxbert.data.masking import masked_slots
 from jaxbert.data.prepare import PACKINGS
+from jaxbert.data.tokenizer import TOKENIZER_KINDS
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, CheckpointSection,  # noqa: F401
                                    ComputeSection, ParallelSection, RecipeError, RunRecipe, apply_override, build,
@@ -54,6 +55,7 @@ class DataSection:
     dir: Optional[str] = None  # prepared data; None = built from the embedded corpus in WORKDIR/data
     tokenizer: Optional[str] = None  # tokenizer dir; None = the one beside the data
     vocab_size: int = 4096  # of the tokenizer trained when dir is None
+    tokenizer_kind: str = "wordpiece"  # of the tokenizer trained when dir is None: wordpiece (BERT) | bpe (byte-level, ModernBERT)
     seq_len: int = 128
     mask_rate: float = 0.15
     eval_mask_rate: Optional[float] = None  # held-out masking; None = mask_rate
@@ -69,6 +71,12 @@ class DataSection:
     def check(self, prefix: str = "data.") -> None:
         check_choice(f"{prefix}source", self.source, ("prepared", "synthetic"))
         check_choice(f"{prefix}packing", self.packing, PACKINGS)
+        check_choice(f"{prefix}tokenizer_kind", self.tokenizer_kind, tuple(TOKENIZER_KINDS))
+        trained = self.dir is None and self.tokenizer is None
+        if self.whole_word_mask and trained and not TOKENIZER_KINDS[self.tokenizer_kind].word_pieces:
+            raise RecipeError(f"{prefix}whole_word_mask: true needs WordPiece's ## pieces, which the "
+                              f"{TOKENIZER_KINDS[self.tokenizer_kind].name} of {prefix}tokenizer_kind: "
+                              f"{self.tokenizer_kind} lacks; set whole_word_mask: false")
         check_ranges(prefix, {
             "vocab_size": (self.vocab_size, *POSITIVE),
             "seq_len": (self.seq_len, *POSITIVE),

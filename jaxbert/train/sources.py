@@ -114,10 +114,17 @@ def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, st
     tok_dir = fs.as_path(d.tokenizer) if d.tokenizer else workdir_lib.path(workdir, workdir_lib.TOKENIZER)
     data_dir = workdir_lib.path(workdir, workdir_lib.DATA)
     if not (tok_dir / "tokenizer.json").exists() and d.tokenizer is None:
-        log(f"tokenizer: training WordPiece (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
+        name = tokenizer.TOKENIZER_KINDS[d.tokenizer_kind].name
+        log(f"tokenizer: training {name} (vocab {d.vocab_size}) on the embedded corpus -> {tok_dir}")
         t = time.time()
-        tokenizer.train_tokenizer(None, d.vocab_size, tok_dir)
+        tokenizer.train_tokenizer(None, d.vocab_size, tok_dir, kind=d.tokenizer_kind)
         log(f"tokenizer: done in {time.time() - t:.1f} s")
+    elif d.tokenizer is None:  # trained here by an earlier run: the kind the recipe asks for
+        found = json.loads((tok_dir / "tokenizer.json").read_text(encoding="utf-8")).get("model", {}).get("type")
+        want = tokenizer.TOKENIZER_KINDS[d.tokenizer_kind].model_type
+        if found != want:
+            raise RecipeError(f"data.tokenizer_kind: {d.tokenizer_kind}, but {tok_dir} holds a {found} tokenizer "
+                              f"trained by an earlier run; use a fresh --workdir")
     if not data_dir.exists():
         how = "" if d.packing == "stream" else f" (packing {d.packing})"
         log(f"data: tokenizing and packing the embedded corpus into rows of {d.seq_len}{how} -> {data_dir}")
