@@ -29,6 +29,8 @@ torch differ matched explicitly:
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 
@@ -60,8 +62,6 @@ def torch_trajectory(model, batches, optim, total_steps: int):
     params {state-dict key: tensor} after the update (live: read them before
     the next step).
     """
-    import inspect
-
     import torch
 
     keys = [k for k in ("input_ids", "token_type_ids", "attention_mask", "labels")
