@@ -26,12 +26,13 @@ def corpus(tmp_path_factory):
     return d, tok
 
 
-def _prepared(corpus, seq_len: int, nsp: bool):
+def _prepared(corpus, seq_len: int, nsp: bool, packing: str = "stream"):
     d, tok = corpus
-    out = d / f"data-{seq_len}-{nsp}"
+    out = d / f"data-{seq_len}-{nsp}-{packing}"
     if not out.exists():
         prepare.prepare([str(d / "docs.txt")], str(tok), str(out), max_length=seq_len,
-                        format="nsp" if nsp else "mlm", validation_fraction=0.1, progress=False)
+                        format="nsp" if nsp else "mlm", validation_fraction=0.1, progress=False,
+                        packing=packing)
     return str(out)
 
 
@@ -45,7 +46,7 @@ CASES = [(name, []) for name in recipes.recipe_names()] + [
 @pytest.mark.parametrize("name,overrides", CASES, ids=[f"{n}{'+' if o else ''}{i}" for i, (n, o) in enumerate(CASES)])
 def test_compiled_batch_is_the_fed_batch(corpus, name, overrides):
     r = recipes.load(name, overrides)
-    data_dir = None if r.data.source == "synthetic" else _prepared(corpus, r.data.seq_len, r.data.nsp)
+    data_dir = None if r.data.source == "synthetic" else _prepared(corpus, r.data.seq_len, r.data.nsp, r.data.packing)
     for split in ("train", "validation"):
         fed = next(iter(sources.make_source(r, data_dir, 2, split=split, fixed_masking=split != "train",
                                             vocab_size=200)))
