@@ -36,6 +36,11 @@ def make_source(root: Path, hidden: int = 32, layers: int = 2, dropout: float = 
     model = BertForMaskedLM(cfg)
     ids = jax.numpy.zeros((1, 8), jax.numpy.int32)
     params = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
+    return _save_source(root, model, params, tok_dir)
+
+
+def _save_source(root: Path, model, params, tok_dir: Path) -> Path:
+    """root/src: the model's weights and config (save_pretrained) with the tokenizer's files beside."""
     src = root / "src"
     save_pretrained(src, model, params, overwrite=True)
     for name in TOKENIZER_FILES:
@@ -236,11 +241,7 @@ def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, l
     model = build_model("ModernBertForMaskedLM", cfg)
     x = jax.numpy.zeros((1, 8), jax.numpy.int32)
     params = model.init(jax.random.PRNGKey(0), x, x)["params"]
-    src = root / "src"
-    save_pretrained(src, model, params, overwrite=True)
-    for name in TOKENIZER_FILES:
-        if (tok_dir / name).exists():
-            shutil.copy2(tok_dir / name, src / name)
+    src = _save_source(root, model, params, tok_dir)
     tc = json.loads((src / "tokenizer_config.json").read_text())
     tc["model_input_names"] = ["input_ids", "attention_mask"]  # as ModernBERT's own tokenizer has it
     (src / "tokenizer_config.json").write_text(json.dumps(tc, indent=2) + "\n")
