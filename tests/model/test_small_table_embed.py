@@ -57,3 +57,17 @@ def test_small_table_embed_matches_nn_embed(dtype):
     ga, gb = jax.grad(loss(ours))(params), jax.grad(loss(theirs))(params)
     np.testing.assert_allclose(np.asarray(ga["params"]["embedding"]), np.asarray(gb["params"]["embedding"]),
                                rtol=1e-2 if dtype == jnp.bfloat16 else 1e-6, atol=1e-6)
+
+
+def test_a_large_table_keeps_the_scatter(monkeypatch):
+    """Past ONE_HOT_MAX_ROWS the one-hot operand would cost more memory than it saves: nn.Embed's own
+    lookup (no take_rows in the jaxpr's custom VJP calls)."""
+    from jaxbert.model import base
+    ids = jnp.zeros((2, 3), jnp.int32)
+    small = SmallTableEmbed(8, 4)
+    params = small.init(jax.random.key(0), ids)
+    jaxpr = str(jax.make_jaxpr(lambda p: small.apply(p, ids))(params))
+    assert "custom_vjp_call" in jaxpr
+    monkeypatch.setattr(base, "ONE_HOT_MAX_ROWS", 4)
+    jaxpr = str(jax.make_jaxpr(lambda p: small.apply(p, ids))(params))
+    assert "custom_vjp_call" not in jaxpr
