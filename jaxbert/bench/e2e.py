@@ -127,12 +127,16 @@ def make_tiny_model(root: Path, train_tsv) -> Path:
     model = BertForMaskedLM(cfg)
     ids = jax.numpy.zeros((1, 8), jax.numpy.int32)
     params = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
-    src = root / "tiny-model"
-    save_pretrained(src, model, params, overwrite=True)
+    return save_with_tokenizer(root / "tiny-model", model, params, tok)
+
+
+def save_with_tokenizer(dst: Path, model, params, tok_dir: Path) -> Path:
+    """dst: the model's weights and config (save_pretrained) with the tokenizer's files beside them."""
+    save_pretrained(dst, model, params, overwrite=True)
     for name in TOKENIZER_FILES:
-        if (tok / name).exists():
-            shutil.copy2(tok / name, src / name)
-    return src
+        if (tok_dir / name).exists():
+            shutil.copy2(tok_dir / name, dst / name)
+    return dst
 
 
 # ---- running each side ----------------------------------------------------------------------

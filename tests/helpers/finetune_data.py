@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 
 import jax
 
 from jaxbert import BertConfig
-from jaxbert.convert import save_pretrained
-from jaxbert.convert.export import TOKENIZER_FILES
+from jaxbert.bench.e2e import save_with_tokenizer
 from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
 from jaxbert.model.heads import BertForMaskedLM
 
@@ -36,17 +34,7 @@ def make_source(root: Path, hidden: int = 32, layers: int = 2, dropout: float = 
     model = BertForMaskedLM(cfg)
     ids = jax.numpy.zeros((1, 8), jax.numpy.int32)
     params = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
-    return _save_source(root, model, params, tok_dir)
-
-
-def _save_source(root: Path, model, params, tok_dir: Path) -> Path:
-    """root/src: the model's weights and config (save_pretrained) with the tokenizer's files beside."""
-    src = root / "src"
-    save_pretrained(src, model, params, overwrite=True)
-    for name in TOKENIZER_FILES:
-        if (tok_dir / name).exists():
-            shutil.copy2(tok_dir / name, src / name)
-    return src
+    return save_with_tokenizer(root / "src", model, params, tok_dir)
 
 
 def _sentence(rng, n=6, avoid=()):
@@ -241,7 +229,7 @@ def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, l
     model = build_model("ModernBertForMaskedLM", cfg)
     x = jax.numpy.zeros((1, 8), jax.numpy.int32)
     params = model.init(jax.random.PRNGKey(0), x, x)["params"]
-    src = _save_source(root, model, params, tok_dir)
+    src = save_with_tokenizer(root / "src", model, params, tok_dir)
     tc = json.loads((src / "tokenizer_config.json").read_text())
     tc["model_input_names"] = ["input_ids", "attention_mask"]  # as ModernBERT's own tokenizer has it
     (src / "tokenizer_config.json").write_text(json.dumps(tc, indent=2) + "\n")
