@@ -155,7 +155,8 @@ def special_token_ids(tok: Tokenizer, path: str | os.PathLike | None = None) -> 
 
 
 def tokenizer_hash(tok: Tokenizer | str | os.PathLike) -> str:
-    """sha256 of what decides the ids: vocabulary in id order, normalizer, pre-tokenizer, model type.
+    """sha256 of what decides the ids: vocabulary in id order, normalizer, pre-tokenizer, model type
+    (and a BPE's merges).
 
     The same vocabulary loaded from vocab.txt or tokenizer.json hashes the same, so prepared
     data can be matched against a model's tokenizer in whatever form it ships.
@@ -168,6 +169,8 @@ def tokenizer_hash(tok: Tokenizer | str | os.PathLike) -> str:
     key = {"vocab": [t for t, _ in vocab], "normalizer": spec.get("normalizer"),
            "pre_tokenizer": spec.get("pre_tokenizer"), "model": model.get("type"),
            "prefix": model.get("continuing_subword_prefix")}
+    if model.get("merges") is not None:  # a BPE's ids depend on its merges too (WordPiece has none)
+        key["merges"] = model["merges"]
     return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 

@@ -119,3 +119,18 @@ def test_a_short_modernbert_tiny_demo_run_trains_and_exports_the_bpe(tmp_path, c
     assert main(["train", "--config", str(REPO / "configs" / "train" / "modernbert-tiny-demo.yaml"),
                  "--workdir", str(run), "--set", "data.tokenizer_kind=wordpiece", "--set", "train.steps=20"]) != 0
     assert "data.tokenizer_kind: wordpiece, but" in capsys.readouterr().err
+
+
+def test_the_hash_sees_the_merges(bpe_dir):
+    """Two BPEs with one vocabulary and other merges encode differently: their hashes differ, so data
+    prepared with one is not taken for the other's."""
+    from tokenizers import Tokenizer
+    tok = load_tokenizer(bpe_dir)
+    spec = json.loads(tok.to_str())
+    merges = spec["model"]["merges"]
+    assert len(merges) > 2
+    spec["model"]["merges"] = merges[:-1]  # the vocabulary stays as it is
+    other = Tokenizer.from_str(json.dumps(spec))
+    assert other.get_vocab(with_added_tokens=True) == tok.get_vocab(with_added_tokens=True)
+    assert tokenizer_hash(other) != tokenizer_hash(tok)
+    assert tokenizer_hash(Tokenizer.from_str(tok.to_str())) == tokenizer_hash(tok)
