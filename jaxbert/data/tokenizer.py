@@ -177,22 +177,29 @@ def tokenizer_hash(tok: Tokenizer | str | os.PathLike) -> str:
 def save_bert_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, lowercase: bool,
                         model_max_length: int = 512) -> Path:
     """Write tokenizer.json, vocab.txt, tokenizer_config.json, special_tokens_map.json."""
-    if fs.is_url(output_dir):  # built locally, published to the bucket when complete
-        with fs.publish_dir(output_dir, "tokenizer", overwrite=True) as local:
-            save_bert_tokenizer(tok, os.fspath(local), lowercase, model_max_length)
-        return fs.as_path(output_dir)
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     vocab = sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])
     if [i for _, i in vocab] != list(range(len(vocab))):
         raise TokenizerError("vocabulary ids are not contiguous; cannot write vocab.txt")
-    specials = {f"{r}_token": t for r, t in DEFAULT_SPECIAL_TOKENS.items()}
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase, "tokenize_chinese_chars": True,
               "strip_accents": None, "model_max_length": model_max_length,
-              "clean_up_tokenization_spaces": True, **specials}
+              "clean_up_tokenization_spaces": True}
+    return _save_tokenizer(tok, output_dir, config, {"vocab.txt": "".join(t + "\n" for t, _ in vocab)})
+
+
+def _save_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, config: dict, extra: dict[str, str]) -> Path:
+    """tokenizer.json, tokenizer_config.json (`config` + the special tokens), special_tokens_map.json and
+    the `extra` {file name: text} into output_dir (a bucket URL: built locally, published when complete)."""
+    if fs.is_url(output_dir):
+        with fs.publish_dir(output_dir, "tokenizer", overwrite=True) as local:
+            _save_tokenizer(tok, os.fspath(local), config, extra)
+        return fs.as_path(output_dir)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    specials = {f"{r}_token": t for r, t in DEFAULT_SPECIAL_TOKENS.items()}
     atomic_write_text(out / "tokenizer.json", tok.to_str(pretty=True))
-    atomic_write_text(out / "vocab.txt", "".join(t + "\n" for t, _ in vocab))
-    atomic_write_text(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+    for name, text in extra.items():
+        atomic_write_text(out / name, text)
+    atomic_write_text(out / "tokenizer_config.json", json.dumps({**config, **specials}, indent=2) + "\n")
     atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
     return out
 
@@ -215,21 +222,10 @@ def _bpe_specials(specials: dict[str, str]) -> list[AddedToken]:
 def save_bpe_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, model_max_length: int = 8192) -> Path:
     """Write tokenizer.json, tokenizer_config.json, special_tokens_map.json of a byte-level BPE tokenizer
     that transformers' AutoTokenizer loads as PreTrainedTokenizerFast, giving no token_type_ids."""
-    if fs.is_url(output_dir):  # built locally, published to the bucket when complete
-        with fs.publish_dir(output_dir, "tokenizer", overwrite=True) as local:
-            save_bpe_tokenizer(tok, os.fspath(local), model_max_length)
-        return fs.as_path(output_dir)
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    specials = {f"{r}_token": t for r, t in DEFAULT_SPECIAL_TOKENS.items()}
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
               "model_input_names": ["input_ids", "attention_mask"],
-              "clean_up_tokenization_spaces": False,  # byte-level decoding is exact; no space clean-up
-              **specials}
-    atomic_write_text(out / "tokenizer.json", tok.to_str(pretty=True))
-    atomic_write_text(out / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
-    atomic_write_text(out / "special_tokens_map.json", json.dumps(specials, indent=2) + "\n")
-    return out
+              "clean_up_tokenization_spaces": False}  # byte-level decoding is exact; no space clean-up
+    return _save_tokenizer(tok, output_dir, config, {})
 
 
 def _train_bpe(inputs: list[str] | None, vocab_size: int, text_field: str, min_frequency: int) -> Tokenizer:
