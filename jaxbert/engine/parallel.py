@@ -130,8 +130,9 @@ class MeshRunner:
         abstract_boxed = jax.eval_shape(init_params_fn)
         specs = param_specs(abstract_boxed, self.p, self.num_devices)
 
-        def create():
-            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule, norm_metrics)
+        def create(params=None):
+            params = nn.meta.unbox(init_params_fn()) if params is None else params
+            return TrainState.create(model.apply, params, tx, schedule, norm_metrics)
 
         self._create = create
         self.state_sharding = self._state_sharding(jax.eval_shape(create), specs, tx)
@@ -139,9 +140,13 @@ class MeshRunner:
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
             jax.eval_shape(create), self.state_sharding)
 
-    def create_state(self) -> TrainState:
-        """A fresh state, each array made directly with its sharding."""
-        return jax.jit(self._create, out_shardings=self.state_sharding)()
+    def create_state(self, params=None) -> TrainState:
+        """A fresh state, each array made directly with its sharding; `params` (placed by
+        place_params) start it instead of the initialiser's, which then never runs."""
+        if params is None:
+            return jax.jit(self._create, out_shardings=self.state_sharding)()
+        return jax.jit(self._create, in_shardings=(self.state_sharding.params,),
+                       out_shardings=self.state_sharding)(params)
 
     def _state_sharding(self, abstract_state, specs, tx):
         opt_specs = optax.tree_map_params(
@@ -233,14 +238,18 @@ class PmapRunner:
         self.replicated = self._one  # where saved scalars (step, rng) live
 
     def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True) -> None:
-        def create():
-            return TrainState.create(model.apply, nn.meta.unbox(init_params_fn()), tx, schedule, norm_metrics)
+        def create(params=None):
+            params = nn.meta.unbox(init_params_fn()) if params is None else params
+            return TrainState.create(model.apply, params, tx, schedule, norm_metrics)
         self._create = create
         self.abstract = jax.tree_util.tree_map(  # the saved (unreplicated) layout
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self._one), jax.eval_shape(create))
 
-    def create_state(self) -> TrainState:
-        return self.from_saved(jax.jit(self._create, out_shardings=self._one)())
+    def create_state(self, params=None) -> TrainState:
+        if params is None:
+            return self.from_saved(jax.jit(self._create, out_shardings=self._one)())
+        params = jax.tree_util.tree_map(lambda x: x[0], params)  # place_params' replicas -> one copy
+        return self.from_saved(jax.jit(self._create, out_shardings=self._one)(params))
 
     def place_params(self, params):
         return jax_utils.replicate(jax.device_put(params, self._one), self.local_devices)

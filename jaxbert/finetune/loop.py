@@ -28,7 +28,7 @@ from jaxbert.convert.export import export_params
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
-from jaxbert.finetune.batching import batches, n_batches
+from jaxbert.finetune.batching import batches, buckets_for, n_batches
 from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
 from jaxbert.finetune.model import LoadedModel, load_task_model, source_config
@@ -251,8 +251,7 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
     rng, restored = restore_latest(runner, ckpt, recipe.train.seed, recipe.to_dict())
     if restored is None:
         _save_recipe(run)
-        state = runner.create_state()
-        state = state.replace(params=runner.place_params(run.prep.loaded.params))
+        state = runner.create_state(runner.place_params(run.prep.loaded.params))  # no random init to discard
         return 0, state, rng, []
     start, tree, meta = restored
     now = _task_record(run)
@@ -281,6 +280,9 @@ class FinetuneTask:
         self.total, self.log_every = run.total, r.train.log_every
         self.eval_fn = engine.compile_eval(self, run.runner, eval_outputs(run.kind))
         self.best = max(history, key=lambda h: main_score(h, self.main)) if history else None
+        # every epoch's order is known now: bucket lengths fitted to this run's batches
+        self.buckets = buckets_for(run.prep.train, run.batch, r.train.seed, math.ceil(run.total / run.per_epoch),
+                                   shuffle=True)
 
     summarize = staticmethod(summarize)
 
@@ -293,7 +295,7 @@ class FinetuneTask:
         for epoch in itertools.count(start // run.per_epoch):
             skip = start - epoch * run.per_epoch if epoch == start // run.per_epoch else 0
             for b in itertools.islice(batches(run.prep.train, run.batch, shuffle=True, seed=r.train.seed,
-                                              epoch=epoch), skip, None):
+                                              epoch=epoch, buckets=self.buckets), skip, None):
                 b.pop("index")
                 yield {k: v.reshape(A, run.batch // A, *v.shape[1:])[:, pid * rows:(pid + 1) * rows]
                        for k, v in b.items()}, None
@@ -348,7 +350,7 @@ def evaluate(run: _Run, params, eval_fn) -> dict:
     d, out = prep.recipe.data, {}
     for name, (features, windows) in prep.evals.items():
         collect, sums = Collector(len(features), features.length), {}
-        for b in batches(features, run.eval_batch):
+        for b in batches(features, run.eval_batch, buckets=buckets_for(features, run.eval_batch)):
             index = b.pop("index")
             got = jax.device_get(eval_fn(params, runner.shard_batch(
                 {k: v[pid * rows:(pid + 1) * rows] for k, v in b.items()}, eval=True)))

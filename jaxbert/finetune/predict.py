@@ -22,7 +22,7 @@ from jaxbert.convert.pretrained import from_pretrained
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
-from jaxbert.finetune.batching import batches
+from jaxbert.finetune.batching import batches, buckets_for
 from jaxbert.finetune.features import special_id
 from jaxbert.finetune.glue import glue_task, headerless
 from jaxbert.finetune.kinds import Kind
@@ -129,7 +129,7 @@ def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
         return outputs(out)
 
     collect = Collector(len(features), features.length)
-    for b in batches(features, batch_size):
+    for b in batches(features, batch_size, buckets=buckets_for(features, batch_size)):
         index = b.pop("index")
         collect.add(jax.device_get(forward(m.params, {k: b[k] for k in MODEL_INPUTS})), index)
     return collect.result()

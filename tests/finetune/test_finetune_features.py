@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxbert.data.tokenizer import load_tokenizer
-from jaxbert.finetune.batching import batches, epoch_order
+from jaxbert.finetune.batching import batch_maxima, batches, buckets_for, epoch_order, plan_buckets
 from jaxbert.finetune.features import IGNORE, bucket_for, bucket_lengths, word_labels
 from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import squad_scores
@@ -88,6 +88,48 @@ def test_bucket_lengths_and_distinct_batch_shapes(small_tok):
             real = batch["index"][batch["valid"] > 0]
             assert batch["input_ids"].shape[1] >= f.lengths[real].max()
     assert len(shapes) <= len(bucket_lengths(128))
+
+
+def _padded_length(maxima, buckets) -> int:
+    return sum(bucket_for(int(m), buckets) for m in maxima)
+
+
+def test_batch_maxima_are_the_longest_rows_batches_yield(small_tok):
+    rng = np.random.default_rng(4)
+    examples = [TextExample(str(i), " ".join(["the"] * int(rng.integers(1, 60))), None, 0) for i in range(103)]
+    f, _ = kinds.get("classification").featurize(examples, small_tok, max_length=64)
+    want = [int(f.lengths[b["index"][b["valid"] > 0]].max())
+            for epoch in range(3) for b in batches(f, 10, shuffle=True, seed=5, epoch=epoch)]
+    assert batch_maxima(f.lengths, 10, seed=5, epochs=3, shuffle=True).tolist() == want
+    assert batch_maxima(f.lengths, 10).tolist() == [int(f.lengths[i:i + 10].max()) for i in range(0, 103, 10)]
+
+
+def test_planned_buckets_never_pad_nor_compile_more_than_powers_of_two():
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        max_length = int(rng.choice([64, 100, 128, 512]))
+        maxima = rng.integers(1, max_length + 1, int(rng.integers(1, 300)))
+        plan = plan_buckets(maxima, max_length)
+        powers = bucket_lengths(max_length)
+        assert len(plan) <= len(powers) and plan[-1] >= maxima.max() and plan[-1] <= max_length
+        assert all(b % 8 == 0 or b == max_length for b in plan)
+        assert _padded_length(maxima, plan) <= _padded_length(maxima, powers), (trial, plan)
+    # short sentences: one bucket just above them, not the 32 the powers of two start at
+    assert plan_buckets([15, 16, 16, 9, 13], 128) == (16,)
+    assert plan_buckets([3, 2], 128) == (8,)
+    # two clusters: a bucket at each
+    assert plan_buckets([20] * 50 + [100] * 5, 128) == (24, 104)
+    assert plan_buckets([129], 128) == (128,) and plan_buckets([], 128) == (128,)
+
+
+def test_short_task_batches_are_cut_to_their_planned_bucket(small_tok):
+    examples = [TextExample(str(i), " ".join(["the"] * (5 + i % 7)), None, 0) for i in range(64)]
+    f, _ = kinds.get("classification").featurize(examples, small_tok, max_length=128)
+    plan = buckets_for(f, 8, seed=1, epochs=2, shuffle=True)
+    assert plan == (16,) and f.lengths.max() == 13
+    shapes = {b["input_ids"].shape for e in range(2) for b in batches(f, 8, shuffle=True, seed=1, epoch=e,
+                                                                       buckets=plan)}
+    assert shapes == {(8, 16)}
 
 
 def test_batches_pad_the_last_batch_and_shuffle_deterministically(small_tok):
