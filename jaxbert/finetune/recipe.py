@@ -35,7 +35,7 @@ class FinetuneModelSection(ComputeSection):
 
 @dataclasses.dataclass
 class FinetuneDataSection:
-    max_length: int = 128  # tokens per sequence (QA: per window); batches use power-of-two buckets below it
+    max_length: int = 128  # tokens per sequence (QA: per window); batches are cut to lengths planned below it
     stride: int = 128  # QA: tokens shared by consecutive windows of a long context
     max_query_length: int = 64  # QA: question tokens kept
     n_best: int = 20  # QA: start / end candidates per window

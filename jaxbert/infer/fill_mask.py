@@ -56,8 +56,18 @@ def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list
     out = []
     for row in mask_probabilities(module, params, tokenizer, text):
         best = np.argsort(-row)[:top_k]
-        out.append([(tokenizer.id_to_token(int(i)), float(row[i])) for i in best])
+        out.append([(shown_token(tokenizer, int(i)), float(row[i])) for i in best])
     return out
+
+
+def shown_token(tokenizer, token_id: int) -> str:
+    """A token as a person reads it: WordPiece's own spelling (`##ing` stays a continuation);
+    a byte-level token (`Ġthe`, `Ċ`) decoded to its text, stripped of its leading space, and
+    quoted when it is only white space."""
+    if type(getattr(tokenizer, "pre_tokenizer", None)).__name__ != "ByteLevel":
+        return tokenizer.id_to_token(token_id)
+    text = tokenizer.decode([token_id], skip_special_tokens=False)
+    return text.strip() or repr(text)
 
 
 def answer_rank(probs: np.ndarray, tokenizer, answer: str) -> int | None:

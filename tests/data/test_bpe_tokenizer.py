@@ -134,3 +134,13 @@ def test_the_hash_sees_the_merges(bpe_dir):
     assert other.get_vocab(with_added_tokens=True) == tok.get_vocab(with_added_tokens=True)
     assert tokenizer_hash(other) != tokenizer_hash(tok)
     assert tokenizer_hash(Tokenizer.from_str(tok.to_str())) == tokenizer_hash(tok)
+
+
+def test_fill_mask_shows_byte_level_tokens_as_text(bpe_dir):
+    from jaxbert.infer.fill_mask import shown_token
+    tok = load_tokenizer(bpe_dir)
+    assert shown_token(tok, tok.token_to_id("Ġstatement")) == "statement"
+    assert shown_token(tok, tok.token_to_id("Ċ")) == repr("\n")
+    cafe = tok.encode(" café", add_special_tokens=False).ids
+    assert "".join(tok.id_to_token(i) for i in cafe) != " café"  # byte-level spelling: not readable as is
+    assert "".join(shown_token(tok, i) for i in cafe) == "café"
