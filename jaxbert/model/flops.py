@@ -1,4 +1,7 @@
-"""Model FLOPs for MFU: 6 N + 12 L H T + 6 (H V + H^2) f per trained token (Kaplan et al.; PaLM appendix B)."""
+"""Model FLOPs for MFU: 6 N + 12 L H T + 6 (H V + H^2) f per trained token (Kaplan et al.; PaLM appendix B).
+
+L T is the keys a query attends summed over the layers: a family with sliding-window layers
+(ModernBERT) counts only the window there."""
 
 from __future__ import annotations
 
@@ -15,14 +18,20 @@ def non_embedding_params(cfg: BertConfig) -> int:
     return cfg.num_hidden_layers * (4 * H * H + 2 * H * I)
 
 
+def attended_positions(cfg: BertConfig, seq_len: int) -> int:
+    """Keys a query attends, summed over the layers: L * T, or the family's own count."""
+    own = family_of(cfg).attended_positions
+    return own(cfg, seq_len) if own is not None else cfg.num_hidden_layers * seq_len
+
+
 def train_flops_per_token(cfg: BertConfig, seq_len: int, head_fraction: float = 1.0) -> float:
     """6 N + 12 L H T + 6 (H V + H^2) f: forward and backward of one token.
 
     head_fraction f is 1 when the MLM head runs at every position, and the
     share of gathered positions (M / T) when only masked positions go through it.
     """
-    H, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_hidden_layers
-    return (6 * non_embedding_params(cfg) + 12 * L * H * seq_len
+    H, V = cfg.hidden_size, cfg.vocab_size
+    return (6 * non_embedding_params(cfg) + 12 * H * attended_positions(cfg, seq_len)
             + 6 * (H * V + H * H) * head_fraction)
 
 

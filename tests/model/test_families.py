@@ -14,7 +14,7 @@ from jaxbert.convert import ConversionError
 from jaxbert.convert.table import Table, table_for
 from jaxbert.model.config import BertConfig, MODEL_TYPES, build_config, read_config
 from jaxbert.model.families import FAMILIES, BY_MODEL_TYPE, family_of, family_of_class
-from jaxbert.model.flops import non_embedding_params
+from jaxbert.model.flops import non_embedding_params, train_flops_per_token
 from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model, dummy_inputs
 from jaxbert.model.modernbert import CLASS_NAMES, ModernBertConfig, Table as ModernBertTable
 from jaxbert.model.registry import spec_of
@@ -80,3 +80,15 @@ def test_flops_count_geglu_for_modernbert():
     b = BertConfig()
     assert non_embedding_params(b) == 12 * (4 * 768 * 768 + 2 * 768 * 3072)
     assert family_of(b).non_embedding_params is None
+
+
+def test_flops_count_only_the_window_on_sliding_layers():
+    # 22 layers, every third global (0, 3, ..., 21: 8 global), window 128 (64 each side: 129 keys)
+    c = ModernBertConfig(num_hidden_layers=22, global_attn_every_n_layers=3, local_attention=128)
+    H, T = c.hidden_size, 1024
+    dense = 6 * non_embedding_params(c) + 6 * (H * c.vocab_size + H * H)
+    assert train_flops_per_token(c, T) == dense + 12 * H * (8 * T + 14 * 129)
+    # shorter than the window: every layer attends all T, as BERT's L T
+    assert train_flops_per_token(c, 100) == dense + 12 * H * 22 * 100
+    b = BertConfig()
+    assert train_flops_per_token(b, 128) == 6 * non_embedding_params(b) + 12 * 12 * 768 * 128 + 6 * (768 * b.vocab_size + 768 * 768)

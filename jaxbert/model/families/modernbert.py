@@ -39,6 +39,7 @@ MODERNBERT = Family(
         config, model_class, scan_layers),
     params_scanned=modernbert.is_scanned, dummy_inputs=modernbert.dummy_inputs, infer_class=modernbert.infer_class,
     non_embedding_params=modernbert.non_embedding_params,
+    attended_positions=modernbert.attended_positions,
     position_limit=lambda config: config.max_position_embeddings,  # rotary: no position table to run out of
     class_specs=CLASS_SPECS, final_norm="final_norm",
     # transformers' eager path takes its softmax in float32 even in a float64 model; sdpa stays float64

@@ -57,6 +57,8 @@ class Family:
       infer_class: (config, state-dict keys) -> the class a checkpoint was saved from, or None.
       non_embedding_params: config -> matmul weights of the encoder layers (for the FLOP count),
         or None for BERT's 4 H^2 + 2 H I per layer.
+      attended_positions: (config, T) -> the keys a query attends summed over the layers (for the
+        FLOP count of attention scores), or None for BERT's L * T (every layer attends all T).
       position_limit: config -> the longest sequence it takes, or None (the position table's rows
         less ``position_offset``).
       class_specs: class name -> the fields of its ``Head`` (pooler, mlm, choices, base, stages, main)
@@ -99,6 +101,7 @@ class Family:
     dummy_inputs: Optional[Callable] = None
     infer_class: Optional[Callable] = None
     non_embedding_params: Optional[Callable] = None
+    attended_positions: Optional[Callable] = None
     position_limit: Optional[Callable] = None
     class_specs: Optional[dict] = None
     final_norm: str = ""

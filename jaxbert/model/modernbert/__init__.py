@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxbert.model.modernbert.config import CLASS_NAMES, MODEL_TYPE, ModernBertConfig
+from jaxbert.model.modernbert.config import CLASS_NAMES, FULL, MODEL_TYPE, SLIDING, ModernBertConfig
 from jaxbert.model.modernbert.heads import MODEL_CLASSES
 from jaxbert.model.modernbert.table import Table, is_scanned, param_count
 from jaxbert.model.options import ModelOptions
@@ -59,9 +59,16 @@ def non_embedding_params(config: ModernBertConfig) -> int:
     return config.num_hidden_layers * (4 * H * H + 3 * H * I)
 
 
+def attended_positions(config: ModernBertConfig, seq_len: int) -> int:
+    """Keys a query attends, summed over the layers: T on a global layer, at most the window's
+    2 * half_window + 1 on a sliding one (the FLOP count's attention-score term)."""
+    local = min(seq_len, 2 * config.half_window + 1) if SLIDING in config.layer_kinds else seq_len
+    return sum(seq_len if kind == FULL else local for kind in config.layer_kinds)
+
+
 def is_modernbert(config) -> bool:
     return getattr(config, "model_type", None) == MODEL_TYPE
 
 
 __all__ = ["CLASS_NAMES", "MODEL_CLASSES", "MODEL_TYPE", "ModernBertConfig", "Table", "build", "dummy_inputs",
-           "infer_class", "is_modernbert", "is_scanned", "non_embedding_params", "param_count"]
+           "infer_class", "attended_positions", "is_modernbert", "is_scanned", "non_embedding_params", "param_count"]
