@@ -23,6 +23,7 @@ from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
 from jaxbert.finetune.batching import batches, buckets_for
+from jaxbert.model.options import ModelOptions
 from jaxbert.finetune.features import special_id
 from jaxbert.finetune.glue import glue_task, headerless
 from jaxbert.finetune.kinds import Kind
@@ -122,10 +123,13 @@ def read_examples(m: FinetunedModel, path, labelled: bool, text_columns=None, la
 def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
     """Per-feature outputs (logits, or start / end logits), one jitted call per bucket shape."""
     outputs = m.task_kind.outputs
+    module = m.module
+    if isinstance(getattr(module, "options", None), ModelOptions):  # pooled heads: last layer at [CLS] alone
+        module = module.clone(options=module.options.replace(first_token_only=True))
 
     @jax.jit
     def forward(params, batch):
-        out = m.module.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), deterministic=True)
+        out = module.apply({"params": params}, *(batch[k] for k in MODEL_INPUTS), deterministic=True)
         return outputs(out)
 
     collect = Collector(len(features), features.length)

@@ -30,7 +30,10 @@ def finetune_recipe_names() -> dict[str, str]:
 
 @dataclasses.dataclass
 class FinetuneModelSection(ComputeSection):
-    """How the task model computes; the architecture itself comes from --model."""
+    """How the task model computes; the architecture itself comes from --model. Fine-tuning runs the
+    pooled heads' last layer at [CLS] alone by default (first_token_only: the same logits, less work)."""
+
+    first_token_only: bool = True
 
 
 @dataclasses.dataclass

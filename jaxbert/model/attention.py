@@ -22,7 +22,9 @@ class BertSelfAttention(BertModule):
       hidden_states: [B, T, H] queries (and keys/values for self-attention).
       mask: bool padding mask broadcastable to [B, 1, T, S]; True = attend. The
         causal part (config.is_decoder) is added here, where the cache offset is known.
-      kv: [B, S, H] encoder states for cross-attention; None reads them from the cache.
+      kv: [B, S, H] encoder states for cross-attention; None reads them from the cache. For
+        self-attention: the states keys and values come from when the queries are a subset of
+        them (the first token of the last layer, ModelOptions.first_token_only); None = hidden_states.
       layer_head_mask: [N] multiplier of the attention probabilities, or None.
     Returns:
       context [B, T, H] and the attention probabilities [B, N, T, S] (or None).
@@ -48,7 +50,8 @@ class BertSelfAttention(BertModule):
         offset = 0  # position of the first query among the keys
         q = split_heads(query(hidden_states))
         if not self.is_cross:
-            k, v = split_heads(key(hidden_states)), split_heads(value(hidden_states))
+            source = hidden_states if kv is None else kv
+            k, v = split_heads(key(source)), split_heads(value(source))
             if self.options.decode:
                 k, v, offset, valid = self._update_cache(k, v)
                 mask = mask & valid

@@ -3,7 +3,6 @@ and ModelOutput, what every model returns."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 import warnings
@@ -146,7 +145,9 @@ def _caller_level() -> int:
 
 
 # The 0.1.0 per-module keywords, each now a field of ModelOptions.
-_LEGACY_KEYWORDS = tuple(f.name for f in dataclasses.fields(ModelOptions))
+# The 0.1.0 module keywords (ModelOptions' fields then); options added since are ModelOptions-only.
+_LEGACY_KEYWORDS = ("dtype", "param_dtype", "scan_layers", "remat_policy", "attention_impl", "attention_chunks",
+                    "ffn_chunks", "dropout_impl", "decode")
 
 
 class Dense(nn.Dense):

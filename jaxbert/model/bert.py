@@ -68,7 +68,7 @@ class BertModel(BertPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                  deterministic: bool = True, output_hidden_states: bool = False,
-                 output_attentions: bool = False, segment_ids=None):
+                 output_attentions: bool = False, segment_ids=None, first_token_only: bool = False):
         cfg = self.config
         B, L = input_ids.shape
         if token_type_ids is None:
@@ -98,7 +98,7 @@ class BertModel(BertPreTrainedModel):
             input_ids, token_type_ids, position_ids, deterministic)
         last, layer_states, (attn, cross) = BertEncoder(self.config, self.options, name="encoder")(
             x, mask, head_mask, encoder_hidden_states, encoder_mask, deterministic,
-            output_hidden_states, output_attentions)
+            output_hidden_states, output_attentions, first_token_only)
         pooled = BertPooler(self.config, self.options, name="pooler")(last) if self.add_pooling_layer else None
         return ModelOutput(
             last_hidden_state=last, pooler_output=pooled,

@@ -155,11 +155,11 @@ class BertLayer(BertModule):
         self.output = BertOutput(self.config, self.options)
 
     def __call__(self, hidden_states, layer_head_mask, mask, encoder_hidden_states=None,
-                 encoder_mask=None, deterministic=True, output_attentions=False):
+                 encoder_mask=None, deterministic=True, output_attentions=False, self_kv=None):
         # Named so a remat policy can keep it elsewhere ("offload"); every use below reads the named value,
         # so the backward pass needs no other per-layer activation.
         hidden_states = checkpoint_name(hidden_states, LAYER_INPUT)
-        x, probs = self.attention(hidden_states, mask, None, layer_head_mask,
+        x, probs = self.attention(hidden_states, mask, self_kv, layer_head_mask,
                                   deterministic, output_attentions)
         cross_probs = None
         if encoder_hidden_states is not None and not self.config.add_cross_attention:
@@ -228,7 +228,10 @@ class BertEncoder(BertModule):
     @nn.compact
     def __call__(self, hidden_states, mask, head_mask=None, encoder_hidden_states=None,
                  encoder_mask=None, deterministic=True, output_hidden_states=False,
-                 output_attentions=False):
+                 output_attentions=False, first_token_only=False):
+        """first_token_only: the last layer computes its output at the first token alone (keys and
+        values over every token); the caller reads nothing else of it. Ignored where hidden states or
+        attentions are returned, under decode and with scan_layers."""
         cfg = self.config
         L = cfg.num_hidden_layers
         policy = REMAT_POLICIES[self.options.remat_policy]
@@ -259,10 +262,16 @@ class BertEncoder(BertModule):
 
         layer_states, all_probs, all_cross = [], [], []
         stack = _LayerCollection(self.config, self.options, name="layer")
+        first_only = (first_token_only and not (output_hidden_states or output_attentions or self.options.decode)
+                      and not self.is_initializing())
         for i in range(L):
+            queries, layer_mask, kv = hidden_states, mask, None
+            if first_only and i == L - 1:
+                # the first token's query against every token's keys and values: its row of the mask
+                queries, layer_mask, kv = hidden_states[:, :1], mask[:, :, :1], hidden_states
             hidden_states, (probs, cross) = stack.apply_layer(
-                layer_cls, i, hidden_states, None if head_mask is None else head_mask[i],
-                mask, encoder_hidden_states, encoder_mask, deterministic, output_attentions)
+                layer_cls, i, queries, None if head_mask is None else head_mask[i],
+                layer_mask, encoder_hidden_states, encoder_mask, deterministic, output_attentions, kv)
             layer_states.append(hidden_states)
             all_probs.append(probs)
             all_cross.append(cross)

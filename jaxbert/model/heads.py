@@ -91,7 +91,13 @@ class _PreTrainingHeads(BertModule):
 
 
 class _EncoderHead(BertPreTrainedModel):
-    """A head on the encoder's output; the registry says whether the encoder has a pooler."""
+    """A head on the encoder's output; the registry says whether the encoder has a pooler.
+
+    A head that reads only the first token's final state says so (reads_first_token); with
+    ModelOptions.first_token_only its encoder then runs the last layer at that token alone.
+    """
+
+    reads_first_token = False
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
@@ -101,7 +107,8 @@ class _EncoderHead(BertPreTrainedModel):
         bert = self._bert(spec.pooler)
         out = bert(input_ids, token_type_ids, attention_mask, position_ids, head_mask,
                    deterministic=deterministic, output_hidden_states=output_hidden_states,
-                   output_attentions=output_attentions, segment_ids=segment_ids)
+                   output_attentions=output_attentions, segment_ids=segment_ids,
+                   first_token_only=self.reads_first_token and self.options.first_token_only)
         return self.head(out, deterministic)
 
     def head(self, out: ModelOutput, deterministic: bool) -> ModelOutput:
@@ -118,6 +125,8 @@ class _EncoderHead(BertPreTrainedModel):
 class BertForNextSentencePrediction(_EncoderHead):
     """logits [B, 2]: 0 = B follows A, 1 = B is random."""
 
+    reads_first_token = True
+
     def head(self, out, deterministic):
         logits = _OnlyNSPHead(self.config, self.options, name="cls")(out.pooler_output)
         return out.replace(logits=logits, seq_relationship_logits=logits)
@@ -131,6 +140,8 @@ class _OnlyNSPHead(BertModule):
 
 class BertForSequenceClassification(_EncoderHead):
     """Pooled output -> logits [B, num_labels]; RoBERTa: the first token through its own head, no pooler."""
+
+    reads_first_token = True
 
     def head(self, out, deterministic):
         classifier = self.config.family.seq_classifier
@@ -150,6 +161,8 @@ class BertForTokenClassification(_EncoderHead):
 class BertForMultipleChoice(_EncoderHead):
     """Inputs [B, C, L] (C choices) -> logits [B, C]."""
 
+    reads_first_token = True
+
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, deterministic: bool = True, output_hidden_states: bool = False,
@@ -159,7 +172,8 @@ class BertForMultipleChoice(_EncoderHead):
         out = self._bert(True)(flat(input_ids), flat(token_type_ids), flat(attention_mask),
                                flat(position_ids), head_mask, deterministic=deterministic,
                                output_hidden_states=output_hidden_states,
-                               output_attentions=output_attentions)
+                               output_attentions=output_attentions,
+                               first_token_only=self.options.first_token_only)
         logits = self.classify(out.pooler_output, 1, deterministic).reshape(B, C)
         return out.replace(logits=logits)
 

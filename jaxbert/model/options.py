@@ -61,6 +61,12 @@ class ModelOptions:
         a counter hash: far fewer operations per element on TPU).
       decode: autoregressive decoding with a key/value cache in the 'cache'
         collection (decoder configs); init sizes the cache from its input.
+      first_token_only: heads that read only the first token's final state (sequence
+        classification, multiple choice, next-sentence prediction) run the last layer's
+        queries, feed-forward block and norms at that token alone; its keys and values still
+        cover every token, so the logits are the same, with about 10/12 of one layer's
+        per-token work saved. Their ``last_hidden_state`` is then [B, 1, H]. Not applied where
+        hidden states or attentions are asked for, under decode, or with scan_layers.
     """
 
     dtype: Any = jnp.float32
@@ -72,6 +78,7 @@ class ModelOptions:
     ffn_chunks: int = 1
     dropout_impl: str = "threefry"
     decode: bool = False
+    first_token_only: bool = False
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
