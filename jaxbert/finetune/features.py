@@ -3,8 +3,9 @@
 Every kind gives input_ids, token_type_ids, attention_mask [N, L] ([N, C, L] for choice) and
 labels: [N] class ids (int32) or targets (float32), or [N, L] word tags for token tasks, where
 a word's tag sits on its first sub-token and -100 marks sub-tokens, specials and padding.
-L is the smallest bucket length (see `bucket_lengths`) holding the set's longest row, and
-`lengths` [N] keeps every row's own length so batches can be cut to their own bucket.
+L is the smallest power-of-two bucket length (see `bucket_lengths`) holding the set's longest row,
+and `lengths` [N] keeps every row's own length so batches can be cut to their own, shorter bucket
+(jaxbert.finetune.batching.plan_buckets chooses those from the batches).
 Rows longer than max_length are truncated (longest first for pairs) and counted, except a
 token task's sentences: a sentence longer than max_length is cut into overlapping windows
 (as QA cuts a context), so every word is tagged; `word_index` maps each window back to its
