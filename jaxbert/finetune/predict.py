@@ -23,7 +23,6 @@ from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
 from jaxbert.finetune.batching import batches, buckets_for
-from jaxbert.model.options import ModelOptions
 from jaxbert.finetune.features import special_id
 from jaxbert.finetune.glue import glue_task, headerless
 from jaxbert.finetune.kinds import Kind
@@ -32,6 +31,7 @@ from jaxbert.finetune.model import TASK_KEY, kind_of
 from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.tables import local_path
 from jaxbert.model.config import BertConfig, read_config
+from jaxbert.model.options import ModelOptions
 from jaxbert.workdir import tokenizer_path
 
 
