@@ -266,15 +266,25 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
     """
     if kind not in TOKENIZER_KINDS:
         raise TokenizerError(f"tokenizer kind {kind!r}: expected one of {', '.join(TOKENIZER_KINDS)}")
-    if not TOKENIZER_KINDS[kind].word_pieces:  # the byte-level BPE
-        check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
-        tok = _train_bpe(inputs, vocab_size, text_field, min_frequency)
-        with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
-            save_bpe_tokenizer(tok, tmp)
-        return fs.as_path(output_dir)
-    if vocab_size < len(SPECIAL_ROLES) + 1:
+    word_pieces = TOKENIZER_KINDS[kind].word_pieces  # WordPiece; otherwise the byte-level BPE
+    if word_pieces and vocab_size < len(SPECIAL_ROLES) + 1:
         raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
     check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
+    if word_pieces:
+        tok = _train_wordpiece(inputs, vocab_size, lowercase, text_field, min_frequency)
+    else:
+        tok = _train_bpe(inputs, vocab_size, text_field, min_frequency)
+    with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
+        if word_pieces:
+            save_bert_tokenizer(tok, tmp, lowercase)
+        else:
+            save_bpe_tokenizer(tok, tmp)
+    return fs.as_path(output_dir)
+
+
+def _train_wordpiece(inputs: list[str] | None, vocab_size: int, lowercase: bool, text_field: str,
+                     min_frequency: int) -> Tokenizer:
+    """BERT's WordPiece pipeline with a vocabulary counted from `inputs` (jaxbert.data.wordpiece)."""
     blank = _bert_tokenizer(None, lowercase, DEFAULT_SPECIAL_TOKENS)
     docs = (doc for doc, _ in iter_documents(inputs, text_field=text_field))
     counts = count_words(docs, blank.normalizer, blank.pre_tokenizer)
@@ -283,7 +293,4 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
     if len(tokens) <= len(SPECIAL_ROLES):
         where = "the embedded corpus" if inputs is None else ", ".join(map(str, inputs))
         raise TokenizerError(f"no vocabulary learnt from {where}: it holds no text")
-    tok = _bert_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase, DEFAULT_SPECIAL_TOKENS)
-    with publish_dir(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ())) as tmp:
-        save_bert_tokenizer(tok, tmp, lowercase)
-    return fs.as_path(output_dir)
+    return _bert_tokenizer({t: i for i, t in enumerate(tokens)}, lowercase, DEFAULT_SPECIAL_TOKENS)

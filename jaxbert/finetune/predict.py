@@ -31,7 +31,6 @@ from jaxbert.finetune.model import TASK_KEY, kind_of
 from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.tables import local_path
 from jaxbert.model.config import BertConfig, read_config
-from jaxbert.model.options import ModelOptions
 from jaxbert.workdir import tokenizer_path
 
 
@@ -123,9 +122,8 @@ def read_examples(m: FinetunedModel, path, labelled: bool, text_columns=None, la
 def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
     """Per-feature outputs (logits, or start / end logits), one jitted call per bucket shape."""
     outputs = m.task_kind.outputs
-    module = m.module
-    if isinstance(getattr(module, "options", None), ModelOptions):  # pooled heads: last layer at [CLS] alone
-        module = module.clone(options=module.options.replace(first_token_only=True))
+    # pooled heads: the last layer at [CLS] alone (ModelOptions.first_token_only; other heads ignore it)
+    module = m.module.clone(options=m.module.options.replace(first_token_only=True))
 
     @jax.jit
     def forward(params, batch):

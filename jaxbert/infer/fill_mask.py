@@ -60,11 +60,16 @@ def fill_mask(module, params, tokenizer, text: str, top_k: int = 5) -> list[list
     return out
 
 
+def _byte_level(tokenizer) -> bool:
+    """Whether the tokenizer splits bytes (RoBERTa's, ModernBERT's): its tokens spell a leading space `Ġ`."""
+    return type(getattr(tokenizer, "pre_tokenizer", None)).__name__ == "ByteLevel"
+
+
 def shown_token(tokenizer, token_id: int) -> str:
     """A token as a person reads it: WordPiece's own spelling (`##ing` stays a continuation);
     a byte-level token (`Ġthe`, `Ċ`) decoded to its text, stripped of its leading space, and
     quoted when it is only white space."""
-    if type(getattr(tokenizer, "pre_tokenizer", None)).__name__ != "ByteLevel":
+    if not _byte_level(tokenizer):
         return tokenizer.id_to_token(token_id)
     text = tokenizer.decode([token_id], skip_special_tokens=False)
     return text.strip() or repr(text)
@@ -76,7 +81,7 @@ def answer_rank(probs: np.ndarray, tokenizer, answer: str) -> int | None:
     With a byte-level tokenizer (RoBERTa's, ModernBERT's) a word after a space is its space-led token
     (`Ġimport`), which is looked up first."""
     i = None
-    if type(getattr(tokenizer, "pre_tokenizer", None)).__name__ == "ByteLevel":
+    if _byte_level(tokenizer):
         ids = tokenizer.encode(" " + answer, add_special_tokens=False).ids
         i = ids[0] if len(ids) == 1 else None
     if i is None:

@@ -144,7 +144,6 @@ def _caller_level() -> int:
     return level
 
 
-# The 0.1.0 per-module keywords, each now a field of ModelOptions.
 # The 0.1.0 module keywords (ModelOptions' fields then); options added since are ModelOptions-only.
 _LEGACY_KEYWORDS = ("dtype", "param_dtype", "scan_layers", "remat_policy", "attention_impl", "attention_chunks",
                     "ffn_chunks", "dropout_impl", "decode")
