@@ -298,11 +298,12 @@ class MLMLoader:
                                          f"names {self.names}; {new_run}")
         saved = [int(w) for w in state["shares"]]
         if saved != list(self.schedule.shares):
-            k = next(i for i, (a, b) in enumerate(zip(saved, self.schedule.shares)) if a != b)
+            now = [w / self.schedule.total for w in self.schedule.shares]
+            # named: the source whose share moved most, relative to what it was
+            k = max(range(len(saved)), key=lambda i: abs(now[i] * sum(saved) / saved[i] - 1))
             key = "data.temperature" if self.temperature is not None else f"data.sources[{k}].weight"
-            was, now = saved[k] / sum(saved), self.schedule.shares[k] / self.schedule.total
-            raise DataCompatibilityError(f"{key}: the run being resumed drew {was:.2%} of its rows from "
-                                         f"{self.names[k]}, this recipe {now:.2%}; {new_run}")
+            raise DataCompatibilityError(f"{key}: the run being resumed drew {saved[k] / sum(saved):.2%} of its rows "
+                                         f"from {self.names[k]}, this recipe {now[k]:.2%}; {new_run}")
         for k, (was, now) in enumerate(zip(state["examples"], self.source_examples)):
             if int(was) != int(now):
                 raise DataCompatibilityError(
