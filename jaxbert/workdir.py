@@ -521,6 +521,15 @@ def recorded_config(workdir) -> dict:
     return dict(_newest_meta(fs.as_path(workdir))[1].get("config") or {})
 
 
+def recorded_loader(workdir) -> dict | None:
+    """The loader state (the first process's) of the workdir's newest readable checkpoint; None if none."""
+    try:
+        loader = _newest_meta(fs.as_path(workdir))[1].get("loader") or [None]
+    except WorkdirError:
+        return None
+    return loader[0]
+
+
 def _newest_meta(workdir: Path) -> tuple[int, dict]:
     root = workdir / CHECKPOINTS
     for step in _steps(root):

@@ -122,12 +122,12 @@ def check_mixture(dirs: list, seq_len: int | None = None, packing: str | None = 
                                          f"{seq_len}: prepare it again with --max-length {seq_len}")
         if metas:
             first, here = metas[0], meta
-            for key, what in (("tokenizer_hash", "tokenizer (sha256)"), ("max_length", "row length"),
-                              ("format", "format")):
+            for key, what in (("tokenizer_hash", "tokenizer"), ("max_length", "row length"), ("format", "format")):
                 if here[key] != first[key]:
                     mine, theirs = here[key], first[key]
                     if key == "tokenizer_hash":
-                        mine, theirs = f"{here['tokenizer']} {mine[:12]}", f"{first['tokenizer']} {theirs[:12]}"
+                        mine = f"{here['tokenizer']} (sha256 {mine[:12]})"
+                        theirs = f"{first['tokenizer']} (sha256 {theirs[:12]})"
                     raise DataCompatibilityError(
                         f"{where}: {what} {mine}, but data.sources[0] ({dirs[0]}) has {theirs}: every source of a "
                         f"mixture must be prepared with one tokenizer, row length and format")

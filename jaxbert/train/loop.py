@@ -46,7 +46,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None 
     resumes on the same schedule). The workdir is locked for the run: a second run on it is
     refused (WorkdirBusy).
     """
-    sources.check_data(recipe)  # a mixture's folders: refused by name before anything is written
+    sources.check_data(recipe, workdir)  # a mixture's folders and resume: refused by name before anything is written
     workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)

@@ -101,16 +101,21 @@ class SyntheticMLM:
         return out
 
 
-def check_data(recipe: Recipe) -> None:
+def check_data(recipe: Recipe, workdir: str | Path | None = None) -> None:
     """What can be refused before a run writes anything: a mixture's folders exist and share one
-    tokenizer, row length, format and packing (RecipeError or DataCompatibilityError naming the source)."""
+    tokenizer, row length, format and packing; a workdir's checkpoint resumes only on the mixture
+    (sources, weights, data) it was saved with (RecipeError or DataCompatibilityError naming the source)."""
     d = recipe.data
-    if not d.sources:
+    saved = workdir_lib.recorded_loader(workdir) if workdir is not None and fs.as_path(workdir).is_dir() else None
+    if not d.sources and not (isinstance(saved, dict) and "sources" in saved):
         return
     for k, folder in enumerate(d.source_dirs()):
         if not fs.as_path(folder).is_dir():
             raise RecipeError(f"data.sources[{k}].dir: {folder} does not exist; build it with `jaxbert data prepare`")
-    check_mixture(d.source_dirs(), seq_len=d.seq_len, packing=d.packing)
+    if d.sources:
+        check_mixture(d.source_dirs(), seq_len=d.seq_len, packing=d.packing)
+    if isinstance(saved, dict) and (d.sources or d.dir is not None):  # the loader's own resume checks, now
+        make_source(recipe, d.source_dirs() if d.sources else d.dir, 1).restore(saved)
 
 
 def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str | list[str], str]:

@@ -1,7 +1,7 @@
 """Mixtures of prepared folders: the schedule's proportions, per-source epochs, exact and elastic resume.
 
-Two corpora of distinct, recognisable documents: every word of source `early` is a letter a-m, every
-word of `late` a letter n-z, so each row the loader yields tells which folder it came from.
+Two corpora of distinct, recognisable documents (tests/helpers/mixture.py): every word of source `early`
+is a letter a-m, every word of `late` a letter n-z, so each row the loader yields tells its folder.
 """
 
 from fractions import Fraction
@@ -11,31 +11,14 @@ import pytest
 
 from jaxbert.data.loader import DataCompatibilityError, MLMLoader, metadata
 from jaxbert.data.mixture import Schedule, shares
-from jaxbert.data.prepare import prepare
-
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["."]
-EARLY = np.arange(5, 18)  # ids of a..m
-LETTERS = {"early": "abcdefghijklm", "late": "nopqrstuvwxyz"}
-
-
-def corpus(path, letters: str, n_docs: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    docs = [" ".join(rng.choice(list(letters), int(rng.integers(5, 30)))) + " ." for _ in range(n_docs)]
-    path.write_text("\n\n".join(docs) + "\n")
+from tests.helpers.mixture import EARLY_IDS, LATE_IDS, prepare_sources
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("mixture")
-    (root / "tok").mkdir()
-    (root / "tok" / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
-    sizes = {}
-    for i, (name, n_docs) in enumerate((("early", 400), ("late", 150))):
-        corpus(root / f"{name}.txt", LETTERS[name], n_docs, seed=i)
-        meta = prepare([str(root / f"{name}.txt")], str(root / "tok" / "vocab.txt"), str(root / name), max_length=16,
-                       validation_fraction=0.1, progress=False)
-        sizes[name] = meta["splits"]["train"]["examples"]
-    assert sizes["early"] > 2 * sizes["late"] > 200, sizes  # unequal sizes, both repeat within 2,000 rows
+    sizes = prepare_sources(root, {"early": 400, "late": 150})
+    assert sizes["early"] > 2 * sizes["late"] > 100, sizes  # unequal sizes, both repeat within 2,000 rows
     return root, sizes
 
 
@@ -49,7 +32,7 @@ def unmasked(batch) -> np.ndarray:
 def from_early(batch) -> np.ndarray:
     """bool [B]: each row's words are a-m (else n-z; a row never holds both)."""
     ids = unmasked(batch)
-    early, late = np.isin(ids, EARLY).any(1), np.isin(ids, np.arange(18, 31)).any(1)
+    early, late = np.isin(ids, EARLY_IDS).any(1), np.isin(ids, LATE_IDS).any(1)
     assert not (early & late).any()
     return early
 
