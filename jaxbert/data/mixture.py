@@ -16,7 +16,6 @@ batch size or host count, continues on the same rows.
 
 from __future__ import annotations
 
-import heapq
 import math
 from fractions import Fraction
 from typing import Sequence
@@ -46,7 +45,8 @@ class Schedule:
         if not self.shares or min(self.shares) < 1:
             raise ValueError(f"shares must be positive integers, got {source_shares}")
         self.total, self.seed, self.block = sum(self.shares), int(seed), int(block)
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._blocks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._ends: dict[int, np.ndarray] = {}  # the counts at the start of the block after the last one built
 
     def seats(self, rows: int) -> np.ndarray:
         """int64 [n]: rows of each source among the first `rows` rows of the stream."""
@@ -54,27 +54,39 @@ class Schedule:
         # seats with time <= rows: j <= (2 rows w_i - W) / 2W; then a few seats more or fewer
         got = [(2 * rows * wi + total) // (2 * total) for wi in w]
         missing = rows - sum(got)  # |missing| <= n / 2: each count is rounded by at most half a seat
-        if missing > 0:  # the next seats after time `rows`, earliest (then lowest source) first
-            heap = [(Fraction(2 * got[i] + 1, wi), i) for i, wi in enumerate(w)]
-            heapq.heapify(heap)
-            for _ in range(missing):
-                _, i = heapq.heappop(heap)
-                got[i] += 1
-                heapq.heappush(heap, (Fraction(2 * got[i] + 1, w[i]), i))
-        elif missing < 0:  # give back the latest seats taken (ties: the highest source last)
-            heap = [(-Fraction(2 * got[i] - 1, wi), -i) for i, wi in enumerate(w) if got[i] > 0]
-            heapq.heapify(heap)
-            for _ in range(-missing):
-                _, i = heapq.heappop(heap)
-                got[-i] -= 1
-                if got[-i] > 0:
-                    heapq.heappush(heap, (-Fraction(2 * got[-i] - 1, w[-i]), i))
+        if missing:
+            for i in self._boundary_seats(got, missing):
+                got[i] += 1 if missing > 0 else -1
         return np.array(got, np.int64)
 
-    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """(source int32 [B], row of that source int64 [B]) for the rows of block b."""
+    def _boundary_seats(self, got: list[int], missing: int) -> list[int]:
+        """The sources of the |missing| seats after the first sum(got) (missing > 0: the earliest
+        seats not taken) or the last ones taken (missing < 0), in exact order of (time, source).
+        Float times pick the few candidates; exact fractions order them (ties included)."""
+        w, m, n = np.array(self.shares, np.float64), abs(missing), len(got)
+        # the seats sought lie within m + n/2 + 1 rows' time of the boundary: a source has at most
+        # (m + n/2 + 1) w_i / W + 1 of them, and never more than m
+        per = np.minimum(m, np.floor((m + n / 2 + 1) * w / self.total) + 1).astype(np.int64)
+        source = np.repeat(np.arange(n), per)
+        step = np.arange(len(source)) - np.repeat(np.cumsum(per) - per, per)
+        j = np.array(got, np.float64)[source] + (step if missing > 0 else -1 - step)
+        source, j = source[j >= 0], j[j >= 0]
+        times = (2 * j + 1) / w[source]
+        if missing > 0:
+            near = times <= np.partition(times, m - 1)[m - 1] * (1 + 1e-9)
+        else:
+            near = times >= -np.partition(-times, m - 1)[m - 1] * (1 - 1e-9)
+        exact = sorted(((Fraction(2 * int(jj) + 1, self.shares[i]), int(i)) for i, jj in zip(source[near], j[near])),
+                       reverse=missing < 0)
+        return [i for _, i in exact[:m]]
+
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source int32 [B], row of that source int64 [B], rows of each source before the block [n])."""
         if b not in self._blocks:
-            start, end = self.seats(b * self.block), self.seats((b + 1) * self.block)
+            # a block's end is the next one's start: the previous block's counts serve again
+            start = self._ends[b] if b in self._ends else self.seats(b * self.block)
+            end = self.seats((b + 1) * self.block)
+            self._ends = {b + 1: end}
             counts = end - start
             source = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
             np.random.default_rng([self.seed, b, 0x313C]).shuffle(source)
@@ -84,7 +96,7 @@ class Schedule:
             row = np.empty(self.block, np.int64)
             row[by_source] = start[source[by_source]] + np.arange(self.block) - first[source[by_source]]
             self._blocks = {k: v for k, v in self._blocks.items() if k in (b - 1, b + 1)}  # neighbours kept
-            self._blocks[b] = source, row
+            self._blocks[b] = source, row, start
         return self._blocks[b]
 
     def locate(self, position: int, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,7 +107,7 @@ class Schedule:
         while k < position + count:
             b, r = divmod(k, self.block)
             take = min(self.block - r, position + count - k)
-            source, row = self._block(b)
+            source, row, _ = self._block(b)
             sources.append(source[r:r + take])
             rows.append(row[r:r + take])
             k += take
@@ -108,5 +120,5 @@ class Schedule:
         b, r = divmod(int(position), self.block)
         if r == 0:
             return self.seats(position)
-        source, _ = self._block(b)
-        return self.seats(b * self.block) + np.bincount(source[:r], minlength=len(self.shares))
+        source, _, start = self._block(b)
+        return start + np.bincount(source[:r], minlength=len(self.shares))
