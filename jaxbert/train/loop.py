@@ -228,8 +228,8 @@ class MlmTask:
         # and the sources already repeating (warned once, when their second pass begins)
         self._mixture = getattr(source, "source_rows", lambda state=None: {})
         self._states: dict[int, dict] = {}
-        self._repeating = {name for name, (read, rows) in self._mixture().items() if read > rows} \
-            if self._mixture() else None
+        now = self._mixture()  # {} but for a mixture
+        self._repeating = {name for name, (read, rows) in now.items() if read > rows} if now else None
 
     summarize = staticmethod(summarize)
 

@@ -144,3 +144,23 @@ def test_a_resume_with_changed_weights_is_refused_by_name_and_leaves_the_workdir
     assert err.startswith("jaxbert train: error: data.temperature: the run being resumed drew"), err
     assert sorted((p.relative_to(workdir), p.stat().st_mtime_ns) for p in workdir.rglob("*")) == before
     assert yaml.safe_load((workdir / "recipe.yaml").read_text())["data"]["sources"][0]["weight"] == 3
+
+
+@pytest.mark.parametrize("data,expected", [
+    ({"dir": "a", "sources": [{"dir": "b", "weight": 1}]}, r"data\.sources: give data\.dir \(one folder\) or"),
+    ({"temperature": 0.5}, r"data\.temperature: weighs the folders of data\.sources, and there are none"),
+    ({"temperature": 1.5, "sources": [{"dir": "a"}]}, r"data\.temperature: must be in \[0, 1\], got 1\.5"),
+    ({"temperature": 0.5, "sources": [{"dir": "a", "weight": 2}]}, r"data\.sources\[0\]\.weight: data\.temperature "
+                                                                   r"sets every weight"),
+    ({"sources": [{"dir": "x/a", "weight": 1}, {"dir": "y/a", "weight": 1}]},
+     r"data\.sources\[1\]\.name: 'a' already names data\.sources\[0\]"),
+    ({"sources": [{"dir": "a", "weight": 1, "wieght": 2}]}, r"data\.sources\[0\]: unknown key 'wieght'"),
+    ({"sources": [{"dir": "a", "weight": True}]}, r"data\.sources\[0\]\.weight: must be a finite number > 0"),
+    ({"sources": [{"dir": "a", "weight": 1, "name": "a/b"}]}, r"data\.sources\[0\]\.name: 'a/b' cannot key"),
+    ({"sources": ["a"]}, r"data\.sources\[0\]: 'a' is not a mapping"),
+])
+def test_a_mixture_recipe_is_refused_naming_the_key(data, expected):
+    from jaxbert.train import recipe as R
+    with pytest.raises(R.RecipeError, match="^" + expected):
+        R.from_dict({"data": data})
+    assert R.from_dict({"data": {"sources": [{"dir": "x/a", "weight": 1}, {"dir": "y/a", "weight": 1, "name": "b"}]}})
