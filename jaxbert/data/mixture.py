@@ -8,7 +8,7 @@ ties to the lower source. So the first H rows hold ``seats(H)[i]`` rows of sourc
 row of H * w_i / W, and the count never falls as H grows. ``seats(H)`` is exact integer
 arithmetic in O(n log n) for n sources at any H: no replay of the stream.
 
-The stream is cut into blocks of BLOCK rows; block b holds seats(bB + B) - seats(bB) rows of each
+The stream is cut into blocks of B rows (``block_rows``); block b holds seats(bB + B) - seats(bB) rows of each
 source, in an order shuffled by (seed, b). Row k of the stream is then (source, how many rows of
 that source came before it), computed from its block alone: a resume at any position, with any
 batch size or host count, continues on the same rows.
@@ -22,7 +22,13 @@ from typing import Sequence
 
 import numpy as np
 
-BLOCK = 1024  # rows per shuffled block: the proportions hold to a row at every block boundary
+BLOCK = 1024  # rows per shuffled block per 16 sources: the proportions hold to a row at every block boundary
+
+
+def block_rows(sources: int) -> int:
+    """Rows per block: BLOCK, and BLOCK more per 16 sources, so that the O(n log n) count at each
+    block boundary stays a small share of the block's work however many sources there are."""
+    return BLOCK * -(-sources // 16)
 SCALE = 1 << 30  # shares are weights normalised to this sum (coarse enough that libm's last bit never counts)
 
 
@@ -40,11 +46,12 @@ def temperature_weights(sizes: Sequence[int], tau: float) -> list[float]:
 class Schedule:
     """Rows of a mixture's stream: ``locate(position, count)`` -> (source, row of that source) for each."""
 
-    def __init__(self, source_shares: Sequence[int], seed: int, block: int = BLOCK):
+    def __init__(self, source_shares: Sequence[int], seed: int, block: int | None = None):
         self.shares = tuple(int(w) for w in source_shares)
         if not self.shares or min(self.shares) < 1:
             raise ValueError(f"shares must be positive integers, got {source_shares}")
-        self.total, self.seed, self.block = sum(self.shares), int(seed), int(block)
+        self.total, self.seed = sum(self.shares), int(seed)
+        self.block = int(block) if block is not None else block_rows(len(self.shares))
         self._blocks: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._ends: dict[int, np.ndarray] = {}  # the counts at the start of the block after the last one built
 
