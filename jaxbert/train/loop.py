@@ -250,7 +250,7 @@ class MlmTask:
         for name, (read, rows) in (self._mixture(state) if state else {}).items():
             if read > rows and name not in self._repeating:
                 self._repeating.add(name)
-                self.run.log(f"warning: source {name} repeats from step {step}: its {rows} rows were all read "
+                self.run.log(f"warning: source {name} repeats from step {step}: its {rows:,} rows were all read "
                              f"and its second pass begins (a lower weight, or more data, keeps it fresh)")
 
     def source_figures(self, step: int) -> dict:
