@@ -230,8 +230,7 @@ class MLMLoader:
         self._never = np.zeros(V, bool)
         self._never[[ids["cls"], ids["sep"], ids["pad"]]] = True
         self._random_ids = np.setdiff1d(np.arange(V), list(ids.values())).astype(np.int32)
-        self._continuation = continuation_table(data_dir if not self.mixture else dirs[0], V) if whole_word_mask \
-            else None
+        self._continuation = continuation_table(dirs[0], V) if whole_word_mask else None  # one tokenizer for all
         self._perms: dict[tuple[int, int], np.ndarray] = {}  # (source, epoch) -> permutation; two epochs a source
         self.position = 0  # sequences consumed from the stream, by every process together
         if state is not None:
