@@ -104,3 +104,21 @@ def test_bad_runner_arguments_are_one_line_before_any_work(corpus, tmp_path, cap
     one_line(capsys.readouterr(), "data", needle)
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+def test_staging_and_output_in_a_bucket(corpus, tmp_path, gcs):
+    """The chunks staged under a gs:// --temp_location (where Dataflow's workers put them), the output
+    published to a bucket: the same files as the local path writes to a local folder."""
+    tokenizer = minilm_folder()
+    args = dict(max_length=32, validation_fraction=0.05, progress=False, rows_per_shard=2000)
+    prepare([corpus], tokenizer, str(tmp_path / "local"), num_workers=1, **args)
+    url, temp = gcs.url("prepared"), gcs.url("tmp")
+    prepare([corpus], tokenizer, url, runner="direct", **args,
+            pipeline_options=f"--temp_location={temp} --direct_num_workers=2 --direct_running_mode=multi_threading")
+    bucket = gcs.fs()
+    fetched = tmp_path / "fetched"
+    bucket.get(url[5:] + "/", str(fetched) + "/", recursive=True)
+    local = _files(tmp_path / "local")
+    assert {k: v for k, v in _files(fetched).items() if k in local} == local
+    assert [p for p in bucket.find(temp[5:]) if "jaxbert-prepare-" in p] == []  # the staged chunks are removed
+    assert sorted(local) == sorted(k for k in _files(fetched) if not k.startswith("."))
