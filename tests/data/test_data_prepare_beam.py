@@ -118,7 +118,7 @@ def test_staging_and_output_in_a_bucket(corpus, tmp_path, gcs):
     bucket = gcs.fs()
     fetched = tmp_path / "fetched"
     bucket.get(url[5:] + "/", str(fetched) + "/", recursive=True)
-    local = _files(tmp_path / "local")
-    assert {k: v for k, v in _files(fetched).items() if k in local} == local
+    local = {k: v for k, v in _files(tmp_path / "local").items() if not k.startswith(".")}
+    assert {k: v for k, v in _files(fetched).items() if not k.startswith(".")} == local
     assert [p for p in bucket.find(temp[5:]) if "jaxbert-prepare-" in p] == []  # the staged chunks are removed
-    assert sorted(local) == sorted(k for k in _files(fetched) if not k.startswith("."))
+    assert len(local) >= 4
