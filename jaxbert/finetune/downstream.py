@@ -43,7 +43,7 @@ def _spec(item: dict):
 
 
 def _recipe(item: dict, kind: str):
-    return load(item.get("config") or kinds.get(kind).recipe, list(item.get("set", [])))
+    return load(item.get("config") or kinds.resolve(kind).recipe, list(item.get("set", [])))
 
 
 def folder_names(items: list) -> list[str]:

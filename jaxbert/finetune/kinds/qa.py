@@ -5,19 +5,36 @@ qa_features.qa_features (overlapping context windows, questions cut to max_query
 trained with the mean of the start and end positions' cross-entropy, decoded by
 qa_features.postprocess_qa (the best span over a question's windows; v2.0 may answer ""),
 scored by SQuAD's exact match and F1 (squad_v2 for v2.0; F1 picks the best checkpoint), saved
-as ...ForQuestionAnswering. Trains with the finetune-squad recipe by default.
+as ...ForQuestionAnswering. Trains with the finetune-squad recipe by default. Its options
+(QAOptions, the recipe's task_options) say how contexts are cut, how answers are decoded and
+whether the data is SQuAD v2.0; the exported model's task record keeps them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import jax.numpy as jnp
 
+from jaxbert.engine.recipe import POSITIVE, check_ranges
 from jaxbert.engine.step import cross_entropy
 from jaxbert.finetune.kinds.base import Kind
 from jaxbert.finetune.qa_features import postprocess_qa, qa_features
 from jaxbert.finetune.squad import check_answered, gold_answers, read_squad
+
+
+@dataclasses.dataclass(frozen=True)
+class QAOptions:
+    stride: int = 128  # tokens shared by consecutive windows of a long context
+    max_query_length: int = 64  # question tokens kept
+    n_best: int = 20  # start / end candidates per window
+    max_answer_length: int = 30  # longest answer, in tokens
+    version_2: bool = False  # SQuAD v2.0: unanswerable questions, scored with squad_v2
+
+    def check(self, prefix: str = "task_options.") -> None:
+        check_ranges(prefix, {k: (getattr(self, k), *POSITIVE) for k in (
+            "stride", "max_query_length", "n_best", "max_answer_length")})
 
 
 class QA(Kind):
@@ -25,16 +42,17 @@ class QA(Kind):
     head = "ForQuestionAnswering"
     recipe = "finetune-squad"
     main_metric = "f1"
+    Options = QAOptions
 
-    def read(self, path, labels=None, *, labelled=True, version_2=True, text_columns=("sentence",),
-             label_column="label", columns=None, values=None):
-        examples = read_squad(path)
-        if labelled and not version_2:
+    def read_file(self, path, labels, labelled, columns):
+        return read_squad(path), None
+
+    def check_scorable(self, path, examples, options) -> None:
+        if not options.version_2:
             check_answered(path, examples)
-        return examples, None
 
-    def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
-        return qa_features(examples, tok, max_length, stride, max_query_length)
+    def make_features(self, examples, tok, max_length, options):
+        return qa_features(examples, tok, max_length, options.stride, options.max_query_length)
 
     def truncation(self, max_length: int) -> str:
         return "questions cut to data.max_query_length"
@@ -48,14 +66,14 @@ class QA(Kind):
     def outputs(self, out) -> dict:
         return {"start_logits": out.start_logits.astype(jnp.float32), "end_logits": out.end_logits.astype(jnp.float32)}
 
-    def metrics(self, version_2: bool = False) -> tuple[tuple[str, ...], str]:
+    def metrics(self, options=None) -> tuple[tuple[str, ...], str]:
+        version_2 = options is not None and options.version_2
         return ("squad_v2",) if version_2 else ("squad",), self.main_metric
 
-    def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
-               version_2=False) -> dict:
+    def decode_outputs(self, outputs, features, windows, labels, options) -> dict:
         """Question id -> answer text."""
-        answers = postprocess_qa(outputs["start_logits"], outputs["end_logits"], windows, n_best,
-                                 max_answer_length, version_2)
+        answers = postprocess_qa(outputs["start_logits"], outputs["end_logits"], windows, options.n_best,
+                                 options.max_answer_length, options.version_2)
         return {"predictions": answers, "scores": None}
 
     def references(self, examples: list, labels: Sequence[str] | None = None):
