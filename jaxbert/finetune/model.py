@@ -62,7 +62,8 @@ def source_config(src) -> BertConfig:
     raise InputError(f"{src}: no config.json or bert_config.json beside it; is it a model directory?")
 
 
-def task_config(base: BertConfig, kind: kinds.Kind | str, labels: Sequence[str] | None, task_info: dict | None = None) -> BertConfig:
+def task_config(base: BertConfig, kind: kinds.Kind | str, labels: Sequence[str] | None,
+                task_info: dict | None = None) -> BertConfig:
     """base with the task's head size, label names and problem_type; architectures = the task's class."""
     k = kinds.resolve(kind)
     id2label = k.id2label(labels)

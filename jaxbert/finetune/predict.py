@@ -52,9 +52,9 @@ class FinetunedModel:
 
     @property
     def options(self):
-        """The kind's options training used (the record's; a 0.2 record's flat keys; else the kind's defaults)."""
+        """The kind's options training used (the record's; an older record's flat keys; else the kind's defaults)."""
         saved = self.task.get(OPTIONS_KEY)
-        if saved is None:  # a model exported by 0.2 kept QA's windows and version_2 beside max_length
+        if saved is None:  # exported before options were typed: QA's windows and version_2 beside max_length
             own = {f.name for f in dataclasses.fields(self.kind.Options)}
             saved = {k: v for k, v in self.task.items() if k in own}
         return self.kind.options(saved, f"{self.path}: config.json {TASK_KEY}.{OPTIONS_KEY}.")
@@ -125,7 +125,8 @@ def read_columns(m: FinetunedModel, path, text_columns=None, label_column=None) 
 def read_examples(m: FinetunedModel, path, labelled: bool, text_columns=None, label_column=None) -> list:
     """The file's examples, read by the task's reader with training's checks; labelled=False
     (predict) lets labels be absent, and checks those present."""
-    examples, _ = m.kind.read(path, m.labels, labelled=labelled, columns=read_columns(m, path, text_columns, label_column))
+    examples, _ = m.kind.read(path, m.labels, labelled=labelled,
+                              table=read_columns(m, path, text_columns, label_column))
     if labelled:
         m.kind.check_scorable(path, examples, m.options)
     return examples

@@ -320,28 +320,28 @@ def read_choice(path, n_choices: int | None = None, labelled: bool = True):
 
 
 def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
-              labels: Sequence[str] | None = None, options=None, columns: Mapping | None = None, **more):
+              labels: Sequence[str] | None = None, options=None, table: Mapping | None = None, **more):
     """(train examples, {eval name: examples}, labels) read by `kind` (a jaxbert.finetune.kinds
     Kind): the training file fixes the label set, and the kind checks it; each eval file is
     checked as scorable under the kind's options (QA without version_2: every question answered).
 
-    `columns` (text_columns / label_column / columns / values) goes to the kind's `read`; so do
-    those keywords given one by one, as 0.2 took them.
+    `table` (text_columns / label_column / columns / values) goes to the kind's `read`; so do
+    those keywords given one by one, as read_task took them before.
     """
     if labels is not None:
         labels = check_label_names(labels)
-    columns = {**(columns or {}), **{k: more.pop(k) for k in ("text_columns", "label_column", "columns", "values")
-                                     if k in more}}
-    if "version_2" in more:  # 0.2's keyword: version_2=False checked the eval files
+    table = {**(table or {}), **{k: more.pop(k) for k in ("text_columns", "label_column", "columns", "values")
+                                 if k in more}}
+    if "version_2" in more:  # the former keyword: version_2=False checked the eval files
         options = kind.legacy_options(options, {"version_2": more.pop("version_2")}, "read_task", ("version_2",))
     if more:
         raise TypeError(f"read_task() got unexpected keyword argument(s) {sorted(more)}")
-    train_examples, labels = kind.read(train, labels, columns=columns)
+    train_examples, labels = kind.read(train, labels, table=table)
     kind.check_labels(train, labels)
     eval_examples = {}
     for name, path in evals.items():
-        eval_examples[name], _ = kind.read(path, labels, columns=columns)
-        if options is not None:  # without options, as 0.2's default version_2=True, nothing more is checked
+        eval_examples[name], _ = kind.read(path, labels, table=table)
+        if options is not None:  # without options, as the former default version_2=True, nothing more is checked
             kind.check_scorable(path, eval_examples[name], options)
     return train_examples, eval_examples, labels
 

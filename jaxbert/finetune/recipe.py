@@ -40,14 +40,14 @@ class FinetuneModelSection(ComputeSection):
     first_token_only: bool = True
 
 
-# Keys of the data section before 0.3 that are now kinds' options (QA's; a tagger's stride).
+# Former keys of the data section that are now kinds' options (QA's; a tagger's stride).
 MOVED_DATA_KEYS = ("stride", "max_query_length", "n_best", "max_answer_length", "version_2")
 
 
 @dataclasses.dataclass
 class FinetuneDataSection:
     max_length: int = 128  # tokens per sequence (QA: per window); batches are cut to lengths planned below it
-    # Deprecated (0.3): kinds.<kind>.<key> now; a value here moves to every kind that has the key
+    # Deprecated: kinds.<kind>.<key> now; a value here moves to every kind that has the key
     # (with a DeprecationWarning).
     stride: Optional[int] = None
     max_query_length: Optional[int] = None
@@ -109,7 +109,7 @@ class FinetuneRecipe(RunRecipe):
         if not isinstance(self.kinds, dict):
             raise RecipeError(f"kinds: expected a mapping of task kind -> its options, got {self.kinds!r}")
         moved = {k: getattr(self.data, k) for k in MOVED_DATA_KEYS if getattr(self.data, k) is not None}
-        if moved:  # a recipe of 0.2: each kind that has the option takes the value
+        if moved:  # a former recipe: each kind that has the option takes the value
             warnings.warn(f"recipe keys {', '.join(f'data.{k}' for k in moved)} are deprecated: they are task kinds' "
                           f"options now, kinds.<kind>.<key> (e.g. kinds.qa.n_best)", DeprecationWarning, stacklevel=2)
             merged = {name: dict(values) for name, values in self.kinds.items()}

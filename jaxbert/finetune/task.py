@@ -33,7 +33,7 @@ class TaskSpec:
     labels: tuple[str, ...] | None = None  # class / tag names in id order; None = from the training file
     glue: str | None = None
     data_dir: str | None = None
-    version_2: bool = False  # deprecated (0.3): the recipe's kinds.qa.version_2; read_task_data without options takes it
+    version_2: bool = False  # deprecated: the recipe's kinds.qa.version_2; read_task_data without options takes it
 
     def __post_init__(self):
         if not isinstance(self.kind, Kind):
@@ -92,7 +92,7 @@ def read_task_data(spec: TaskSpec, options=None) -> TaskData:
     """Every file of the task read and checked under the kind's options (default: the kind's
     defaults; TaskDataError names the file and line at fault)."""
     kind = spec.kind
-    if options is None:  # a 0.2 caller: TaskSpec.version_2 said it
+    if options is None:  # a former caller: TaskSpec.version_2 said it
         own = {f.name for f in dataclasses.fields(kind.Options)}
         options = kind.options({"version_2": spec.version_2} if "version_2" in own else {})
     if spec.glue:
@@ -100,7 +100,7 @@ def read_task_data(spec: TaskSpec, options=None) -> TaskData:
         train, evals, labels = load_glue(spec.glue, spec.data_dir)
         return TaskData(spec, train, evals, labels, preset.metrics, preset.main_metric, options)
     train, evals, labels = read_task(kind, spec.train, spec.evals, labels=spec.labels, options=options,
-                                     columns={"text_columns": spec.text_columns, "label_column": spec.label_column})
+                                     table={"text_columns": spec.text_columns, "label_column": spec.label_column})
     names, main = kind.metrics(options)
     return TaskData(spec, train, evals, labels, names, (next(iter(evals)), main), options)
 

@@ -94,8 +94,8 @@ class Kind:
         return opts
 
     def legacy_options(self, options, old: dict, method: str, allowed: tuple):
-        """options, or the kind's defaults, with the keywords the kinds' methods took before 0.3 folded
-        in (a DeprecationWarning); a keyword no kind took is a TypeError."""
+        """options, or the kind's defaults, with the keywords the kinds' methods took before options
+        were typed folded in (a DeprecationWarning); a keyword no kind took is a TypeError."""
         options = self.Options() if options is None else options
         if not old:
             return options
@@ -109,22 +109,21 @@ class Kind:
         return dataclasses.replace(options, **{k: v for k, v in old.items() if k in own})
 
     # -- reading ---------------------------------------------------------------------------
-    def read(self, path, labels: Sequence[str] | None = None, *, labelled: bool = True, columns: Mapping | None = None,
+    def read(self, path, labels: Sequence[str] | None = None, *, labelled: bool = True, table: Mapping | None = None,
              **old):
         """(examples, labels) of one file; labels None where the kind names none. labelled=False
-        reads a file to predict on (labels may be absent; those present are checked). columns:
-        how a table is read (text_columns, label_column; a GLUE preset's columns, values), for
-        the kinds that read tables (`reads_columns`)."""
-        columns = dict(columns or {})
-        columns.update({k: old.pop(k) for k in _COLUMNS if k in old})
-        checked = labelled and old.get("version_2") is False  # before 0.3, read(version_2=False) checked too
+        reads a file to predict on (labels may be absent; those present are checked). table: how
+        a table is read (text_columns, label_column; a GLUE preset's columns, values), for the
+        kinds that read tables (`reads_columns`); the former keywords of the same names still go there."""
+        table = {**(table or {}), **{k: old.pop(k) for k in _COLUMNS if k in old}}
+        checked = labelled and old.get("version_2") is False  # the former read(version_2=False) checked too
         options = self.legacy_options(None, old, "read", _OLD_READ)
-        examples, labels = self.read_file(path, labels, labelled, columns)
+        examples, labels = self.read_file(path, labels, labelled, table)
         if checked:
             self.check_scorable(path, examples, options)
         return examples, labels
 
-    def read_file(self, path, labels: Sequence[str] | None, labelled: bool, columns: dict):
+    def read_file(self, path, labels: Sequence[str] | None, labelled: bool, table: dict):
         """The kind's reader: (examples, labels) of one file."""
         raise NotImplementedError
 
@@ -137,7 +136,8 @@ class Kind:
     # -- arrays ----------------------------------------------------------------------------
     def featurize(self, examples, tok, max_length: int, options=None, **old):
         """(Features, windows): windows is what decoding needs beyond the features (QA's), else None."""
-        return self.make_features(examples, tok, max_length, self.legacy_options(options, old, "featurize", _OLD_FEATURIZE))
+        options = self.legacy_options(options, old, "featurize", _OLD_FEATURIZE)
+        return self.make_features(examples, tok, max_length, options)
 
     def make_features(self, examples, tok, max_length: int, options):
         """The kind's featurizer: (Features, windows or None)."""
@@ -199,7 +199,8 @@ class Kind:
     def recognises(self, config) -> bool:
         """Whether a fine-tuned model's config is this kind's: its head class ends with `head` and
         its problem_type is exactly the kind's."""
-        return (config.architectures or [""])[0].endswith(self.head) and self.problem_type_of(config) == self.problem_type
+        head = (config.architectures or [""])[0]
+        return head.endswith(self.head) and self.problem_type_of(config) == self.problem_type
 
     def problem_type_of(self, config) -> str | None:
         """config.json's problem_type (a field of a family's own config class, else in BertConfig's extra)."""

@@ -21,7 +21,7 @@ class Choice(Kind):
     metric_names = ("accuracy",)
     main_metric = "accuracy"
 
-    def read_file(self, path, labels, labelled, columns):
+    def read_file(self, path, labels, labelled, table):
         return read_choice(path, labelled=labelled)
 
     def make_features(self, examples, tok, max_length, options):

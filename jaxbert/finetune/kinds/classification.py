@@ -33,9 +33,9 @@ class Classification(Kind):
     metric_names = ("accuracy", "macro_f1")
     main_metric = "accuracy"
 
-    def read_file(self, path, labels, labelled, columns):
-        return read_text(path, columns.get("text_columns", ("sentence",)), columns.get("label_column", "label"),
-                         labels, columns.get("columns"), labelled, columns.get("values"))
+    def read_file(self, path, labels, labelled, table):
+        return read_text(path, table.get("text_columns", ("sentence",)), table.get("label_column", "label"),
+                         labels, table.get("columns"), labelled, table.get("values"))
 
     def check_labels(self, path, labels) -> None:
         if len(labels) < 2:
@@ -65,7 +65,7 @@ def sequence_problem_type(config) -> str | None:
 
 
 def regresses(config) -> bool:
-    """A ...ForSequenceClassification config that regresses (kept for callers of 0.2)."""
+    """A ...ForSequenceClassification config that regresses (kept for former callers)."""
     return sequence_problem_type(config) == "regression"
 
 

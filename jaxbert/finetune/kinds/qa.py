@@ -44,7 +44,7 @@ class QA(Kind):
     main_metric = "f1"
     Options = QAOptions
 
-    def read_file(self, path, labels, labelled, columns):
+    def read_file(self, path, labels, labelled, table):
         return read_squad(path), None
 
     def check_scorable(self, path, examples, options) -> None:

@@ -27,9 +27,9 @@ class Regression(Kind):
     metric_names = ("pearson", "spearman")
     main_metric = "pearson"
 
-    def read_file(self, path, labels, labelled, columns):
-        return read_text(path, columns.get("text_columns", ("sentence",)), columns.get("label_column", "label"),
-                         labels, columns.get("columns"), labelled, columns.get("values"), numeric=True)
+    def read_file(self, path, labels, labelled, table):
+        return read_text(path, table.get("text_columns", ("sentence",)), table.get("label_column", "label"),
+                         labels, table.get("columns"), labelled, table.get("values"), numeric=True)
 
     def make_features(self, examples, tok, max_length, options):
         return text_features(examples, tok, max_length, regression=True), None

@@ -25,7 +25,7 @@ from jaxbert.finetune.readers import read_tokens
 
 @dataclasses.dataclass(frozen=True)
 class TokensOptions:
-    stride: int = 128  # pieces shared by consecutive windows of a sentence longer than max_length (at most half a window)
+    stride: int = 128  # pieces shared by consecutive windows of a long sentence (at most half a window)
 
     def check(self, prefix: str = "task_options.") -> None:
         check_ranges(prefix, {"stride": (self.stride, *POSITIVE)})
@@ -39,7 +39,7 @@ class Tokens(Kind):
     main_metric = "entity_f1"
     Options = TokensOptions
 
-    def read_file(self, path, labels, labelled, columns):
+    def read_file(self, path, labels, labelled, table):
         return read_tokens(path, labels, labelled)
 
     def make_features(self, examples, tok, max_length, options):
