@@ -2,7 +2,7 @@
 
 `read_text`: one or two text columns and a label column (a class name, or a number with
 numeric=True); `read_tokens`: CoNLL text or JSONL with `tokens` / `tags`; `read_choice`:
-SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is jaxbert.finetune.squad's).
+SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is read by the qa kind, jaxbert.finetune.kinds.qa.squad).
 `read_task` reads a training file and its eval files with a kind's reader; the training file
 fixes the label set unless one is given.
 """
@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from jaxbert.finetune.squad import QAExample, read_squad
 from jaxbert.finetune.tables import (TaskDataError, cell, data_file, local_path, read_rows, require_columns, show,
                                      text_cell)
 
@@ -346,5 +345,5 @@ def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathL
     return train_examples, eval_examples, labels
 
 
-__all__ = ["TextExample", "TokenExample", "QAExample", "ChoiceExample", "label_list", "read_text",
-           "read_tokens", "read_squad", "read_choice", "read_task", "check_label_names", "TaskDataError"]
+__all__ = ["TextExample", "TokenExample", "ChoiceExample", "label_list", "read_text",
+           "read_tokens", "read_choice", "read_task", "check_label_names", "TaskDataError"]

@@ -1,16 +1,18 @@
 """The `Kind` protocol: everything about a fine-tuning task kind that differs from one kind to another.
 
-A kind is one object (one module under jaxbert/finetune/kinds/, registered in KINDS): how its
-files are read and its labels named, how examples become arrays, its loss sums and their
-weights, what evaluation keeps of the model's output, how that output becomes predictions and
-scores, the transformers head it trains and how a saved config is recognised as its own, and
-what `jaxbert predict` writes per example, and its options (`Options`, a typed section: QA's
-windows and decoding, a tagger's stride), which the recipe's task_options section sets and the
-exported model's task record keeps, so `jaxbert evaluate` / `predict` read, cut and decode as
-training did. The rest of the package asks the kind; it never branches on the kind's name, and
-the resolved Kind object travels (a TaskSpec, a FinetunedModel hold it), not its name. `Kind`
-holds the defaults most kinds share (a classifier's: the logits kept, cross-entropy over
-classes, the argmax decoded); a kind overrides what is its own.
+A kind is one object (one module, or one folder, under jaxbert/finetune/kinds/, registered in
+KINDS). It implements how its files are read and its labels named (`read_file`, `check_labels`,
+`check_scorable`), how examples become arrays (`make_features`), its loss sums and their weights,
+what evaluation keeps of the model's output, how that output becomes predictions and scores
+(`decode_outputs`, `metrics`, `score`), the transformers head it trains and how a saved config
+is recognised as its own (`head` + `problem_type`, exactly), what `jaxbert predict` writes per
+example, and its options: `Options`, a typed dataclass (QA's windows and decoding, a tagger's
+stride) that the recipe's `kinds.<name>` section sets and the exported model's task record
+keeps, so `jaxbert evaluate` / `predict` read, cut and decode as training did. The rest of the
+package asks the kind; it never branches on the kind's name, and the resolved Kind object
+travels (a TaskSpec, a FinetunedModel hold it), not its name. `Kind` holds the defaults most
+kinds share (a classifier's: the logits kept, cross-entropy over classes, the argmax decoded);
+a kind overrides what is its own.
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empt
 class NoOptions:
     """The options of a kind that has none of its own."""
 
-    def check(self, prefix: str = "task_options.") -> None:
+    def check(self, prefix: str = "") -> None:
         pass
 
 
-# Keywords the kinds' methods took before options were typed per kind: name -> the method's new home.
+# Keywords the kinds' methods took before options were typed per kind, by method.
 _OLD_READ = ("version_2",)
 _OLD_FEATURIZE = ("stride", "max_query_length")
 _OLD_DECODE = ("n_best", "max_answer_length", "version_2")
@@ -86,8 +88,8 @@ class Kind:
         return hash(self.name)
 
     # -- options ---------------------------------------------------------------------------
-    def options(self, values: Mapping | None = None, prefix: str = "task_options."):
-        """The kind's typed options from a mapping (a recipe's task_options, a task record);
+    def options(self, values: Mapping | None = None, prefix: str = ""):
+        """The kind's typed options from a mapping (a recipe's kinds.<name>, a task record);
         RecipeError naming prefix + key for an unknown key, a wrong type or a value out of range."""
         opts = build(self.Options, dict(values or {}), prefix)
         opts.check(prefix)

@@ -64,9 +64,4 @@ def sequence_problem_type(config) -> str | None:
     return "regression" if config.num_labels == 1 else "single_label_classification"
 
 
-def regresses(config) -> bool:
-    """A ...ForSequenceClassification config that regresses (kept for former callers)."""
-    return sequence_problem_type(config) == "regression"
-
-
 KIND = Classification()

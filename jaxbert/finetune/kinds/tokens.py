@@ -27,7 +27,7 @@ from jaxbert.finetune.readers import read_tokens
 class TokensOptions:
     stride: int = 128  # pieces shared by consecutive windows of a long sentence (at most half a window)
 
-    def check(self, prefix: str = "task_options.") -> None:
+    def check(self, prefix: str = "") -> None:
         check_ranges(prefix, {"stride": (self.stride, *POSITIVE)})
 
 

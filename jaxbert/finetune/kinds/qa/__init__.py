@@ -1,12 +1,12 @@
 """Extractive question answering: SQuAD v1.1 / v2.0 JSON, an answer span in the context.
 
-Read by squad.read_squad (v1.1 refuses an eval question without an answer), featurized by
-qa_features.qa_features (overlapping context windows, questions cut to max_query_length),
-trained with the mean of the start and end positions' cross-entropy, decoded by
-qa_features.postprocess_qa (the best span over a question's windows; v2.0 may answer ""),
+The kind is this folder: read by squad.read_squad (v1.1 refuses an eval question without an
+answer), featurized by features.qa_features (overlapping context windows, questions cut to
+max_query_length), trained with the mean of the start and end positions' cross-entropy,
+decoded by features.postprocess_qa (the best span over a question's windows; v2.0 may answer ""),
 scored by SQuAD's exact match and F1 (squad_v2 for v2.0; F1 picks the best checkpoint), saved
 as ...ForQuestionAnswering. Trains with the finetune-squad recipe by default. Its options
-(QAOptions, the recipe's task_options) say how contexts are cut, how answers are decoded and
+(QAOptions, the recipe's kinds.qa) say how contexts are cut, how answers are decoded and
 whether the data is SQuAD v2.0; the exported model's task record keeps them.
 """
 
@@ -20,8 +20,8 @@ import jax.numpy as jnp
 from jaxbert.engine.recipe import POSITIVE, check_ranges
 from jaxbert.engine.step import cross_entropy
 from jaxbert.finetune.kinds.base import Kind
-from jaxbert.finetune.qa_features import postprocess_qa, qa_features
-from jaxbert.finetune.squad import check_answered, gold_answers, read_squad
+from jaxbert.finetune.kinds.qa.features import postprocess_qa, qa_features
+from jaxbert.finetune.kinds.qa.squad import check_answered, gold_answers, read_squad
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +32,7 @@ class QAOptions:
     max_answer_length: int = 30  # longest answer, in tokens
     version_2: bool = False  # SQuAD v2.0: unanswerable questions, scored with squad_v2
 
-    def check(self, prefix: str = "task_options.") -> None:
+    def check(self, prefix: str = "") -> None:
         check_ranges(prefix, {k: (getattr(self, k), *POSITIVE) for k in (
             "stride", "max_query_length", "n_best", "max_answer_length")})
 
