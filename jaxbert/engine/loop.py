@@ -1,4 +1,4 @@
-"""The one training loop: restore or initialise, then steps with metrics read one step late.
+"""The one training loop: steps with metrics read one step late (jaxbert.engine.session sets it up).
 
 ``run(task, ...)`` drives any ``Task`` (jaxbert.engine.task): MLM pretraining and every
 fine-tuning kind run through it. The host reads each step's metrics one step late, so the
@@ -21,31 +21,13 @@ from jax.experimental import multihost_utils
 
 from jaxbert import workdir as workdir_lib
 from jaxbert.engine import hosts
-from jaxbert.engine.metrics import MetricWindow
+from jaxbert.engine.metrics_log import MetricWindow
 from jaxbert.engine.step import make_eval_step, make_train_step
 from jaxbert.errors import Diverged
 
 
 class TrainingDiverged(Diverged):
     """The loss, a gradient or a param became NaN or Inf; the message names the step."""
-
-
-def restore_latest(runner, ckpt, seed: int, recipe: dict):
-    """(the run's base rng key, replicated over the runner's devices; the newest readable checkpoint as
-    (step, arrays, meta), or None): the arrays restored straight into the runner's shardings."""
-    rng = jax.random.split(jax.random.PRNGKey(seed))[1]
-    host_rng = np.asarray(rng)  # every process holds the same key: replicate it over the mesh
-    rng = jax.make_array_from_callback(host_rng.shape, runner.replicated, lambda idx: host_rng[idx])
-    rng_abstract = jax.ShapeDtypeStruct(rng.shape, rng.dtype, sharding=runner.replicated)
-    abstract = workdir_lib.state_tree(runner.abstract.step, runner.abstract.params, runner.abstract.opt_state,
-                                      rng_abstract)
-    return rng, (ckpt.restore_latest(abstract, recipe) if ckpt.steps() else None)
-
-
-def state_from(runner, tree: dict):
-    """A restored checkpoint's arrays as the runner's train state."""
-    return runner.from_saved(runner.abstract.replace(step=tree["step"], params=tree["params"],
-                                                     opt_state=tree["opt_state"]))
 
 
 def host_params(runner, state):

@@ -1,59 +1,109 @@
-"""Optimizers and learning-rate schedules, as registries, and the recipe section that picks them.
+"""Optimizers and learning-rate schedules, as registries, and the recipe sections that pick them.
 
-``OPTIMIZERS`` maps a name to the function that builds its optax transformation;
-``SCHEDULES`` a name to the decay after warmup. The recipe's ``optim.name`` and
-``optim.schedule`` are checked against them, so adding an optimizer is one function and
-one entry here. Weight decay is masked off biases and LayerNorm params (as the original
-BERT did); global-norm clipping goes in front. Gradient accumulation happens inside the
-train step (a scan over micro-batches, jaxbert.engine.step), so one optimizer update is one
-jitted call.
+``OPTIMIZERS`` maps a name to its recipe section: a dataclass of ``OptimSection`` with the
+optimizer's own keys and defaults (Lion's b2 is 0.99, AdamW's 0.999) and a ``transform``
+that builds its optax transformation. The recipe's ``optim.name`` picks the section, so a
+key the chosen optimizer does not have (``eps`` for Lion) is refused by name. Adding an
+optimizer is one section class and one entry in ``OPTIMIZERS``.
+
+What every optimizer shares sits in ``OptimSection`` itself: the peak learning rate, the
+schedule (``SCHEDULES`` maps a name to the decay after warmup; adding one is one function
+and one entry) and global-norm clipping, which goes in front of the optimizer. Weight decay
+is masked off biases and LayerNorm params (as the original BERT did). Gradient accumulation
+happens inside the train step (a scan over micro-batches, jaxbert.engine.step), so one
+optimizer update is one jitted call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Optional
+import warnings
+from typing import ClassVar, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from jaxbert.engine.recipe import NON_NEGATIVE, POSITIVE, UNIT_OPEN, check_choice, check_ranges
+from jaxbert.engine.recipe import NON_NEGATIVE, POSITIVE, UNIT_OPEN, RecipeError, check_choice, check_ranges
+
+MOMENT_DTYPES = (None, "float32", "bfloat16")
 
 
 @dataclasses.dataclass
 class OptimSection:
-    name: str = "adamw"  # one of OPTIMIZERS: adamw | lamb | stable_adamw
+    """The keys every optimizer has; each registered optimizer's section adds its own.
+
+    ``OptimSection(name=..., ...)`` builds the section registered under that name (AdamW's by
+    default), so ``OptimSection(learning_rate=1e-3)`` is an AdamW section as it always was.
+    """
+    name: str = "adamw"  # a key of OPTIMIZERS
     learning_rate: float = 1e-4  # peak
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-6
-    weight_decay: float = 0.01  # never applied to biases and LayerNorm params
-    schedule: str = "linear"  # one of SCHEDULES: linear | polynomial | wsd | constant (all after linear warmup)
-    warmup_steps: int = 0
+    schedule: str = "linear"  # a key of SCHEDULES (after linear warmup): linear | polynomial | wsd | constant
+    warmup_steps: int = 0  # > 0: linear warmup over this many steps
+    warmup_ratio: float = 0.0  # when warmup_steps is 0: warm up over this share of the total steps
     decay_power: float = 1.0  # polynomial decay exponent
     end_lr_factor: float = 0.0  # final lr = learning_rate * end_lr_factor
     decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
     clip_norm: Optional[float] = 1.0  # global-norm clipping; None = off
-    # dtype of AdamW's and LAMB's first moment: None (each param's own) | "float32" | "bfloat16"
-    # (half its bytes; rounds m to 8 significant bits at every update)
-    mu_dtype: Optional[str] = None
+
+    # Old keys of this optimizer's section -> their new names (a recipe using one gets a DeprecationWarning).
+    RENAMED: ClassVar[dict] = {}
+
+    def __new__(cls, *args, **kwargs):
+        if cls is OptimSection:  # the base picks the registered section of the name asked for
+            name = args[0] if args else kwargs.get("name", "adamw")
+            if name not in OPTIMIZERS:
+                raise RecipeError(f"optim.name: {name!r} is not one of {tuple(OPTIMIZERS)}")
+            cls = OPTIMIZERS[name]
+        return super().__new__(cls)
+
+    @classmethod
+    def variant(cls, data: dict, prefix: str = "optim."):
+        """The section class a recipe's mapping asks for by its name (jaxbert.engine.recipe.build)."""
+        name = data.get("name", "adamw")
+        check_choice(f"{prefix}name", name, tuple(OPTIMIZERS))
+        return OPTIMIZERS[name]
+
+    @classmethod
+    def keys_owner(cls) -> str:
+        """Who the section's keys belong to, in an unknown-key refusal."""
+        return f"optimizer {cls.name}"
+
+    def transform(self, schedule) -> optax.GradientTransformation:
+        """The optimizer's optax transformation, taking its learning rate from ``schedule``
+        (global-norm clipping is put in front by make_optimizer)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no optimizer: register a section in OPTIMIZERS")
+
+    def warmup(self, total_steps: int) -> int:
+        """Warmup steps of a run of total_steps: warmup_steps, or warmup_ratio of the total."""
+        return self.warmup_steps or int(round(self.warmup_ratio * total_steps))
 
     def check(self, prefix: str = "optim.") -> None:
         check_choice(f"{prefix}name", self.name, tuple(OPTIMIZERS))
+        if not isinstance(self, OPTIMIZERS[self.name]):
+            raise RecipeError(f"{prefix}name: {self.name!r} is registered as {OPTIMIZERS[self.name].__name__}, "
+                              f"not {type(self).__name__}")
         check_choice(f"{prefix}schedule", self.schedule, tuple(SCHEDULES))
-        check_choice(f"{prefix}mu_dtype", self.mu_dtype, (None, "float32", "bfloat16"))
         check_ranges(prefix, {
             "learning_rate": (self.learning_rate, *POSITIVE),
-            "b1": (self.b1, *UNIT_OPEN),
-            "b2": (self.b2, *UNIT_OPEN),
-            "eps": (self.eps, *POSITIVE),
-            "weight_decay": (self.weight_decay, *NON_NEGATIVE),
             "warmup_steps": (self.warmup_steps, *NON_NEGATIVE),
+            "warmup_ratio": (self.warmup_ratio, *UNIT_OPEN),
             "decay_power": (self.decay_power, *POSITIVE),
             "end_lr_factor": (self.end_lr_factor, lambda v: 0 <= v <= 1, "in [0, 1]"),
             "decay_fraction": (self.decay_fraction, lambda v: 0 < v <= 1, "in (0, 1]"),
             "clip_norm": (self.clip_norm, lambda v: v > 0, "> 0 (null turns clipping off)")})
+
+
+def _moment_dtype(name: Optional[str]):
+    """A section's mu_dtype as a dtype; None keeps each param's own."""
+    return None if name is None else jnp.dtype(name)
+
+
+def _check_adam_like(o, prefix: str, decay_key: str) -> None:
+    """b1, b2, eps, the decay under decay_key and mu_dtype: the keys AdamW, LAMB and StableAdamW share."""
+    check_choice(f"{prefix}mu_dtype", o.mu_dtype, MOMENT_DTYPES)
+    check_ranges(prefix, {"b1": (o.b1, *UNIT_OPEN), "b2": (o.b2, *UNIT_OPEN), "eps": (o.eps, *POSITIVE),
+                          decay_key: (getattr(o, decay_key), *NON_NEGATIVE)})
 
 
 # Param leaves named like this are never decayed: dense/LayerNorm/MLM biases and LayerNorm scales.
@@ -69,6 +119,7 @@ def decay_mask(params):
     return jax.tree_util.tree_map_with_path(keep, params)
 
 
+# ---- schedules ---------------------------------------------------------------------------
 def _polynomial(o: OptimSection, peak, end, rest: int, total: int):
     return optax.polynomial_schedule(peak, end, 1.0 if o.schedule == "linear" else o.decay_power, rest)
 
@@ -90,14 +141,14 @@ SCHEDULES = {
 
 
 def make_schedule(o: OptimSection, total_steps: int) -> optax.Schedule:
-    """Linear warmup from 0 to o.learning_rate, then the decay o.schedule names.
+    """Linear warmup from 0 to o.learning_rate (o.warmup(total_steps) steps), then the decay o.schedule names.
 
     linear / polynomial: decay to learning_rate * end_lr_factor at total_steps.
     wsd (warmup-stable-decay): hold the peak, then decay linearly over the last
     decay_fraction of the steps. constant: hold the peak.
     """
     peak, end = o.learning_rate, o.learning_rate * o.end_lr_factor
-    warmup = min(o.warmup_steps, total_steps)
+    warmup = min(o.warmup(total_steps), total_steps)
     rest = max(total_steps - warmup, 1)
     decay = SCHEDULES[o.schedule](o, peak, end, rest, total_steps)
     if warmup > 0:
@@ -132,17 +183,40 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
     return optax.GradientTransformationExtraArgs(init, update)
 
 
-def _adamw(o: OptimSection, schedule, mu_dtype):
-    return optax.adamw(schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay, mask=decay_mask,
-                       mu_dtype=mu_dtype)
+# ---- the optimizers ----------------------------------------------------------------------
+@dataclasses.dataclass
+class AdamWSection(OptimSection):
+    """AdamW (Loshchilov & Hutter): optax.adamw, the decay off biases and LayerNorm params."""
+    name: str = "adamw"
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    weight_decay: float = 0.01  # decoupled, scaled by the learning rate at each step
+    # dtype of the first moment: None (each param's own) | "float32" | "bfloat16" (half its bytes;
+    # rounds m to 8 significant bits at every update)
+    mu_dtype: Optional[str] = None
+
+    def check(self, prefix: str = "optim.") -> None:
+        super().check(prefix)
+        _check_adam_like(self, prefix, "weight_decay")
+
+    def transform(self, schedule):
+        return optax.adamw(schedule, b1=self.b1, b2=self.b2, eps=self.eps, weight_decay=self.weight_decay,
+                           mask=decay_mask, mu_dtype=_moment_dtype(self.mu_dtype))
 
 
-def _lamb(o: OptimSection, schedule, mu_dtype):
-    # optax.lamb's own chain (same transformations, same state), which takes no mu_dtype itself
-    return optax.chain(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps, mu_dtype=mu_dtype),
-                       optax.add_decayed_weights(o.weight_decay, mask=decay_mask),
-                       optax.scale_by_trust_ratio(),
-                       optax.scale_by_learning_rate(schedule))
+@dataclasses.dataclass
+class LambSection(AdamWSection):
+    """LAMB (You et al.): Adam's direction plus the decay, scaled per tensor by the trust ratio."""
+    name: str = "lamb"
+
+    def transform(self, schedule):
+        # optax.lamb's own chain (same transformations, same state), which takes no mu_dtype itself
+        return optax.chain(optax.scale_by_adam(b1=self.b1, b2=self.b2, eps=self.eps,
+                                               mu_dtype=_moment_dtype(self.mu_dtype)),
+                           optax.add_decayed_weights(self.weight_decay, mask=decay_mask),
+                           optax.scale_by_trust_ratio(),
+                           optax.scale_by_learning_rate(schedule))
 
 
 class StableClipState(NamedTuple):
@@ -177,34 +251,86 @@ def scale_by_stable_clip(inner: optax.GradientTransformation, b2: float, eps: fl
     return optax.GradientTransformation(init, update)
 
 
-def _stable_adamw(o: OptimSection, schedule, mu_dtype):
+@dataclasses.dataclass
+class StableAdamWSection(OptimSection):
     """StableAdamW (ModernBERT's optimizer) from optax parts:
     chain(scale_by_stable_clip(chain(scale_by_adam, add_decayed_weights)), scale_by_learning_rate).
 
     - scale_by_adam(b1, b2, eps): AdamW's direction m_hat / (sqrt(v_hat) + eps).
-    - add_decayed_weights(weight_decay / learning_rate): the decay, fully decoupled from the learning
-      rate as ModernBERT's recipe (decoupled_stableadamw, weight_decay 1e-5) has it: the learning
-      rate below scales it back, so a step decays by weight_decay * lr_t / peak lr, following the
-      schedule but not its peak. Off biases and LayerNorm params (filter_bias_norm_wd).
+    - add_decayed_weights(decoupled_weight_decay / learning_rate): the decay, fully decoupled from
+      the learning rate as ModernBERT's recipe (decoupled_stableadamw, weight_decay 1e-5) has it: the
+      learning rate below scales it back, so a step decays each weight by
+      decoupled_weight_decay * lr_t / learning_rate, following the schedule but not its peak (AdamW's
+      weight_decay is multiplied by lr_t itself). Off biases and LayerNorm params (filter_bias_norm_wd).
     - scale_by_stable_clip: the per-tensor update clipping above, over direction and decay alike
       (optimi divides the tensor's learning rate, which scales both).
     - scale_by_learning_rate(schedule).
     Use it without global-norm clipping (optim.clip_norm: null): update clipping replaces it.
+    Defaults are ModernBERT's: betas (0.9, 0.98), eps 1e-6, decay 1e-5.
     """
-    inner = optax.chain(optax.scale_by_adam(b1=o.b1, b2=o.b2, eps=o.eps, mu_dtype=mu_dtype),
-                        optax.add_decayed_weights(o.weight_decay / o.learning_rate, mask=decay_mask))
-    return optax.chain(scale_by_stable_clip(inner, o.b2, o.eps), optax.scale_by_learning_rate(schedule))
+    name: str = "stable_adamw"
+    b1: float = 0.9
+    b2: float = 0.98
+    eps: float = 1e-6
+    decoupled_weight_decay: float = 1e-5  # per step at the peak lr, independent of the lr's size
+    mu_dtype: Optional[str] = None  # as AdamW's
+    # The old name of decoupled_weight_decay (same meaning), from when every optimizer shared AdamW's
+    # keys: still taken, with a DeprecationWarning, as a keyword here and as a recipe key.
+    weight_decay: dataclasses.InitVar[Optional[float]] = None
+
+    RENAMED: ClassVar[dict] = {"weight_decay": "decoupled_weight_decay"}
+
+    def __post_init__(self, weight_decay):
+        if weight_decay is not None:
+            warnings.warn("StableAdamWSection(weight_decay=...) is now decoupled_weight_decay (same meaning); the "
+                          "old name goes in a later release", DeprecationWarning, stacklevel=3)
+            self.decoupled_weight_decay = weight_decay
+
+    def check(self, prefix: str = "optim.") -> None:
+        super().check(prefix)
+        _check_adam_like(self, prefix, "decoupled_weight_decay")
+
+    def transform(self, schedule):
+        inner = optax.chain(optax.scale_by_adam(b1=self.b1, b2=self.b2, eps=self.eps,
+                                                mu_dtype=_moment_dtype(self.mu_dtype)),
+                            optax.add_decayed_weights(self.decoupled_weight_decay / self.learning_rate,
+                                                      mask=decay_mask))
+        return optax.chain(scale_by_stable_clip(inner, self.b2, self.eps), optax.scale_by_learning_rate(schedule))
 
 
-# optim.name -> (section, schedule, first-moment dtype or None) -> optax transformation (clipping added after).
-OPTIMIZERS = {"adamw": _adamw, "lamb": _lamb, "stable_adamw": _stable_adamw}
+@dataclasses.dataclass
+class LionSection(OptimSection):
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"): optax.lion, the sign of
+    an interpolated momentum; its usual learning rate is 3-10x below AdamW's and its decay as much above."""
+    name: str = "lion"
+    b1: float = 0.9  # interpolation of momentum and gradient for the update's sign
+    b2: float = 0.99  # momentum decay
+    weight_decay: float = 1e-3  # decoupled, scaled by the learning rate at each step
+    mu_dtype: Optional[str] = None  # dtype of the momentum, as AdamW's first moment
+
+    def check(self, prefix: str = "optim.") -> None:
+        super().check(prefix)
+        check_choice(f"{prefix}mu_dtype", self.mu_dtype, MOMENT_DTYPES)
+        check_ranges(prefix, {"b1": (self.b1, *UNIT_OPEN), "b2": (self.b2, *UNIT_OPEN),
+                              "weight_decay": (self.weight_decay, *NON_NEGATIVE)})
+
+    def transform(self, schedule):
+        return optax.lion(schedule, b1=self.b1, b2=self.b2, weight_decay=self.weight_decay, mask=decay_mask,
+                          mu_dtype=_moment_dtype(self.mu_dtype))
+
+
+# optim.name -> its section (keys, defaults, checks, and the optax transformation it builds).
+OPTIMIZERS: dict[str, type[OptimSection]] = {
+    "adamw": AdamWSection,
+    "lamb": LambSection,
+    "stable_adamw": StableAdamWSection,
+    "lion": LionSection,
+}
 
 
 def make_optimizer(o: OptimSection, total_steps: int):
     """Returns (optax transformation, schedule). Updates are applied with
     optax.apply_updates; ``update`` takes ``grad_norm=`` (see clip_by_global_norm)."""
     schedule = make_schedule(o, total_steps)
-    mu_dtype = None if o.mu_dtype is None else jnp.dtype(o.mu_dtype)  # None: each param's own dtype
-    core = OPTIMIZERS[o.name](o, schedule, mu_dtype)
     parts = [clip_by_global_norm(o.clip_norm)] if o.clip_norm else []
-    return optax.chain(*parts, core), schedule
+    return optax.chain(*parts, o.transform(schedule)), schedule

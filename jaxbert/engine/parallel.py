@@ -149,9 +149,11 @@ class MeshRunner:
                        out_shardings=self.state_sharding)(params)
 
     def _state_sharding(self, abstract_state, specs, tx):
+        # An optimizer's per-param state takes its param's sharding where it has the param's shape (Adam's
+        # moments); state of another shape (Adafactor's factored row and column statistics) is replicated.
         opt_specs = optax.tree_map_params(
-            tx, lambda _, spec: spec, abstract_state.opt_state, specs,
-            transform_non_params=lambda _: P(), is_leaf=lambda x: isinstance(x, P))
+            tx, lambda leaf, spec, param: spec if leaf.shape == param.shape else P(), abstract_state.opt_state,
+            specs, abstract_state.params, transform_non_params=lambda _: P(), is_leaf=lambda x: isinstance(x, P))
         named = lambda spec: NamedSharding(self.mesh, spec)
         is_spec = lambda x: isinstance(x, P)
         return abstract_state.replace(

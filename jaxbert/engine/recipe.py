@@ -19,6 +19,7 @@ import math
 import os
 import re
 import typing
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any, Optional
@@ -80,8 +81,25 @@ def recipe_names(folder: str = "train") -> dict[str, str]:
 
 
 # ---- the sections every run has ----------------------------------------------------------
-class _Compute:
-    """What a recipe's model section does with ModelOptions' fields (ComputeSection below holds them)."""
+# Keys of ModelOptions that are not recipe keys: decode is an inference switch, not a training option.
+_NOT_IN_RECIPES = ("decode",)
+
+
+@dataclasses.dataclass
+class ComputeSection:
+    """How a model computes: ModelOptions' fields as recipe keys (jaxbert.model.options.ModelOptions
+    documents each), dtypes spelt by name; only remat_policy 'auto' is the recipe's own. A field added
+    to ModelOptions is added here too (tests/engine/test_recipe_sections.py holds the two together)."""
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    param_dtype: str = "float32"  # float32 | bfloat16
+    scan_layers: bool = False
+    remat_policy: str = "none"  # one of REMAT_POLICIES, or auto (planned for the devices)
+    attention_impl: str = "einsum"  # one of ATTENTION_IMPLS
+    attention_chunks: int = 1
+    ffn_chunks: int = 1
+    # Recipes default to the hash dropout, which is cheap on TPU (ModelOptions' own default is flax's threefry).
+    dropout_impl: str = "hash"
+    first_token_only: bool = False
 
     def options(self, **changes) -> ModelOptions:
         """The ModelOptions this section describes (an 'auto' remat_policy is planned before this)."""
@@ -102,21 +120,7 @@ class _Compute:
             raise RecipeError(f"{prefix}{e}") from None
 
 
-# The model section is ModelOptions' own fields (an option added there is a recipe key at once), spelt as
-# YAML scalars: dtypes by name. decode is an inference switch, not a training option. Recipes default to
-# the hash dropout, which is cheap on TPU (ModelOptions' own default is flax's threefry).
-_NOT_IN_RECIPES = ("decode",)
-_RECIPE_DEFAULTS = {"dtype": "float32", "param_dtype": "float32", "dropout_impl": "hash"}
-_HINTS = typing.get_type_hints(ModelOptions)
-COMPUTE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelOptions) if f.name not in _NOT_IN_RECIPES)
-ComputeSection = dataclasses.make_dataclass(
-    "ComputeSection",
-    [(f.name, str if _HINTS[f.name] is Any else _HINTS[f.name],
-      dataclasses.field(default=_RECIPE_DEFAULTS.get(f.name, f.default)))
-     for f in dataclasses.fields(ModelOptions) if f.name in COMPUTE_FIELDS],
-    bases=(_Compute,),
-    namespace={"__module__": __name__, "__doc__": "How a model computes: ModelOptions' fields as recipe keys "
-               "(jaxbert.model.options.ModelOptions documents each); only remat_policy 'auto' is the recipe's own."})
+COMPUTE_FIELDS = tuple(f.name for f in dataclasses.fields(ComputeSection))
 
 
 @dataclasses.dataclass
@@ -186,8 +190,9 @@ def check_sections(recipe) -> None:
 AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
 
 
-def _check(value: Any, tp: Any, key: str) -> Any:
-    """Returns value converted to type tp, or raises RecipeError naming key."""
+def _check(value: Any, tp: Any, key: str, defaults: Optional[dict] = None) -> Any:
+    """Returns value converted to type tp, or raises RecipeError naming key. defaults: a section's
+    defaults that the recipe holding it sets over the section class's own."""
     if value == "auto" and key in AUTO_KEYS:
         return value
     origin = typing.get_origin(tp)
@@ -200,7 +205,7 @@ def _check(value: Any, tp: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise RecipeError(f"{key}: expected a mapping, got {value!r}")
-        return build(tp, value, key + ".")
+        return build(tp, value, key + ".", defaults)
     expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
                 dict: "a mapping", list: "a list"}[origin or tp]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
@@ -222,15 +227,43 @@ def _check(value: Any, tp: Any, key: str) -> Any:
     return value
 
 
-def build(cls, data: dict, prefix: str = ""):
-    """A recipe dataclass (or section) from a mapping: every key checked, RecipeError naming a bad one."""
+def build(cls, data: dict, prefix: str = "", defaults: Optional[dict] = None):
+    """A recipe dataclass (or section) from a mapping: every key checked, RecipeError naming a bad one.
+
+    A section class with a ``variant(data, prefix)`` classmethod names the class the mapping builds
+    (the optimizer's own section, by optim.name); its ``RENAMED`` maps old keys to new ones, which a
+    mapping may still use, with a DeprecationWarning; ``keys_owner()`` says whose keys an unknown one
+    was checked against. A recipe field's ``metadata["defaults"]`` sets its section's defaults (those
+    of its keys that the built class has)."""
+    if hasattr(cls, "variant"):
+        cls = cls.variant(data, prefix)
+    data = _renamed(cls, data, prefix)
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
-        if key not in names:
-            raise RecipeError(f"{prefix}{key}: unknown key; expected one of {sorted(names)}")
-    kwargs = {k: _check(v, hints[k], prefix + k) for k, v in data.items()}
+        if key not in fields:
+            owner = f" for {cls.keys_owner()}" if hasattr(cls, "keys_owner") else ""
+            raise RecipeError(f"{prefix}{key}: unknown key{owner}; expected one of {sorted(fields)}")
+    kwargs = {k: v for k, v in (defaults or {}).items() if k in fields}
+    kwargs.update({k: _check(v, hints[k], prefix + k, fields[k].metadata.get("defaults")) for k, v in data.items()})
     return cls(**kwargs)
+
+
+def _renamed(cls, data: dict, prefix: str) -> dict:
+    """data with the keys cls.RENAMED maps moved to their new names, each with a DeprecationWarning."""
+    renamed = getattr(cls, "RENAMED", {})
+    if not any(old in data for old in renamed):
+        return data
+    data = dict(data)
+    for old, new in renamed.items():
+        if old in data:
+            if new in data:
+                raise RecipeError(f"{prefix}{old}: the old name of {prefix}{new}; give only {prefix}{new}")
+            owner = f" of {cls.keys_owner()}" if hasattr(cls, "keys_owner") else ""
+            warnings.warn(f"recipe key {prefix}{old}{owner} is now {prefix}{new} (same meaning); the old name "
+                          f"goes in a later release", DeprecationWarning, stacklevel=3)
+            data[new] = data.pop(old)
+    return data
 
 
 def from_dict(cls, data: dict, validate):

@@ -2,7 +2,8 @@
 
 MLM pretraining (jaxbert.train.loop.MlmTask) and fine-tuning (jaxbert.finetune.loop.FinetuneTask,
 which delegates what differs by kind to the registered kind modules) are the two users. The
-loop (jaxbert.engine.loop.run) knows none of them by name.
+loop (jaxbert.engine.loop.run) knows none of them by name; jaxbert.engine.session sets up the run
+around it (restore or initialise, checkpoints, metrics writer, the RNG keys).
 """
 
 from __future__ import annotations
@@ -46,3 +47,6 @@ class Task(Protocol):
 
     def checkpoint_meta(self, step: int, loader_state) -> dict:
         """What a checkpoint at this step records beside the arrays (jaxbert.workdir.checkpoint_meta)."""
+
+    # Optional: ``close()``, what the task holds (a progress bar) released when the run ends; the
+    # session (jaxbert.engine.session.Session.train) calls it before closing the checkpoints.

@@ -23,7 +23,7 @@ from jaxbert.finetune.glue_run import check_folders
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import load
 from jaxbert.finetune.task import parse_task
-from jaxbert.engine.metrics import MetricsWriter, read_metrics
+from jaxbert.engine.metrics_log import MetricsWriter, read_metrics
 
 
 def _spec(item: dict):

@@ -227,7 +227,7 @@ def protocol(recipe: FinetuneRecipe, seeds: int) -> dict:
     o, t = recipe.optim, recipe.train
     return {"recipe": recipe.name, "learning_rate": o.learning_rate, "epochs": t.epochs, "steps": t.steps,
             "batch": t.per_device_batch_size * t.accum_steps, "warmup_ratio": o.warmup_ratio,
-            "weight_decay": o.weight_decay, "max_length": recipe.data.max_length, "seeds": seeds,
+            "weight_decay": getattr(o, "weight_decay", None), "max_length": recipe.data.max_length, "seeds": seeds,
             "first_seed": t.seed, "score": "dev evaluation at the end of training"
             + ("" if seeds == 1 else f"; the run with the median main metric of {seeds} seeds")}
 

@@ -43,11 +43,9 @@ from jaxbert.model.params import unscan_params
 from jaxbert.engine import loop as engine
 from jaxbert.engine import parallel
 from jaxbert.engine.lock import workdir_lock
-from jaxbert.engine.loop import restore_latest
-from jaxbert.engine.metrics import MetricsWriter
-from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.recipe import RecipeError
-from jaxbert.workdir import Checkpoints
+from jaxbert.engine.session import Session, Start
+from jaxbert.engine.session import prepare_runner as prepare_engine_runner
 
 
 @dataclasses.dataclass
@@ -173,18 +171,12 @@ def _run(prep: Prepared, workdir: Path, stop_at, log, primary) -> dict:
         f"{runner.describe()}; batch {batch}, {per_epoch} steps per epoch, {total} steps, warmup "
         f"{r.optim_for(total).warmup_steps}; workdir {workdir}")
     run = _Run(prep, workdir, model, runner, batch, eval_batch, per_epoch, total, log, primary, t0)
-    c = r.checkpoint
-    ckpt = Checkpoints(workdir, c.every_steps, c.keep, c.async_save, log)
-    try:
-        start, state, rng, history = _restore_or_initialise(run, ckpt)
-    except BaseException:
-        ckpt.close()
-        raise
-    if start >= total:
-        ckpt.close()
-        log(f"{workdir} is finished at step {start}; --workdir NEW for a fresh run")
-        return _summary(run, "already finished", start, history)
-    state, step, status, history = _train(run, ckpt, state, rng, start, history, stop_at)
+    with Session(workdir, r.checkpoint, log, primary) as session:
+        start, history = _restore_or_initialise(run, session)
+        if start.step >= total:
+            log(f"{workdir} is finished at step {start.step}; --workdir NEW for a fresh run")
+            return _summary(run, "already finished", start.step, history)
+        step, status, history = _train(run, session, start, history, stop_at)
     return _finish(run, step, status, history)
 
 
@@ -193,11 +185,8 @@ def prepare_runner(recipe: FinetuneRecipe, runner, class_name: str, config, tota
     `total` steps, params initialised from the recipe's seed. `finetune` trains with this, and
     `jaxbert bench`'s finetune work times the same."""
     model = build_model(class_name, config, recipe.model.options())
-    tx, schedule = make_optimizer(recipe.optim_for(total), total)
-    init_rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[0]
-    ids, types = dummy_inputs(class_name, 1, 8)
-    runner.prepare(model, lambda: model.init_boxed(init_rng, ids, types)["params"], tx, schedule,
-                   recipe.train.norm_metrics)
+    prepare_engine_runner(runner, model, recipe.optim, total, recipe.train.seed, dummy_inputs(class_name, 1, 8),
+                          recipe.train.norm_metrics)
     return model
 
 
@@ -243,21 +232,19 @@ def _resume_refusal(where, meta: dict, now: dict) -> str:
             f"a new --workdir")
 
 
-def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
-    """(start step, state, rng, evaluation history): the newest checkpoint's, or SRC's params at step 0."""
+def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, list]:
+    """(where the run starts, its evaluation history): the newest checkpoint's, or SRC's params at step 0."""
     recipe, runner = run.prep.recipe, run.runner
-    rng, restored = restore_latest(runner, ckpt, recipe.train.seed, recipe.to_dict())
-    if restored is None:
-        _save_recipe(run)
-        state = runner.create_state(runner.place_params(run.prep.loaded.params))  # no random init to discard
-        return 0, state, rng, []
-    start, tree, meta = restored
     now = _task_record(run)
-    if workdir_lib.task_record(meta) != now:
-        raise InputError(_resume_refusal(ckpt.directory / str(start), meta, now))
-    _save_recipe(run)  # only once the checkpoint accepted this run: a refused one leaves recipe.yaml as it was
-    run.log(f"resumed from {ckpt.directory / str(start)}")
-    return start, engine.state_from(runner, tree), tree["rng"], workdir_lib.task_history(meta)
+
+    def accept(step: int, meta: dict) -> None:
+        if workdir_lib.task_record(meta) != now:
+            raise InputError(_resume_refusal(session.ckpt.directory / str(step), meta, now))
+
+    start = session.restore_or_initialise(
+        runner, recipe.train.seed, recipe.to_dict(), run.total, accept=accept, save_recipe=lambda: _save_recipe(run),
+        fresh=lambda: runner.create_state(runner.place_params(run.prep.loaded.params)))  # no random init to discard
+    return start, ([] if start.meta is None else workdir_lib.task_history(start.meta))
 
 
 def _save_recipe(run: _Run) -> None:
@@ -375,15 +362,10 @@ def _export_best(run: _Run, state) -> None:
                       run.prep.tok_dir, overwrite=True)
 
 
-def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, history: list, stop_at):
+def _train(run: _Run, session: Session, start: Start, history: list, stop_at):
     task = FinetuneTask(run, history)
-    writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
-    try:
-        out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log, stop_at=stop_at)
-    finally:
-        ckpt.close()
-        writer.close()
-    return out.state, out.step, out.status, task.history
+    out = session.train(task, run.runner, start, stop_at)
+    return out.step, out.status, task.history
 
 
 def _summary(run: _Run, status: str, step: int, history: list) -> dict:

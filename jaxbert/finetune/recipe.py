@@ -2,9 +2,9 @@
 
 Sections: model (compute options: dtype, remat, scan), data (sequence length), kinds (each
 task kind's own options under its name, typed by its Kind.Options: kinds.qa's windows and
-decoding, kinds.tokens' stride; a recipe may carry several kinds' options), optim (the pretraining
-OptimSection plus warmup_ratio), train (epochs or steps, batch, seed, evaluation cadence),
-parallel and checkpoint (the pretraining sections). Keys are checked by
+decoding, kinds.tokens' stride; a recipe may carry several kinds' options), optim (the optimizer's
+own section, as in pretraining, with fine-tuning's defaults), train (epochs or steps, batch, seed,
+evaluation cadence), parallel and checkpoint (the pretraining sections). Keys are checked by
 jaxbert.engine.recipe's machinery: an unknown key or a wrong type is a RecipeError naming it,
 and ``--set key=value`` overrides are checked the same way. Shipped recipes live in
 configs/finetune/ (``jaxbert finetune --list``).
@@ -59,16 +59,8 @@ class FinetuneDataSection:
         check_ranges(prefix, {"max_length": (self.max_length, *POSITIVE)})
 
 
-@dataclasses.dataclass
-class FinetuneOptimSection(OptimSection):
-    learning_rate: float = 2e-5
-    eps: float = 1e-6
-    warmup_ratio: float = 0.1  # linear warmup over this share of the total steps
-    warmup_steps: int = 0  # > 0: warm up over this many steps (warmup_ratio is then not used)
-
-    def check(self, prefix: str = "optim.") -> None:
-        OptimSection.check(self, prefix)
-        check_ranges(prefix, {"warmup_ratio": (self.warmup_ratio, lambda v: 0 <= v < 1, "in [0, 1)")})
+# Fine-tuning's defaults over every optimizer section's own: a small peak and warmup over 10% of the steps.
+OPTIM_DEFAULTS = {"learning_rate": 2e-5, "warmup_ratio": 0.1}
 
 
 @dataclasses.dataclass
@@ -102,7 +94,8 @@ class FinetuneRecipe(RunRecipe):
     data: FinetuneDataSection = dataclasses.field(default_factory=FinetuneDataSection)
     # task kind -> its own options (the fields of its Kind.Options), e.g. qa: {n_best: 20}; checked on load
     kinds: dict = dataclasses.field(default_factory=dict)
-    optim: FinetuneOptimSection = dataclasses.field(default_factory=FinetuneOptimSection)
+    optim: OptimSection = dataclasses.field(default_factory=lambda: OptimSection(**OPTIM_DEFAULTS),
+                                            metadata={"defaults": OPTIM_DEFAULTS})
     train: FinetuneTrainSection = dataclasses.field(default_factory=FinetuneTrainSection)
 
     def __post_init__(self):
@@ -136,11 +129,9 @@ class FinetuneRecipe(RunRecipe):
         return out
 
     def optim_for(self, total_steps: int) -> OptimSection:
-        """The OptimSection make_optimizer takes: optim.warmup_steps, or warmup_ratio x total_steps."""
-        fields = {f.name: getattr(self.optim, f.name) for f in dataclasses.fields(OptimSection)}
-        if not self.optim.warmup_steps:
-            fields["warmup_steps"] = int(round(self.optim.warmup_ratio * total_steps))
-        return OptimSection(**fields)
+        """The optim section with its warmup in steps for a run of total_steps (optim.warmup_steps, or
+        warmup_ratio x total_steps): what the run's schedule does, as its log says it."""
+        return dataclasses.replace(self.optim, warmup_steps=self.optim.warmup(total_steps))
 
 
 def from_dict(data: dict) -> FinetuneRecipe:
@@ -150,3 +141,12 @@ def from_dict(data: dict) -> FinetuneRecipe:
 def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> FinetuneRecipe:
     """A shipped recipe (by name) or a YAML file, with ``key=value`` overrides applied and checked."""
     return engine_recipe.load(FinetuneRecipe, check_sections, name_or_path, overrides, FOLDER)
+
+
+def __getattr__(name: str):
+    if name == "FinetuneOptimSection":  # each optimizer has its own section now (jaxbert.engine.optim)
+        warnings.warn("jaxbert.finetune.recipe.FinetuneOptimSection is gone: use "
+                      "jaxbert.engine.optim.OptimSection(**OPTIM_DEFAULTS, ...), which builds the section of "
+                      "the optimizer named", DeprecationWarning, stacklevel=2)
+        return lambda **fields: OptimSection(**{**OPTIM_DEFAULTS, **fields})
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,17 +26,14 @@ from jaxbert.engine import hosts, parallel
 from jaxbert.engine import loop as engine
 from jaxbert.engine.hosts import check_shared_workdir
 from jaxbert.engine.lock import workdir_lock
-from jaxbert.engine.loop import restore_latest
-from jaxbert.engine.metrics import MetricsWriter
-from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.progress import Progress
+from jaxbert.engine.session import Session, Start, prepare_runner
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
 from jaxbert.train import plan, sources, warmstart
 from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
 from jaxbert.train.recipe import Recipe, save_effective
-from jaxbert.workdir import Checkpoints
 
 
 def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None = None) -> dict:
@@ -83,21 +80,14 @@ class _Run:
 
 def _train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None) -> dict:
     run = _set_up(recipe, workdir)
-    hosts.align("orbax")  # Orbax's first sync is a device collective: meet before it
-    c = run.recipe.checkpoint
-    ckpt = Checkpoints(run.workdir, c.every_steps, c.keep, c.async_save, run.log)
-    try:
-        start, state, rng, source = _restore_or_initialise(run, ckpt)
-    except BaseException:
-        ckpt.close()
-        raise
-    if start >= run.recipe.train.steps:  # nothing left to train: say so, compile nothing
-        ckpt.close()
-        run.log(f"{run.workdir} is finished at step {start}; --workdir NEW for a fresh run "
-                f"(or --set train.steps=N with N > {start} to train on)")
-        return {"status": "already finished", "step": start, "wall_s": round(time.time() - run.t0, 1),
-                "train": {}, "eval": {}, "workdir": str(run.workdir), "tokenizer": run.tok_dir}
-    state, step, status, last, last_eval = _train(run, ckpt, state, rng, start, source, stop_at)
+    with Session(run.workdir, run.recipe.checkpoint, run.log, run.primary) as session:
+        start, source = _restore_or_initialise(run, session)
+        if start.step >= run.recipe.train.steps:  # nothing left to train: say so, compile nothing
+            run.log(f"{run.workdir} is finished at step {start.step}; --workdir NEW for a fresh run "
+                    f"(or --set train.steps=N with N > {start.step} to train on)")
+            return {"status": "already finished", "step": start.step, "wall_s": round(time.time() - run.t0, 1),
+                    "train": {}, "eval": {}, "workdir": str(run.workdir), "tokenizer": run.tok_dir}
+        state, step, status, last, last_eval = _train(run, session, start, source, stop_at)
     return _finish(run, state, step, status, last, last_eval)
 
 
@@ -124,11 +114,9 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
     if data_dir is not None:  # every run evaluates at its end: refuse data without held-out rows before a step
         _check_held_out(recipe, runner, data_dir)
     model = build_model(recipe.model.model_class, cfg, recipe.model.options())
-    tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
-    init_rng = jax.random.split(jax.random.PRNGKey(recipe.train.seed))[0]
-    runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule,
-                   recipe.train.norm_metrics)
+    schedule = prepare_runner(runner, model, recipe.optim, recipe.train.steps, recipe.train.seed, (dummy, dummy),
+                              recipe.train.norm_metrics)
     tr = recipe.train
     log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
         f"{cfg.vocab_size}, T={recipe.data.seq_len}; {runner.describe()}; global batch "
@@ -148,57 +136,56 @@ def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
                                      f"--validation-fraction (or data.validation_fraction)") from None
 
 
-def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
-    """(start step, state, rng, train source): the newest readable checkpoint's, or a fresh start
+def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, object]:
+    """(where the run starts, its train source): the newest readable checkpoint's, or a fresh start
     (warm-started from model.init_from when the recipe names one). The effective recipe is written
     once the checkpoints accepted it: a refused recipe does not replace the one the run was saved with."""
     recipe, runner = run.recipe, run.runner
-    rng, restored = restore_latest(runner, ckpt, recipe.train.seed, recipe.to_dict())
     source = run.make_source("train")
-    if restored is not None and restored[0] < recipe.train.steps:
-        # The data position is global (sequences consumed by all processes together), the same in
-        # every process's record: any process count, device count or batch size continues from it.
-        # Refused here (another seed, other data) the recipe on disk stays the one the run was saved with.
-        source.restore(restored[2]["loader"][0])
-    if run.primary:
-        save_effective(recipe, run.workdir)
-    if restored is None:
+
+    def accept(step: int, meta: dict) -> None:
+        if step < recipe.train.steps:
+            # The data position is global (sequences consumed by all processes together), the same in
+            # every process's record: any process count, device count or batch size continues from it.
+            # Refused here (another seed, other data) the recipe on disk stays the one the run was saved with.
+            source.restore(meta["loader"][0])
+
+    def fresh():
         state = runner.create_state()
         if recipe.model.init_from:
-            fresh = jax.device_get(runner.to_saved(state).params)
+            params = jax.device_get(runner.to_saved(state).params)
             loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
             state = state.replace(params=runner.place_params(
-                warmstart.merge(fresh, loaded, recipe.model.scan_layers, run.log)))
-        return 0, state, rng, source
-    start, tree, meta = restored
-    if start >= recipe.train.steps:
-        return start, None, None, source
-    state = engine.state_from(runner, tree)
-    run.log(f"resumed from {ckpt.directory / str(start)}")
-    saved = workdir_lib.saved_recipe(meta)
+                warmstart.merge(params, loaded, recipe.model.scan_layers, run.log)))
+        return state
+
+    start = session.restore_or_initialise(
+        runner, recipe.train.seed, recipe.to_dict(), recipe.train.steps, fresh=fresh, accept=accept,
+        save_recipe=lambda: save_effective(recipe, run.workdir) if run.primary else None)
+    if start.meta is not None and start.step < recipe.train.steps:
+        _note_changes(run, start)
+    return start, source
+
+
+def _note_changes(run: _Run, start: Start) -> None:
+    """Says what a resumed run does differently from the steps before its checkpoint."""
+    recipe, saved = run.recipe, workdir_lib.saved_recipe(start.meta)
     saved_dropout = saved.get("model", {}).get("dropout_impl")
     if saved_dropout is not None and saved_dropout != recipe.model.dropout_impl:
-        run.log(f"note: steps up to {start} drew dropout bits with dropout_impl {saved_dropout}; this run goes on "
-                f"with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
+        run.log(f"note: steps up to {start.step} drew dropout bits with dropout_impl {saved_dropout}; this run goes "
+                f"on with {recipe.model.dropout_impl} (--set model.dropout_impl={saved_dropout} keeps the old one)")
     saved_steps = saved.get("train", {}).get("steps")
     if saved_steps is not None and saved_steps != recipe.train.steps:
         run.log(f"note: the run was saved planning {saved_steps} steps and now trains to {recipe.train.steps}: the "
-                f"learning-rate schedule follows the new step count (at step {start} it is "
-                f"{float(run.schedule(start)):.3g})")
-    return start, state, tree["rng"], source
+                f"learning-rate schedule follows the new step count (at step {start.step} it is "
+                f"{float(run.schedule(start.step)):.3g})")
 
 
-def _train(run: _Run, ckpt: Checkpoints, state, rng, start: int, source, stop_at: int | None = None):
+def _train(run: _Run, session: Session, start: Start, source, stop_at: int | None = None):
     """Steps start+1 .. train.steps on the engine: logs, evaluations and checkpoints as the recipe asks;
     SIGTERM saves and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
-    task = MlmTask(run, source, start)
-    writer = MetricsWriter(run.workdir, active=run.primary, resume_from=start)
-    try:
-        out = engine.run(task, run.runner, ckpt, writer, state, rng, start, run.log, stop_at=stop_at)
-    finally:
-        task.progress.close()
-        ckpt.close()
-        writer.close()
+    task = MlmTask(run, source, start.step)
+    out = session.train(task, run.runner, start, stop_at)
     last_eval = task.last_eval
     if out.status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
         last_eval = task.evaluate(out.state)
@@ -285,6 +272,9 @@ class MlmTask:
     def checkpoint_meta(self, step: int, loader_state) -> dict:
         return workdir_lib.checkpoint_meta(step, hosts.allgather_json(loader_state), self.recipe.to_dict(),
                                            self.run.cfg, self.recipe.model.model_class)
+
+    def close(self) -> None:
+        self.progress.close()
 
 
 def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dict) -> dict:

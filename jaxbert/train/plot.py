@@ -9,7 +9,7 @@ from pathlib import Path
 from jaxbert import fs
 from jaxbert.errors import require
 from jaxbert.fs import atomic_write_bytes
-from jaxbert.engine.metrics import read_metrics
+from jaxbert.engine.metrics_log import read_metrics
 from jaxbert.workdir import CURVES, read_recipe
 from jaxbert.workdir import path as workdir_path
 

@@ -101,7 +101,7 @@ def test_the_shipped_modernbert_recipes_load(name):
     if not name.endswith("demo"):
         o = recipe.optim
         lr = 8e-4 if name == "modernbert-base" else 5e-4  # the paper's large rate
-        assert (o.learning_rate, o.b1, o.b2, o.eps, o.weight_decay, o.schedule) == (lr, 0.9, 0.98, 1e-6, 1e-5, "wsd")
+        assert (o.learning_rate, o.b1, o.b2, o.eps, o.decoupled_weight_decay, o.schedule) == (lr, 0.9, 0.98, 1e-6, 1e-5, "wsd")
         assert o.clip_norm is None
         assert recipe.data.seq_len == 1024 and recipe.data.packing == "documents"
 

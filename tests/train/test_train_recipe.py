@@ -14,7 +14,7 @@ import yaml
 from tests.helpers.tfevents import _crc32c, scalars
 from jaxbert.train import recipe as R
 from jaxbert.model.flops import train_flops_per_token
-from jaxbert.engine.metrics import MetricsWriter
+from jaxbert.engine.metrics_log import MetricsWriter
 from jaxbert.engine.optim import decay_mask, make_optimizer, make_schedule
 from jaxbert.train.recipe import OptimSection, RecipeError
 
