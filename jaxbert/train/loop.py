@@ -30,6 +30,7 @@ from jaxbert.engine.loop import restore_latest
 from jaxbert.engine.metrics import MetricsWriter
 from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.progress import Progress
+from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
 from jaxbert.train import plan, sources, warmstart
@@ -167,7 +168,8 @@ def _restore_or_initialise(run: _Run, ckpt: Checkpoints):
             fresh = jax.device_get(runner.to_saved(state).params)
             loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
             state = state.replace(params=runner.place_params(
-                warmstart.merge(fresh, loaded, recipe.model.scan_layers, run.log)))
+                warmstart.merge(fresh, loaded, recipe.model.scan_layers, run.log, tile=recipe.model.init_tile,
+                                fused_outputs=family_of(run.cfg).fused_outputs)))
         return 0, state, rng, source
     start, tree, meta = restored
     if start >= recipe.train.steps:

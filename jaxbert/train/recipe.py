@@ -43,9 +43,14 @@ class ModelSection(ComputeSection):
     config: dict = dataclasses.field(default_factory=dict)  # fields of the family's config class over the preset
     model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss), RobertaForMaskedLM, ...
     init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
+    # init_from is a smaller model of the family: fill each larger param by centre tiling (ModernBERT-large
+    # from base, jaxbert.train.tiling); false: every param must have the model's shape
+    init_tile: bool = False
 
     def check(self, prefix: str = "model.") -> None:
         check_choice(f"{prefix}model_class", self.model_class, PRETRAINING_CLASSES)
+        if self.init_tile and not self.init_from:
+            raise RecipeError(f"{prefix}init_tile: true tiles the params of {prefix}init_from, which is not set")
         ComputeSection.check(self, prefix, auto=True)
 
 
