@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm import tqdm
 
 from jaxbert import fs
@@ -34,9 +35,10 @@ from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
 from jaxbert.train import plan, sources, warmstart
+from jaxbert.train.batch_warmup import BatchWarmup
 from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
-from jaxbert.train.recipe import Recipe, save_effective
+from jaxbert.train.recipe import Recipe, RecipeError, save_effective
 from jaxbert.workdir import Checkpoints
 
 
@@ -70,11 +72,12 @@ class _Run:
     primary: bool
     t0: float
     schedule: object  # step -> learning rate
+    warmup: BatchWarmup | None = None  # batch-size warmup (train.batch_warmup_start), None when off
 
     def make_source(self, split: str = "train"):
         """This process's batches of a split: train batches hold every micro-batch of a step."""
         r, rows = self.recipe, parallel.host_batch_size(self.recipe, self.runner)
-        if split != "train":
+        if split != "train" or r.train.batch_warmup_start is not None:  # warmup: read micro-batch by micro-batch
             rows //= r.train.accum_steps
         return sources.make_source(r, self.data_dir, rows, split=split, process_index=jax.process_index(),
                                    process_count=jax.process_count(), fixed_masking=split != "train",
@@ -130,11 +133,28 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
     runner.prepare(model, lambda: model.init_boxed(init_rng, dummy, dummy)["params"], tx, schedule,
                    recipe.train.norm_metrics)
     tr = recipe.train
+    warmup = _batch_warmup(recipe, runner, log)
     log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
         f"{cfg.vocab_size}, T={recipe.data.seq_len}; {runner.describe()}; global batch "
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
-    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0, schedule)
+    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0, schedule, warmup)
+
+
+def _batch_warmup(recipe: Recipe, runner, log) -> BatchWarmup | None:
+    """The batch-size warmup a recipe asks for, on this run's devices; None when it asks for none."""
+    tr = recipe.train
+    if tr.batch_warmup_start is None:
+        return None
+    full = parallel.global_batch_size(recipe, runner)
+    if tr.batch_warmup_start >= full:
+        raise RecipeError(f"train.batch_warmup_start: {tr.batch_warmup_start} sequences is not below the global "
+                          f"batch of {full} on {runner.num_devices} device(s); lower it or set it to null")
+    warmup = BatchWarmup(tr.batch_warmup_start, tr.batch_warmup_tokens, full // tr.accum_steps, tr.accum_steps,
+                         recipe.data.seq_len)
+    log(f"batch-size warmup: {warmup.sequences(0)} sequences ({warmup.first} of {tr.accum_steps} micro-batches) "
+        f"growing to {full} over {tr.batch_warmup_tokens:,} tokens")
+    return warmup
 
 
 def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
@@ -225,22 +245,39 @@ class MlmTask:
                             train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T),
                             peak_flops(jax.devices()[0].device_kind))
         self.last, self.last_eval = {}, {}
+        self._logged_through = self._step = start
 
     summarize = staticmethod(summarize)
 
     def batches(self, start: int):
-        accum = self.recipe.train.accum_steps
-        for b in self.source:
-            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, self.source.state()
+        accum, warmup = self.recipe.train.accum_steps, self.run.warmup
+        if warmup is None:
+            for b in self.source:
+                yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, self.source.state()
+        step = start
+        while warmup is not None:  # step `step` takes its count of micro-batches, one after another off the stream
+            parts = [next(self.source) for _ in range(warmup.micro_batches(step))]
+            yield {k: np.stack([p[k] for p in parts]) for k in parts[0]}, self.source.state()
+            step += 1
 
     def throughput(self):
+        """(tokens per step, T, FLOPs per token, peak); during a batch-size warmup the tokens per step are
+        the mean over the steps this log line covers (those since the last one)."""
+        warmup, first, step = self.run.warmup, self._logged_through + 1, self._step
+        if warmup is not None and first <= step:
+            sequences = sum(warmup.sequences(s - 1) for s in range(first, step + 1)) / (step - first + 1)
+            self._throughput = (sequences * self.recipe.data.seq_len, *self._throughput[1:])
+        self._logged_through = step
         return self._throughput
 
     def stepped(self, step: int) -> None:
+        self._step = step
         self.progress.step(step)
 
     def logged(self, step: int, scalars: dict) -> None:
         scalars["elapsed_s"] = round(time.time() - self.run.t0, 1)
+        if self.run.warmup is not None:
+            scalars["batch_size"] = self.run.warmup.sequences(step - 1)
         self.last = scalars
         self.progress.log_step(step, scalars)
 

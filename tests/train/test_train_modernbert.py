@@ -109,6 +109,10 @@ def test_the_shipped_modernbert_recipes_load(name):
         assert cfg.global_rope_theta == 10000.0
         # large starts from base by centre tiling
         assert recipe.model.init_tile == (name == "modernbert-large")
+        # batch-size warmup from 768 sequences over 50B tokens to the published batch (on 8 devices)
+        t = recipe.train
+        assert t.per_device_batch_size * 8 * t.accum_steps == (4608 if name == "modernbert-base" else 4928)
+        assert (t.batch_warmup_start, t.batch_warmup_tokens) == (768, 50 * 10**9)
 
 
 # The published phases 2 (context extension) and 3 (decay): (size, phase) -> lr, global batch, token budget
