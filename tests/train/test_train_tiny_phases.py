@@ -64,4 +64,4 @@ def test_the_tiny_three_phase_demo_runs_as_a_chain(corpus, tmp_path, capsys):
     assert lrs == pytest.approx([5e-7 + (5e-4 - 5e-7) * (1 - math.sqrt(k / 4)) for k in range(4)], rel=1e-5)
     for workdir in (w1, w2, w3):  # each phase's held-out figure
         evals = [r for r in metric_rows(workdir) if "eval_loss" in r]
-        assert evals and np.isfinite(evals[-1]["eval_loss"]) and 0 <= evals[-1]["eval_accuracy"] <= 1
+        assert evals and np.isfinite(evals[-1]["eval_loss"]) and 0 <= evals[-1]["eval_mlm_accuracy"] <= 1
