@@ -97,3 +97,13 @@ def test_batch_warmup_needs_micro_batches_to_grow_by(tmp_path):
     bad = dict(RECIPE, train=dict(RECIPE["train"], batch_warmup_tokens=0))
     with pytest.raises(RecipeError, match="train.batch_warmup_tokens: 0"):
         load_recipe(write_recipe(tmp_path / "r2.yaml", **bad))
+
+
+def test_a_warmup_start_at_the_full_batch_is_refused_naming_the_key(tmp_path, capsys):
+    bad = dict(RECIPE, train=dict(RECIPE["train"], batch_warmup_start=6))  # 2 x 1 device x 3 = 6: nothing to grow
+    recipe = write_recipe(tmp_path / "r.yaml", **bad)
+    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["jaxbert train: error: train.batch_warmup_start: 6 sequences is not below the global batch of 6 "
+                   "on 1 device(s); lower it or set it to null"]
+    assert not (tmp_path / "run" / "checkpoints").exists()
