@@ -128,6 +128,7 @@ def test_the_shipped_context_extension_and_decay_recipes_say_the_published_numbe
     assert (cfg.hidden_size, cfg.num_hidden_layers) == ((768, 22) if size == "base" else (1024, 28))
     assert (cfg.global_rope_theta, cfg.local_rope_theta) == (160000.0, 10000.0)
     assert recipe.data.seq_len == 8192 <= cfg.max_position_embeddings and recipe.data.mask_rate == 0.3
+    assert recipe.model.attention_impl == "auto"  # not the dense scores, which do not fit at 8192
     o, t = recipe.optim, recipe.train
     assert o.learning_rate == lr and o.warmup_steps == 0 and o.name == "stable_adamw"
     # on the 8 devices the comments count: the published global batch
