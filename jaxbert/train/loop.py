@@ -49,6 +49,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None 
     resumes on the same schedule). The workdir is locked for the run: a second run on it is
     refused (WorkdirBusy).
     """
+    sources.check_data(recipe, workdir)  # a mixture's folders and resume: refused by name before anything is written
     workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
@@ -246,19 +247,30 @@ class MlmTask:
                             peak_flops(jax.devices()[0].device_kind))
         self.last, self.last_eval = {}, {}
         self._logged_through = self._step = start
+        # a mixture's sources: the loader state after each step's batch (batches run ahead of the steps),
+        # and the sources already repeating (warned once, when their second pass begins)
+        self._mixture = getattr(source, "source_rows", lambda state=None: {})
+        self._states: dict[int, dict] = {}
+        now = self._mixture()  # {} but for a mixture
+        self._repeating = {name for name, (read, rows) in now.items() if read > rows} if now else None
 
     summarize = staticmethod(summarize)
 
     def batches(self, start: int):
-        accum, warmup = self.recipe.train.accum_steps, self.run.warmup
-        if warmup is None:
-            for b in self.source:
-                yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, self.source.state()
-        step = start
-        while warmup is not None:  # step `step` takes its count of micro-batches, one after another off the stream
-            parts = [next(self.source) for _ in range(warmup.micro_batches(step))]
-            yield {k: np.stack([p[k] for p in parts]) for k in parts[0]}, self.source.state()
-            step += 1
+        accum, warmup, step = self.recipe.train.accum_steps, self.run.warmup, start
+        while True:
+            if warmup is None:
+                b = next(self.source, None)
+                if b is None:
+                    return
+                batch = {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}
+            else:  # batch-size warmup: step `step` (0-based) takes its count of micro-batches off the stream
+                parts = [next(self.source) for _ in range(warmup.micro_batches(step))]
+                batch = {k: np.stack([p[k] for p in parts]) for k in parts[0]}
+            state, step = self.source.state(), step + 1
+            if self._repeating is not None:
+                self._states[step] = state
+            yield batch, state
 
     def throughput(self):
         """(tokens per step, T, FLOPs per token, peak); during a batch-size warmup the tokens per step are
@@ -273,8 +285,24 @@ class MlmTask:
     def stepped(self, step: int) -> None:
         self._step = step
         self.progress.step(step)
+        state = self._states.get(step)
+        for name, (read, rows) in (self._mixture(state) if state else {}).items():
+            if read > rows and name not in self._repeating:
+                self._repeating.add(name)
+                self.run.log(f"warning: source {name} repeats from step {step}: its {rows:,} rows were all read "
+                             f"and its second pass begins (a lower weight, or more data, keeps it fresh)")
+
+    def source_figures(self, step: int) -> dict:
+        """tokens/NAME and epochs/NAME of a mixture's sources after `step` (rows read x row length)."""
+        state = self._states.get(step)
+        T = self.recipe.data.seq_len
+        return {key: value for name, (read, rows) in (self._mixture(state) if state else {}).items()
+                for key, value in ((f"tokens/{name}", read * T), (f"epochs/{name}", round(read / rows, 4)))}
 
     def logged(self, step: int, scalars: dict) -> None:
+        scalars.update(self.source_figures(step))
+        for old in [s for s in self._states if s < step]:  # stepped() and logged() of earlier steps are done
+            del self._states[old]
         scalars["elapsed_s"] = round(time.time() - self.run.t0, 1)
         if self.run.warmup is not None:
             scalars["batch_size"] = self.run.warmup.sequences(step - 1)
