@@ -499,7 +499,9 @@ def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, P
     try:
         vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
     except (KeyError, TypeError):
-        raise WorkdirError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
+        if not (isinstance(meta.get("config"), dict) and meta.get("model_class")):  # recorded: no vocab needed
+            raise WorkdirError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
+        vocab = None
     config, model_class = run_config(meta, vocab, workdir)
     return config, model_class, params, run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
 

@@ -38,12 +38,12 @@ class OptimSection:
     """
     name: str = "adamw"  # a key of OPTIMIZERS
     learning_rate: float = 1e-4  # peak
-    schedule: str = "linear"  # a key of SCHEDULES (after linear warmup): linear | polynomial | wsd | constant
+    schedule: str = "linear"  # a key of SCHEDULES (after linear warmup): linear | polynomial | wsd | 1-sqrt | constant
     warmup_steps: int = 0  # > 0: linear warmup over this many steps
     warmup_ratio: float = 0.0  # when warmup_steps is 0: warm up over this share of the total steps
     decay_power: float = 1.0  # polynomial decay exponent
     end_lr_factor: float = 0.0  # final lr = learning_rate * end_lr_factor
-    decay_fraction: float = 0.2  # wsd: share of the steps spent decaying at the end
+    decay_fraction: float = 0.2  # wsd, 1-sqrt: share of the steps spent decaying at the end
     clip_norm: Optional[float] = 1.0  # global-norm clipping; None = off
 
     # Old keys of this optimizer's section -> their new names (a recipe using one gets a DeprecationWarning).
@@ -131,11 +131,26 @@ def _wsd(o: OptimSection, peak, end, rest: int, total: int):
                                 [stable])
 
 
+def _one_minus_sqrt(o: OptimSection, peak, end, rest: int, total: int):
+    """Hold the peak, then over the last decay_fraction of the steps
+    lr = end + (peak - end) * (1 - sqrt(progress)), progress 0 -> 1 across the decay
+    (ModernBERT's decay phase; Hägele et al. 2024): it falls fastest at the start of
+    the decay and flattens towards the end, where linear decay keeps falling."""
+    decay_steps = max(int(round(total * o.decay_fraction)), 1)
+    stable = max(rest - decay_steps, 0)
+
+    def decay(count):
+        progress = jnp.clip(count / decay_steps, 0.0, 1.0)
+        return end + (peak - end) * (1.0 - jnp.sqrt(progress))
+    return optax.join_schedules([optax.constant_schedule(peak), decay], [stable])
+
+
 # The decay after warmup: (section, peak, end lr, steps after warmup, total steps) -> optax schedule.
 SCHEDULES = {
     "linear": _polynomial,
     "polynomial": _polynomial,
     "wsd": _wsd,  # warmup-stable-decay: hold the peak, decay linearly over the last decay_fraction
+    "1-sqrt": _one_minus_sqrt,  # as wsd, decaying as 1 - sqrt(progress); decay_fraction 1: the whole run
     "constant": lambda o, peak, end, rest, total: optax.constant_schedule(peak),
 }
 
@@ -145,7 +160,8 @@ def make_schedule(o: OptimSection, total_steps: int) -> optax.Schedule:
 
     linear / polynomial: decay to learning_rate * end_lr_factor at total_steps.
     wsd (warmup-stable-decay): hold the peak, then decay linearly over the last
-    decay_fraction of the steps. constant: hold the peak.
+    decay_fraction of the steps. 1-sqrt: the same with a 1 - sqrt(progress) decay.
+    constant: hold the peak.
     """
     peak, end = o.learning_rate, o.learning_rate * o.end_lr_factor
     warmup = min(o.warmup(total_steps), total_steps)

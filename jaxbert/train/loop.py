@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from tqdm import tqdm
 
 from jaxbert import fs
@@ -28,12 +29,14 @@ from jaxbert.engine.hosts import check_shared_workdir
 from jaxbert.engine.lock import workdir_lock
 from jaxbert.engine.progress import Progress
 from jaxbert.engine.session import Session, Start, prepare_runner
+from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
 from jaxbert.train import plan, sources, warmstart
+from jaxbert.train.batch_warmup import BatchWarmup
 from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
-from jaxbert.train.recipe import Recipe, save_effective
+from jaxbert.train.recipe import Recipe, RecipeError, save_effective
 
 
 def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None = None) -> dict:
@@ -67,11 +70,12 @@ class _Run:
     primary: bool
     t0: float
     schedule: object  # step -> learning rate
+    warmup: BatchWarmup | None = None  # batch-size warmup (train.batch_warmup_start), None when off
 
     def make_source(self, split: str = "train"):
         """This process's batches of a split: train batches hold every micro-batch of a step."""
         r, rows = self.recipe, parallel.host_batch_size(self.recipe, self.runner)
-        if split != "train":
+        if split != "train" or r.train.batch_warmup_start is not None:  # warmup: read micro-batch by micro-batch
             rows //= r.train.accum_steps
         return sources.make_source(r, self.data_dir, rows, split=split, process_index=jax.process_index(),
                                    process_count=jax.process_count(), fixed_masking=split != "train",
@@ -118,11 +122,28 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
     schedule = prepare_runner(runner, model, recipe.optim, recipe.train.steps, recipe.train.seed, (dummy, dummy),
                               recipe.train.norm_metrics)
     tr = recipe.train
+    warmup = _batch_warmup(recipe, runner, log)
     log(f"{recipe.name}: {model.__class__.__name__} {cfg.num_hidden_layers}x{cfg.hidden_size}, vocab "
         f"{cfg.vocab_size}, T={recipe.data.seq_len}; {runner.describe()}; global batch "
         f"{parallel.global_batch_size(recipe, runner)} = {tr.per_device_batch_size} x {runner.num_devices} "
         f"device(s) x {tr.accum_steps} accumulation; workdir {workdir}")
-    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0, schedule)
+    return _Run(recipe, workdir, cfg, model, runner, data_dir, tok_dir, log, primary, t0, schedule, warmup)
+
+
+def _batch_warmup(recipe: Recipe, runner, log) -> BatchWarmup | None:
+    """The batch-size warmup a recipe asks for, on this run's devices; None when it asks for none."""
+    tr = recipe.train
+    if tr.batch_warmup_start is None:
+        return None
+    full = parallel.global_batch_size(recipe, runner)
+    if tr.batch_warmup_start >= full:
+        raise RecipeError(f"train.batch_warmup_start: {tr.batch_warmup_start} sequences is not below the global "
+                          f"batch of {full} on {runner.num_devices} device(s); lower it or set it to null")
+    warmup = BatchWarmup(tr.batch_warmup_start, tr.batch_warmup_tokens, full // tr.accum_steps, tr.accum_steps,
+                         recipe.data.seq_len)
+    log(f"batch-size warmup: {warmup.sequences(0)} sequences ({warmup.first} of {tr.accum_steps} micro-batches) "
+        f"growing to {full} over {tr.batch_warmup_tokens:,} tokens")
+    return warmup
 
 
 def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
@@ -156,7 +177,8 @@ def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, object]:
             params = jax.device_get(runner.to_saved(state).params)
             loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
             state = state.replace(params=runner.place_params(
-                warmstart.merge(params, loaded, recipe.model.scan_layers, run.log)))
+                warmstart.merge(params, loaded, recipe.model.scan_layers, run.log, tile=recipe.model.init_tile,
+                                fused_outputs=family_of(run.cfg).fused_outputs)))
         return state
 
     start = session.restore_or_initialise(
@@ -211,6 +233,7 @@ class MlmTask:
                             train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T),
                             peak_flops(jax.devices()[0].device_kind))
         self.last, self.last_eval = {}, {}
+        self._logged_through = self._step = start
         # a mixture's sources: the loader state after each step's batch (batches run ahead of the steps),
         # and the sources already repeating (warned once, when their second pass begins)
         self._mixture = getattr(source, "source_rows", lambda state=None: {})
@@ -221,17 +244,33 @@ class MlmTask:
     summarize = staticmethod(summarize)
 
     def batches(self, start: int):
-        accum, step = self.recipe.train.accum_steps, start
-        for b in self.source:
+        accum, warmup, step = self.recipe.train.accum_steps, self.run.warmup, start
+        while True:
+            if warmup is None:
+                b = next(self.source, None)
+                if b is None:
+                    return
+                batch = {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}
+            else:  # batch-size warmup: step `step` (0-based) takes its count of micro-batches off the stream
+                parts = [next(self.source) for _ in range(warmup.micro_batches(step))]
+                batch = {k: np.stack([p[k] for p in parts]) for k in parts[0]}
             state, step = self.source.state(), step + 1
             if self._repeating is not None:
                 self._states[step] = state
-            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, state
+            yield batch, state
 
     def throughput(self):
+        """(tokens per step, T, FLOPs per token, peak); during a batch-size warmup the tokens per step are
+        the mean over the steps this log line covers (those since the last one)."""
+        warmup, first, step = self.run.warmup, self._logged_through + 1, self._step
+        if warmup is not None and first <= step:
+            sequences = sum(warmup.sequences(s - 1) for s in range(first, step + 1)) / (step - first + 1)
+            self._throughput = (sequences * self.recipe.data.seq_len, *self._throughput[1:])
+        self._logged_through = step
         return self._throughput
 
     def stepped(self, step: int) -> None:
+        self._step = step
         self.progress.step(step)
         state = self._states.get(step)
         for name, (read, rows) in (self._mixture(state) if state else {}).items():
@@ -252,6 +291,8 @@ class MlmTask:
         for old in [s for s in self._states if s < step]:  # stepped() and logged() of earlier steps are done
             del self._states[old]
         scalars["elapsed_s"] = round(time.time() - self.run.t0, 1)
+        if self.run.warmup is not None:
+            scalars["batch_size"] = self.run.warmup.sequences(step - 1)
         self.last = scalars
         self.progress.log_step(step, scalars)
 

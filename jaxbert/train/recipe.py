@@ -47,9 +47,14 @@ class ModelSection(ComputeSection):
     config: dict = dataclasses.field(default_factory=dict)  # fields of the family's config class over the preset
     model_class: str = "BertForMaskedLM"  # or BertForPreTraining (adds the NSP loss), RobertaForMaskedLM, ...
     init_from: Optional[str] = None  # checkpoint for continued pretraining (from_pretrained)
+    # init_from is a smaller model of the family: fill each larger param by centre tiling (ModernBERT-large
+    # from base, jaxbert.train.tiling); false: every param must have the model's shape
+    init_tile: bool = False
 
     def check(self, prefix: str = "model.") -> None:
         check_choice(f"{prefix}model_class", self.model_class, PRETRAINING_CLASSES)
+        if self.init_tile and not self.init_from:
+            raise RecipeError(f"{prefix}init_tile: true tiles the params of {prefix}init_from, which is not set")
         ComputeSection.check(self, prefix, auto=True)
 
 
@@ -166,8 +171,20 @@ class TrainSection:
     eval_every: int = 500  # 0 = only at the end
     eval_batches: int = 8  # held-out batches per evaluation (fixed masking); 0 = the whole split
     norm_metrics: bool = True  # log update_norm and param_norm too (two more reads of every param per step)
+    # batch-size warmup: the global batch (sequences) of the first step, growing linearly to the full
+    # batch over batch_warmup_tokens, in whole micro-batches (jaxbert.train.batch_warmup); null = off
+    batch_warmup_start: Optional[int] = None
+    batch_warmup_tokens: int = 0
 
     def check(self, prefix: str = "train.") -> None:
+        if self.batch_warmup_start is not None:
+            if self.accum_steps < 2:
+                raise RecipeError(f"{prefix}batch_warmup_start: the batch grows by micro-batches, but "
+                                  f"{prefix}accum_steps is {self.accum_steps}; give the full batch as "
+                                  f"micro-batches (accum_steps > 1)")
+            if self.batch_warmup_tokens < 1:
+                raise RecipeError(f"{prefix}batch_warmup_tokens: {self.batch_warmup_tokens}; the warmup needs "
+                                  f"the tokens it grows over (> 0)")
         check_ranges(prefix, {
             "steps": (self.steps, *AT_LEAST_1),
             "per_device_batch_size": (self.per_device_batch_size, lambda v: v >= 1, ">= 1 or auto"),
@@ -175,7 +192,8 @@ class TrainSection:
             "seed": (self.seed, lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
             "log_every": (self.log_every, *AT_LEAST_1),
             "eval_every": (self.eval_every, lambda v: v >= 0, ">= 0 (0: only at the end)"),
-            "eval_batches": (self.eval_batches, lambda v: v >= 0, ">= 0 (0: the whole validation split)")})
+            "eval_batches": (self.eval_batches, lambda v: v >= 0, ">= 0 (0: the whole validation split)"),
+            "batch_warmup_start": (self.batch_warmup_start, lambda v: v >= 1, ">= 1 (null: off)")})
 
 
 @dataclasses.dataclass

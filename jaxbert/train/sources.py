@@ -190,8 +190,13 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
 
 def check_fits(cfg, tok, data_dir, packing: str | None = None) -> None:
     """A model, tokenizer and prepared data that do not fit each other stop here, named."""
-    if family_of(cfg).pad_is_position_origin and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # positions count from [PAD]
+    folders = data_dir if isinstance(data_dir, list) else [data_dir]  # every source of a mixture
+    metas = [check_compatible(folder, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok), packing=packing)
+             for folder in folders]
+    # the pad id the data was prepared with: read beside the tokenizer's own files (RoBERTa's '<pad>'),
+    # which the data folder's tokenizer.json alone does not name
+    pad = metas[0].get("special_ids", {}).get("pad")
+    pad = special_token_ids(tok)["pad"] if pad is None else pad
+    if family_of(cfg).pad_is_position_origin and cfg.pad_token_id != pad:  # positions count from [PAD]
         raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
-                          f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
-    for folder in data_dir if isinstance(data_dir, list) else [data_dir]:  # every source of a mixture
-        check_compatible(folder, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok), packing=packing)
+                          f"is {pad}; a {cfg.model_type} model needs them equal")

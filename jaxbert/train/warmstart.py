@@ -17,6 +17,7 @@ import numpy as np
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import InputError
 from jaxbert.model.params import flatten, scan_params, unflatten, unscan_params
+from jaxbert.train.tiling import tile_params
 
 
 def load_source_params(path: str, model_class: str) -> dict:
@@ -40,17 +41,21 @@ def _is_layer_of(key: str, missing: set) -> bool:
                for i in range(len(parts) - 1) if parts[i] == "layer")
 
 
-def merge(fresh: dict, loaded: dict, scanned: bool, log=print) -> dict:
+def merge(fresh: dict, loaded: dict, scanned: bool, log=print, tile: bool = False,
+          fused_outputs: dict | None = None) -> dict:
     """fresh (the model's initialised params) with every leaf `loaded` has at the same path.
 
-    A leaf of a different shape is an error naming it. Returns host (NumPy) params
-    in fresh's layout (scanned or not).
+    A leaf of a different shape is an error naming it, unless `tile`: then loaded, a smaller
+    model of the family, fills fresh by centre tiling (jaxbert.train.tiling; fused_outputs as
+    the family's). Returns host (NumPy) params in fresh's layout (scanned or not).
     """
     fresh_flat = flatten(unscan_params(fresh) if scanned else fresh, sep="/")
     loaded_flat = flatten(loaded, sep="/")
     if "bert/embeddings/word_embeddings/embedding" not in loaded_flat and "embeddings/word_embeddings/embedding" in loaded_flat:
         # A bare BertModel checkpoint has no 'bert/' prefix.
         loaded_flat = {f"bert/{k}": v for k, v in loaded_flat.items()}
+    if tile:
+        loaded_flat = tile_params(fresh_flat, loaded_flat, fused_outputs)
     out, kept_fresh = {}, []
     for key, value in fresh_flat.items():
         if key in loaded_flat:

@@ -30,8 +30,10 @@ def _prepared(corpus, seq_len: int, nsp: bool, packing: str = "stream"):
     d, tok = corpus
     out = d / f"data-{seq_len}-{nsp}-{packing}"
     if not out.exists():
+        # rows of 8192 (ModernBERT's phases 2 and 3) take half the corpus for two held-out rows
         prepare.prepare([str(d / "docs.txt")], str(tok), str(out), max_length=seq_len,
-                        format="nsp" if nsp else "mlm", validation_fraction=0.1, progress=False,
+                        format="nsp" if nsp else "mlm", validation_fraction=0.1 if seq_len <= 1024 else 0.5,
+                        progress=False,
                         packing=packing)
     return str(out)
 

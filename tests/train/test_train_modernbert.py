@@ -101,9 +101,45 @@ def test_the_shipped_modernbert_recipes_load(name):
     if not name.endswith("demo"):
         o = recipe.optim
         lr = 8e-4 if name == "modernbert-base" else 5e-4  # the paper's large rate
-        assert (o.learning_rate, o.b1, o.b2, o.eps, o.decoupled_weight_decay, o.schedule) == (lr, 0.9, 0.98, 1e-6, 1e-5, "wsd")
+        # phase 1 is warmup then constant: the decay is phase 3's
+        assert (o.learning_rate, o.b1, o.b2, o.eps, o.decoupled_weight_decay, o.schedule) == (lr, 0.9, 0.98, 1e-6, 1e-5,
+                                                                                      "constant")
         assert o.clip_norm is None
         assert recipe.data.seq_len == 1024 and recipe.data.packing == "documents"
+        assert cfg.global_rope_theta == 10000.0
+        # large starts from base by centre tiling
+        assert recipe.model.init_tile == (name == "modernbert-large")
+        # batch-size warmup from 768 sequences over 50B tokens to the published batch (on 8 devices)
+        t = recipe.train
+        assert t.per_device_batch_size * 8 * t.accum_steps == (4608 if name == "modernbert-base" else 4928)
+        assert (t.batch_warmup_start, t.batch_warmup_tokens) == (768, 50 * 10**9)
+
+
+# The published phases 2 (context extension) and 3 (decay): (size, phase) -> lr, global batch, token budget
+PHASES = {("base", 2): (3e-4, 576, 250e9), ("base", 3): (3e-4, 576, 50e9),
+          ("large", 2): (5e-5, 616, 250e9), ("large", 3): (5e-5, 616, 50e9)}
+
+
+@pytest.mark.parametrize("size,phase", list(PHASES))
+def test_the_shipped_context_extension_and_decay_recipes_say_the_published_numbers(size, phase):
+    recipe = load_recipe(REPO / "configs" / "train" / f"modernbert-{size}-phase{phase}.yaml")
+    cfg = recipe.model_config(50368)
+    lr, batch, tokens = PHASES[size, phase]
+    assert (cfg.hidden_size, cfg.num_hidden_layers) == ((768, 22) if size == "base" else (1024, 28))
+    assert (cfg.global_rope_theta, cfg.local_rope_theta) == (160000.0, 10000.0)
+    assert recipe.data.seq_len == 8192 <= cfg.max_position_embeddings and recipe.data.mask_rate == 0.3
+    assert recipe.model.attention_impl == "auto"  # not the dense scores, which do not fit at 8192
+    o, t = recipe.optim, recipe.train
+    assert o.learning_rate == lr and o.warmup_steps == 0 and o.name == "stable_adamw"
+    # on the 8 devices the comments count: the published global batch
+    assert t.per_device_batch_size * 8 * t.accum_steps == batch
+    assert abs(t.steps * batch * 8192 / tokens - 1) < 0.02
+    source = f"runs/modernbert-{size}" + ("" if phase == 2 else "-phase2")
+    assert recipe.model.init_from == source and not recipe.model.init_tile
+    if phase == 2:
+        assert o.schedule == "constant"
+    else:
+        assert (o.schedule, o.decay_fraction, o.end_lr_factor) == ("1-sqrt", 1.0, 0.001)
 
 
 def test_stable_adamw_is_adamw_until_a_tensor_spikes():

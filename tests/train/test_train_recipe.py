@@ -122,6 +122,17 @@ def test_schedules_hit_their_corners():
     assert [float(s(t)) for t in (5, 50, 88, 99, 110)] == pytest.approx([1.0, 2.0, 2.0, 1.1, 0.2], abs=1e-5)
 
 
+def test_one_minus_sqrt_decay_hits_hand_computed_values():
+    # warmup 20 to peak 2, hold until 200 - 100 = 100, then 2e-3 + (2 - 2e-3) * (1 - sqrt((t - 100) / 100))
+    s = make_schedule(OptimSection(learning_rate=2.0, warmup_steps=20, schedule="1-sqrt",
+                                   decay_fraction=0.5, end_lr_factor=0.001), 200)
+    assert [float(s(t)) for t in (10, 50, 100, 125, 164, 181, 200)] == pytest.approx(
+        [1.0, 2.0, 2.0, 1.001, 0.4016, 0.2018, 0.002], abs=1e-5)
+    # ModernBERT's decay phase: the whole run decays from the peak, no warmup
+    s = make_schedule(OptimSection(learning_rate=3e-4, schedule="1-sqrt", decay_fraction=1.0), 400)
+    assert [float(s(t)) for t in (0, 100, 256, 400)] == pytest.approx([3e-4, 1.5e-4, 6e-5, 0.0], abs=1e-9)
+
+
 def test_schedules_run_in_float64_under_x64():
     """optax counts in int32, and int32 / int is float32 even with x64 on: the schedule
     must not hand a float64 run float32 learning rates (5e-4 in float32 is 5.0000002e-4)."""

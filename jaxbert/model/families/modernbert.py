@@ -45,4 +45,5 @@ MODERNBERT = Family(
     # transformers' eager path takes its softmax in float32 even in a float64 model; sdpa stays float64
     reference_attention="sdpa", parity_length=_parity_length,
     segment_ids=True,  # packed documents: per-document masks (global and sliding) and RoPE positions
-    token_types=False)  # no token-type table: transformers' tokenizer gives input_ids, attention_mask
+    token_types=False,
+    fused_outputs={"Wqkv": 3, "Wi": 2})  # q, k, v side by side; GeGLU's input and gate halves  # no token-type table: transformers' tokenizer gives input_ids, attention_mask

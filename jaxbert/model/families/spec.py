@@ -69,6 +69,8 @@ class Family:
       parity_length: config -> the length the longest parity input should reach (past a local
         attention window), or None.
       segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
+      fused_outputs: param module name -> how many equal blocks its output axis joins (ModernBERT's
+        Wqkv: 3), so that centre tiling (jaxbert.train.tiling) fills each block from its own.
       token_types: its models read token_type_ids (BERT's segment embeddings); where not (ModernBERT)
         they are ignored, and an exported tokenizer's model_input_names leaves them out, so that
         transformers' tokenizer and pipelines do not feed them.
@@ -109,6 +111,7 @@ class Family:
     parity_length: Optional[Callable] = None
     segment_ids: bool = True
     token_types: bool = True
+    fused_outputs: dict = dataclasses.field(default_factory=dict)
 
     @property
     def builds_on_bert(self) -> bool:
