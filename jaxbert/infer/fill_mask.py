@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxbert import fs
 from jaxbert.convert import from_pretrained, tokenizer_path
+from jaxbert.convert.pretrained import family_class
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 
@@ -28,7 +29,9 @@ def load_for_fill_mask(model: str | Path):
     if tok_dir is None:
         raise InputError(f"{model}: no tokenizer beside it (tokenizer.json or vocab.txt), "
                          "or a run trained on synthetic data")
-    module, params = from_pretrained(model, model_class="BertForMaskedLM")
+    # the family's masked LM (BertForMaskedLM, RobertaForMaskedLM, ModernBertForMaskedLM) reads the
+    # MLM head of any of its classes that has one
+    module, params = from_pretrained(model, model_class=family_class(model, "ForMaskedLM", "fill-mask"))
     return module, params, load_tokenizer(tok_dir)
 
 

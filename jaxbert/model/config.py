@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 from jaxbert import fs
 from jaxbert.errors import ConfigError  # noqa: F401 (its public home is here too)
-from jaxbert.model.activations import ACTIVATIONS  # noqa: F401 (also read from here)
+from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config
 from jaxbert.model.families import BY_MODEL_TYPE, FAMILIES, Family, family_of
-from jaxbert.fs import atomic_write_text
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
 # config.json model_type values BertConfig reads: the families built on BERT's modules (jaxbert.model.families);
@@ -31,8 +29,8 @@ PRESETS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
+@hf_config
+class BertConfig(HFConfig):
     """transformers' BertConfig. ``BertConfig()`` is bert-base-uncased."""
 
     vocab_size: int = 30522
@@ -63,46 +61,22 @@ class BertConfig:
     # Every other key of config.json, kept verbatim for the round trip.
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
-        self._check_types()
-        id2label = self.id2label
-        if id2label is None:
-            n = 2 if self.num_labels is None else self.num_labels
-            id2label = {i: f"LABEL_{i}" for i in range(n)}
-        id2label = {int(k): str(v) for k, v in id2label.items()}
-        label2id = {str(k): int(v) for k, v in (self.label2id or {}).items()}
-        if set(label2id) != set(id2label.values()):  # missing, or left over from other labels
-            label2id = {v: k for k, v in id2label.items()}
-        object.__setattr__(self, "id2label", id2label)
-        object.__setattr__(self, "label2id", label2id)
-        object.__setattr__(self, "num_labels", len(id2label))
-        object.__setattr__(self, "extra", dict(self.extra))
-        self.validate()
+    FIELD_TYPES = {
+        **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
+                         "num_labels"), int),
+        **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+                         "layer_norm_eps", "classifier_dropout"), float),
+        **dict.fromkeys(("use_cache", "is_decoder", "add_cross_attention", "tie_word_embeddings"), bool),
+        "hidden_act": str, "position_embedding_type": str,
+        "id2label": Mapping, "label2id": Mapping, "extra": Mapping,
+    }
+    OPTIONAL = frozenset({"pad_token_id", "num_labels", "classifier_dropout", "id2label", "label2id"})
+    DEFAULT_MODEL_TYPE = "bert"
 
-    def _check_types(self) -> None:
-        """Each field's JSON type, before anything uses it: "false" is not a bool, "12" not an int."""
-        for f in dataclasses.fields(self):
-            value, kind = getattr(self, f.name), _FIELD_TYPES.get(f.name)
-            if kind is None or (value is None and f.name in _OPTIONAL):
-                continue
-            if kind is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif kind is float:
-                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                      and math.isfinite(value))
-            else:
-                ok = isinstance(value, kind)
-            if not ok:
-                raise ConfigError(f"{f.name} must be {_TYPE_NAMES[kind]}, got {value!r}")
-        if isinstance(self.id2label, Mapping):
-            for k in self.id2label:
-                if not (isinstance(k, int) and not isinstance(k, bool)) and not (
-                        isinstance(k, str) and k.lstrip("-").isdigit()):
-                    raise ConfigError(f"id2label keys must be integers, got {k!r}")
-        if isinstance(self.label2id, Mapping):
-            for v in self.label2id.values():
-                if isinstance(v, bool) or not isinstance(v, int):
-                    raise ConfigError(f"label2id values must be integers, got {v!r}")
+    def __post_init__(self):
+        self._init_labels()
+        self.validate()
 
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -135,16 +109,7 @@ class BertConfig:
         if self.model_type not in MODEL_TYPES:
             raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
         self.family.check_config(self)
-        if self.num_labels <= 0:
-            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
-
-    def __hash__(self):
-        # Modules hold the config and may be jit static arguments, so it must hash.
-        return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        self._check_labels()
 
     @property
     def family(self) -> Family:
@@ -174,26 +139,6 @@ class BertConfig:
     def architectures(self) -> list[str] | None:
         return self.extra.get("architectures")
 
-    def replace(self, **changes) -> "BertConfig":
-        if "num_labels" in changes and "id2label" not in changes:
-            changes.update(id2label=None, label2id=None)  # relabel LABEL_0 .. LABEL_{n-1}
-        return dataclasses.replace(self, **changes)
-
-    def with_overrides(self, overrides: Mapping[str, Any], vocab_size: int | None = None,
-                       model_class: str | None = None) -> "BertConfig":
-        """This config with ``overrides`` (BertConfig fields) over it, then ``vocab_size``
-        unless the overrides set it, and ``architectures`` = [model_class] when given."""
-        known = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
-        for key in overrides:
-            if key not in known:
-                raise ConfigError(f"{key}: not a BertConfig field")
-        data = dict(self.to_dict(), **overrides)
-        if vocab_size is not None and "vocab_size" not in overrides:
-            data["vocab_size"] = vocab_size
-        if model_class is not None:
-            data["architectures"] = [model_class]
-        return BertConfig.from_dict(data)
-
     # ---- config.json -------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BertConfig":
@@ -201,42 +146,7 @@ class BertConfig:
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert reads "
                               f"{', '.join(map(repr, SUPPORTED_MODEL_TYPES))}")
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        extra = {k: v for k, v in data.items() if k not in known}
-        if "id2label" in kwargs and kwargs["id2label"] is not None:
-            kwargs["num_labels"] = None  # id2label decides
-        return cls(**kwargs, extra=extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.extra)
-        for f in dataclasses.fields(self):
-            if f.name == "extra":
-                continue
-            value = getattr(self, f.name)
-            if f.name == "id2label":
-                value = {str(k): v for k, v in value.items()}
-            if f.name == "num_labels":
-                continue  # transformers derives it from id2label
-            out[f.name] = value
-        return out
-
-    @classmethod
-    def from_json_file(cls, path: str | Path) -> "BertConfig":
-        path = fs.as_path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read config {path}: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config {path} is not a JSON object")
-        try:
-            return cls.from_dict(data)
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from e
-
-    def to_json_file(self, path: str | Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        return super().from_dict(data)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path) -> "BertConfig":
@@ -249,19 +159,8 @@ class BertConfig:
         return cls.from_json_file(path)
 
 
-_FIELD_TYPES = {
-    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
-                     "num_labels"), int),
-    **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
-                     "layer_norm_eps", "classifier_dropout"), float),
-    **dict.fromkeys(("use_cache", "is_decoder", "add_cross_attention", "tie_word_embeddings"), bool),
-    "hidden_act": str, "position_embedding_type": str,
-    "id2label": Mapping, "label2id": Mapping, "extra": Mapping,
-}
-_OPTIONAL = {"pad_token_id", "num_labels", "classifier_dropout", "id2label", "label2id"}
-_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
-               Mapping: "a JSON object"}
+
+
 def bert_class_name(name: str) -> str:
     """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel'."""
     for family in FAMILIES.values():

@@ -32,6 +32,24 @@ def family_of_class(name: str) -> Family | None:
     return None
 
 
+def family_of_params(params) -> Family:
+    """The family whose model a param tree is, for code handed only a tree (a checkpoint's): the
+    family whose encoder name it holds, else whose word-embedding table it has at its top (a bare
+    encoder); KeyError naming what it looked for."""
+    tree = params.get("params", params)
+    for family in FAMILIES.values():
+        if family.prefix in tree:
+            return family
+    for family in FAMILIES.values():
+        try:
+            family.word_embeddings(tree)
+        except (KeyError, TypeError, AttributeError):
+            continue
+        return family
+    raise KeyError(f"the params hold no encoder of a known family (looked for "
+                   f"{', '.join(f.prefix + '/' + f.embedding_path for f in FAMILIES.values())})")
+
+
 def config_class_of(model_type: str):
     """The config class of a model_type's family (None: BertConfig, which the caller holds)."""
     family = BY_MODEL_TYPE.get(model_type)
@@ -43,4 +61,4 @@ def pretraining_classes() -> tuple:
     return tuple(c for f in FAMILIES.values() for c in f.pretraining_classes)
 
 
-__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "config_class_of", "family_of", "family_of_class", "pretraining_classes"]
+__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "config_class_of", "family_of", "family_of_class", "family_of_params", "pretraining_classes"]

@@ -9,7 +9,38 @@ tokenizer check, the recipe's class list) asks the config's family instead
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Callable, Optional
+
+
+class Ref(str):
+    """A family member named "module:attribute", imported when first read: a family's entry stays
+    data, so that reading a config (which asks its family) loads no model code."""
+
+    def load(self):
+        module, _, attr = self.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerStack:
+    """Where an encoder keeps its layers in the param tree.
+
+    Per layer they are ``container/0``, ``container/1``, ...; scanned (nn.scan), the layers from
+    ``first`` on are one stack with a leading layer axis: ``container`` itself when ``stack`` is
+    empty (BERT's ``encoder/layer``), else ``container/stack`` beside the layers before ``first``
+    (ModernBERT's ``layers/0`` and ``layers/scan``).
+    """
+
+    container: str
+    stack: str = ""
+    first: int = 0
+
+    def is_scanned(self, layers) -> bool:
+        """Whether a ``container`` dict holds the scanned stack."""
+        if self.stack:
+            return self.stack in layers
+        return bool(layers) and not all(str(k).isdigit() for k in layers)
 
 
 def _no_check(config) -> None:
@@ -69,6 +100,8 @@ class Family:
       parity_length: config -> the length the longest parity input should reach (past a local
         attention window), or None.
       segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
+      embedding_path: the word-embedding table's path under the encoder's params.
+      layer_stack: the encoder's layers in the param tree, per layer and scanned (LayerStack).
       token_types: its models read token_type_ids (BERT's segment embeddings); where not (ModernBERT)
         they are ignored, and an exported tokenizer's model_input_names leaves them out, so that
         transformers' tokenizer and pipelines do not feed them.
@@ -109,11 +142,17 @@ class Family:
     parity_length: Optional[Callable] = None
     segment_ids: bool = True
     token_types: bool = True
+    embedding_path: str = "embeddings/word_embeddings/embedding"
+    layer_stack: LayerStack = LayerStack("layer")
+
+    def __getattribute__(self, name):
+        value = object.__getattribute__(self, name)
+        return value.load() if type(value) is Ref else value
 
     @property
     def builds_on_bert(self) -> bool:
         """Whether its classes are BERT's modules under its names (BERT, RoBERTa) rather than its own."""
-        return self.build is None
+        return object.__getattribute__(self, "build") is None  # without importing the family's modules
 
     def class_prefix(self, model_type: str) -> str:
         return self.class_prefixes[model_type]
@@ -121,6 +160,26 @@ class Family:
     def needs(self) -> str:
         """The model types it takes, as a message says them: "'roberta' or 'xlm-roberta'"."""
         return " or ".join(repr(t) for t in self.model_types)
+
+    def class_of(self, model_type: str, suffix: str) -> str | None:
+        """Its class with a head suffix ("ForMaskedLM") under a model type's spelling; None where it has no such head."""
+        return self.class_prefix(model_type) + suffix if suffix in self.heads else None
+
+    def mlm_class(self, model_type: str) -> str:
+        """The masked-LM class (BertForMaskedLM, RobertaForMaskedLM, ModernBertForMaskedLM): fill-mask,
+        pretraining's showcase and trajectory parity read the MLM head of any class through it."""
+        return self.class_of(model_type, "ForMaskedLM")
+
+    def decoder_class(self, model_type: str) -> str | None:
+        """The causal-LM class `generate` runs (BertLMHeadModel), or None where the family has none."""
+        return self.class_of(model_type, "LMHeadModel")
+
+    def word_embeddings(self, params):
+        """The word-embedding table [V, H] of a param tree of any of its classes (bare encoder or head class)."""
+        node = params.get(self.prefix, params)
+        for name in self.embedding_path.split("/"):
+            node = node[name]
+        return node
 
     def class_names(self) -> tuple:
         """Every class name of the family, under each of its spellings."""
