@@ -16,12 +16,12 @@ from typing import Any, Mapping
 from jaxbert import fs
 from jaxbert.errors import ConfigError  # noqa: F401 (its public home is here too)
 from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config
-from jaxbert.model.families import BY_MODEL_TYPE, FAMILIES, Family, family_of
+from jaxbert.model.families import BY_MODEL_TYPE, Family, config_classes, family_of, root_class_name, root_of
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
 # config.json model_type values BertConfig reads: the families built on BERT's modules (jaxbert.model.families);
 # a family with a config class of its own (ModernBERT) is read by that class.
-MODEL_TYPES = tuple(t for t, f in BY_MODEL_TYPE.items() if f.builds_on_bert)
+MODEL_TYPES = tuple(t for t, f in BY_MODEL_TYPE.items() if f.names_config(f"{__name__}:BertConfig"))
 SUPPORTED_MODEL_TYPES = MODEL_TYPES
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
@@ -127,9 +127,9 @@ class BertConfig(HFConfig):
 
     def class_name(self, name: str) -> str:
         """A class name in this config's family: 'BertForMaskedLM' -> 'RobertaForMaskedLM'."""
-        suffix = bert_class_name(name)[len("Bert"):]
         family = self.family
         prefix = family.class_prefix(self.model_type)
+        suffix = _suffix(name, family)
         if suffix not in family.heads:
             raise ConfigError(f"model_type {self.model_type!r} has no {prefix}{suffix}; its classes are "
                               f"{tuple(prefix + s for s in family.heads)}")
@@ -161,31 +161,28 @@ class BertConfig(HFConfig):
 
 
 
+def _suffix(name: str, family: Family) -> str:
+    """A class name less the class prefix of any family on the same modules ('XLMRobertaModel' -> 'Model')."""
+    root = root_of(family)
+    prefixes = {p for f in BY_MODEL_TYPE.values() if root_of(f) is root for p in f.class_prefixes.values()}
+    prefix = max((p for p in prefixes if name.startswith(p)), key=len, default="")
+    return name[len(prefix):]
+
+
 def bert_class_name(name: str) -> str:
-    """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel'."""
-    for family in FAMILIES.values():
-        if not family.builds_on_bert:
-            continue  # its classes are its own (ModernBertModel is not a BertModel)
-        for prefix in family.class_prefixes.values():
-            if name.startswith(prefix) and prefix != "Bert":
-                return "Bert" + name[len(prefix):]
-    return name
+    """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel' (jaxbert.model.families.root_class_name)."""
+    return root_class_name(name)
 
 
 def position_limit(config) -> int:
-    """The longest sequence a config's model takes: its family's limit, else the position table's rows
-    less where the family's positions start (RoBERTa: pad_token_id + 1)."""
-    family = family_of(config)
-    if family.position_limit is not None:
-        return family.position_limit(config)
-    return config.max_position_embeddings - family.position_offset(config)
+    """The longest sequence a config's model takes (its family's position_limit)."""
+    return family_of(config).position_limit(config)
 
 
 def read_config_dict(data: Mapping[str, Any]):
     """A config.json's contents -> the config class its model_type's family reads (BertConfig by default)."""
-    config_class = BY_MODEL_TYPE[data["model_type"]].config_class if data.get("model_type") in BY_MODEL_TYPE \
-        else None
-    return (config_class or BertConfig).from_dict(data)
+    family = BY_MODEL_TYPE.get(data.get("model_type", BertConfig.DEFAULT_MODEL_TYPE))
+    return (family.config_class if family is not None else BertConfig).from_dict(data)
 
 
 def read_config(path):
@@ -197,8 +194,8 @@ def read_config(path):
         model_type = json.loads(path.read_text()).get("model_type")
     except (OSError, ValueError, AttributeError):
         model_type = None  # BertConfig.from_json_file reports what is wrong with the file
-    config_class = BY_MODEL_TYPE[model_type].config_class if model_type in BY_MODEL_TYPE else None
-    return (config_class or BertConfig).from_json_file(path)
+    family = BY_MODEL_TYPE.get(model_type if isinstance(model_type, str) else BertConfig.DEFAULT_MODEL_TYPE)
+    return (family.config_class if family is not None else BertConfig).from_json_file(path)
 
 
 def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: int | None = None,
@@ -209,7 +206,7 @@ def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: 
     ``model_type`` there picks the family), then ``vocab_size`` unless the overrides set it, and
     ``architectures`` = [model_class]. Raises ConfigError naming a field the class does not have."""
     base_type = preset_or_path if isinstance(preset_or_path, str) else None
-    if base_type in BY_MODEL_TYPE and BY_MODEL_TYPE[base_type].config_class is not None:
+    if base_type in BY_MODEL_TYPE and BY_MODEL_TYPE[base_type].config_class is not BertConfig:
         data = {"model_type": base_type}
     elif str(preset_or_path) in PRESETS:
         data = preset(str(preset_or_path)).to_dict()
@@ -218,7 +215,7 @@ def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: 
     model_type = overrides.get("model_type", data.get("model_type", "bert"))
     if model_type not in BY_MODEL_TYPE:
         raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert builds {tuple(BY_MODEL_TYPE)}")
-    config_class = BY_MODEL_TYPE[model_type].config_class or BertConfig
+    config_class = BY_MODEL_TYPE[model_type].config_class
     if data.get("model_type", "bert") != model_type and config_class is not BertConfig:
         data = {"model_type": model_type}  # another family's preset says nothing of this one's config
     known = {f.name for f in dataclasses.fields(config_class)} - {"extra"}
@@ -231,11 +228,6 @@ def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: 
     if model_class is not None:
         data["architectures"] = [model_class]
     return config_class.from_dict(data)
-
-
-def config_classes() -> tuple:
-    """Every config class of the registered families."""
-    return tuple(dict.fromkeys(f.config_class or BertConfig for f in FAMILIES.values()))
 
 
 def preset(name: str) -> BertConfig:

@@ -32,6 +32,31 @@ def family_of_class(name: str) -> Family | None:
     return None
 
 
+def root_of(family: Family) -> Family:
+    """The family whose own classes a family's are (RoBERTa -> BERT; BERT, ModernBERT -> themselves)."""
+    while family.builds_on:
+        family = FAMILIES[family.builds_on]
+    return family
+
+
+def root_class_name(name: str) -> str:
+    """The class a family's class is built from, in the family that owns the modules:
+    'XLMRobertaForMaskedLM' -> 'BertForMaskedLM'; a class of a family with its own classes is itself."""
+    family = family_of_class(name)
+    if family is None or not family.builds_on:
+        return name
+    root = root_of(family)
+    for prefix in sorted(set(family.class_prefixes.values()), key=len, reverse=True):
+        if name.startswith(prefix):
+            return root.class_prefix(root.model_types[0]) + name[len(prefix):]
+    return name
+
+
+def config_classes() -> tuple:
+    """Every config class of the registered families."""
+    return tuple(dict.fromkeys(f.config_class for f in FAMILIES.values()))
+
+
 def family_of_params(params) -> Family:
     """The family whose model a param tree is, for code handed only a tree (a checkpoint's): the
     family whose encoder name it holds, else whose word-embedding table it has at its top (a bare
@@ -50,15 +75,10 @@ def family_of_params(params) -> Family:
                    f"{', '.join(f.prefix + '/' + f.embedding_path for f in FAMILIES.values())})")
 
 
-def config_class_of(model_type: str):
-    """The config class of a model_type's family (None: BertConfig, which the caller holds)."""
-    family = BY_MODEL_TYPE.get(model_type)
-    return None if family is None else family.config_class
-
-
 def pretraining_classes() -> tuple:
     """The classes an MLM pretraining recipe may name, over every family."""
     return tuple(c for f in FAMILIES.values() for c in f.pretraining_classes)
 
 
-__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "config_class_of", "family_of", "family_of_class", "family_of_params", "pretraining_classes"]
+__all__ = ["BY_MODEL_TYPE", "FAMILIES", "MODEL_TYPES", "Family", "config_classes", "family_of", "family_of_class",
+           "family_of_params", "root_class_name", "root_of", "pretraining_classes"]

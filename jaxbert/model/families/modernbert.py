@@ -36,7 +36,6 @@ MODERNBERT = Family(
     pretraining_classes=("ModernBertForMaskedLM",),
     config_class=Ref(f"{_PKG}.config:ModernBertConfig"), model_classes=Ref(f"{_PKG}.heads:MODEL_CLASSES"),
     build=Ref(f"{_PKG}:build"), table=Ref(f"{_PKG}.table:family_table"),
-    params_scanned=Ref(f"{_PKG}.table:is_scanned"), dummy_inputs=Ref(f"{_PKG}:dummy_inputs"),
     infer_class=Ref(f"{_PKG}:infer_class"), non_embedding_params=Ref(f"{_PKG}:non_embedding_params"),
     attended_positions=Ref(f"{_PKG}:attended_positions"),
     position_limit=lambda config: config.max_position_embeddings,  # rotary: no position table to run out of

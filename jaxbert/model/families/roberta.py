@@ -6,6 +6,7 @@ Its modules (the heads, the position ids) are in roberta_modules, read when a mo
 from __future__ import annotations
 
 from jaxbert.errors import ConfigError
+from jaxbert.model.families import bert
 from jaxbert.model.families.spec import Family, Ref
 
 _MODULES = "jaxbert.model.families.roberta_modules"
@@ -18,6 +19,11 @@ def _mlm_rows(c) -> list:
     if not c.tie_word_embeddings:
         rows.append(("lm_head.decoder", "dense_nobias", (H, c.vocab_size)))
     return rows
+
+
+def _offset(config) -> int:
+    """Rows of the position table before the first position: pad_token_id + 1."""
+    return (config.pad_token_id or 0) + 1
 
 
 def _check(config) -> None:
@@ -36,10 +42,14 @@ ROBERTA = Family(
     heads=("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
            "ForMultipleChoice"),
     mlm_rows=_mlm_rows, mlm_decoder="lm_head.decoder", mlm_bias="lm_head.bias",
-    position_offset=lambda config: (config.pad_token_id or 0) + 1, position_ids=Ref(f"{_MODULES}:position_ids"),
+    position_offset=_offset, position_ids=Ref(f"{_MODULES}:position_ids"),
     zero_position_pad=True, check_config=_check, pad_is_position_origin=True,
     mlm_head=Ref(f"{_MODULES}:RobertaLMHead"), mlm_head_name="lm_head",
     seq_classifier=Ref(f"{_MODULES}:RobertaClassificationHead"),
     seq_classifier_rows=lambda c: [("classifier.dense", "dense", (c.hidden_size, c.hidden_size)),
                                    ("classifier.out_proj", "dense", (c.hidden_size, c.num_labels))],
-    pretraining_classes=("RobertaForMaskedLM", "XLMRobertaForMaskedLM"))
+    pretraining_classes=("RobertaForMaskedLM", "XLMRobertaForMaskedLM"),
+    builds_on="bert", config_class=Ref("jaxbert.model.config:BertConfig"),
+    model_classes=Ref(f"{_MODULES}:MODEL_CLASSES"), build=Ref("jaxbert.model.heads:build_bert_class"),
+    non_embedding_params=bert.non_embedding_params, attended_positions=bert.attended_positions,
+    position_limit=lambda c: c.max_position_embeddings - _offset(c))

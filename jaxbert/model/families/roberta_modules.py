@@ -1,4 +1,6 @@
-"""RoBERTa's own modules on BERT's encoder: its position ids, its MLM head, its sequence classifier."""
+"""RoBERTa's own modules on BERT's encoder: its position ids, its MLM head, its sequence classifier,
+and its classes: BERT's, under RoBERTa's and XLM-RoBERTa's names (the config decides the layout:
+the encoder under "roberta", the MLM head "lm_head", the classifier on the first token)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ import jax.numpy as jnp
 
 from jaxbert.model.activations import gelu_exact
 from jaxbert.model.base import Array, BertModule
+from jaxbert.model.bert import BertModel
+from jaxbert.model.heads import (BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
+                                 BertForSequenceClassification, BertForTokenClassification)
 
 
 def roberta_positions(input_ids: Array, pad_id: int) -> Array:
@@ -53,3 +58,58 @@ class RobertaClassificationHead(BertModule):
 def position_ids(input_ids: Array, config) -> Array:
     """The family's position ids for a config: counted from its pad_token_id."""
     return roberta_positions(input_ids, config.pad_token_id)
+
+
+class RobertaModel(BertModel):
+    """BertModel for a roberta config."""
+
+
+class XLMRobertaModel(BertModel):
+    """BertModel for a xlm-roberta config."""
+
+
+class RobertaForMaskedLM(BertForMaskedLM):
+    """BertForMaskedLM for a roberta config."""
+
+
+class XLMRobertaForMaskedLM(BertForMaskedLM):
+    """BertForMaskedLM for a xlm-roberta config."""
+
+
+class RobertaForSequenceClassification(BertForSequenceClassification):
+    """BertForSequenceClassification for a roberta config."""
+
+
+class XLMRobertaForSequenceClassification(BertForSequenceClassification):
+    """BertForSequenceClassification for a xlm-roberta config."""
+
+
+class RobertaForTokenClassification(BertForTokenClassification):
+    """BertForTokenClassification for a roberta config."""
+
+
+class XLMRobertaForTokenClassification(BertForTokenClassification):
+    """BertForTokenClassification for a xlm-roberta config."""
+
+
+class RobertaForQuestionAnswering(BertForQuestionAnswering):
+    """BertForQuestionAnswering for a roberta config."""
+
+
+class XLMRobertaForQuestionAnswering(BertForQuestionAnswering):
+    """BertForQuestionAnswering for a xlm-roberta config."""
+
+
+class RobertaForMultipleChoice(BertForMultipleChoice):
+    """BertForMultipleChoice for a roberta config."""
+
+
+class XLMRobertaForMultipleChoice(BertForMultipleChoice):
+    """BertForMultipleChoice for a xlm-roberta config."""
+
+
+MODEL_CLASSES = {cls.__name__: cls for cls in (
+    RobertaModel, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaForTokenClassification,
+    RobertaForQuestionAnswering, RobertaForMultipleChoice,
+    XLMRobertaModel, XLMRobertaForMaskedLM, XLMRobertaForSequenceClassification, XLMRobertaForTokenClassification,
+    XLMRobertaForQuestionAnswering, XLMRobertaForMultipleChoice)}

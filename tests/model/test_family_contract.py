@@ -1,0 +1,135 @@
+"""The family contract: every registered family answers what callers used to re-derive (its MLM
+class, its word embeddings, its layer layout), the public face lists every family's classes, a
+config loads no jax, and every verb on a BERT, a RoBERTa and a ModernBERT directory (tiny, made by
+transformers) works or refuses in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import jaxbert
+from jaxbert.cli.main import main
+from jaxbert.model.families import FAMILIES, family_of_params
+from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.options import ModelOptions
+from jaxbert.model.params import flatten, scan_params, unscan_params
+from tests.helpers.runs import REPO, write_recipe
+
+MODERNBERT_SMALL = dict(model_type="modernbert", vocab_size=64, hidden_size=16, intermediate_size=24,
+                        num_hidden_layers=3, num_attention_heads=2, global_attn_every_n_layers=2,
+                        local_attention=4, max_position_embeddings=32, pad_token_id=0)
+
+
+def test_a_config_loads_no_jax():
+    """`python -X importtime -c "from jaxbert import BertConfig"` lists no jax or flax module, and
+    building a BERT and a RoBERTa config after it imports none either."""
+    code = ("from jaxbert import BertConfig\n"
+            "BertConfig(); BertConfig(model_type='roberta', pad_token_id=1)\n")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+    assert "jaxbert.model.config" in imported  # the check reads the real import log
+    heavy = [m for m in imported if m.split(".")[0] in ("jax", "jaxlib", "flax", "optax", "orbax")]
+    assert heavy == []
+
+
+def test_the_face_and_model_types_come_from_the_registry():
+    from jaxbert import ModernBertConfig, ModernBertForMaskedLM
+    assert ModernBertForMaskedLM.__name__ == "ModernBertForMaskedLM" and ModernBertConfig().model_type == "modernbert"
+    assert jaxbert.MODEL_TYPES == tuple(t for f in FAMILIES.values() for t in f.model_types)
+    assert "modernbert" in jaxbert.MODEL_TYPES
+    names = set(jaxbert.__all__)
+    for family in FAMILIES.values():
+        assert set(family.class_names()) <= names, family.name
+        for model_type in family.model_types:
+            assert getattr(jaxbert, family.mlm_class(model_type)).__name__ == family.mlm_class(model_type)
+    with pytest.raises(AttributeError, match="no attribute 'NotAFamilyModel'"):
+        jaxbert.NotAFamilyModel  # noqa: B018
+
+
+def _config(family, model_type):
+    if family.name == "modernbert":
+        return family.config_class.from_dict(MODERNBERT_SMALL)
+    return family.config_class(vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
+                               intermediate_size=24, max_position_embeddings=40, model_type=model_type,
+                               pad_token_id=1)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_every_family_finds_its_embeddings_and_scans_its_layers(name):
+    family = FAMILIES[name]
+    config = _config(family, family.model_types[0])
+    mlm = family.mlm_class(config.model_type)
+    per_layer = build_model(mlm, config).init(jax.random.key(0), *dummy_inputs(mlm, 1, 6))["params"]
+    scanned = build_model(mlm, config, ModelOptions(scan_layers=True)).init(
+        jax.random.key(0), *dummy_inputs(mlm, 1, 6))["params"]
+    assert family_of_params(per_layer) is family
+    assert family.word_embeddings(per_layer).shape == (64, 16)
+    assert family.word_embeddings(per_layer[family.prefix]).shape == (64, 16)  # a bare encoder's tree
+    stacks = (family.layer_stack,)
+    split = unscan_params(scanned, stacks)
+    # the scanned params, split, have every per-layer path and shape; stacked again, the scanned tree back
+    assert {k: v.shape for k, v in flatten(split, "/").items()} == {k: v.shape for k, v in flatten(per_layer, "/").items()}
+    again = flatten(scan_params(split, stacks), "/")
+    assert again.keys() == flatten(scanned, "/").keys()
+    assert all(np.array_equal(again[k], v) for k, v in flatten(scanned, "/").items())
+
+
+def test_readers_flatten_a_scanned_modernbert_as_its_per_layer_keys():
+    from jaxbert.convert import params_to_state_dict
+    from jaxbert.convert.readers import TreeSource
+    family = FAMILIES["modernbert"]
+    config = family.config_class.from_dict(MODERNBERT_SMALL)
+    scanned = build_model("ModernBertForMaskedLM", config, ModelOptions(scan_layers=True)).init(
+        jax.random.key(0), *dummy_inputs("ModernBertForMaskedLM", 1, 6))["params"]
+    ours = dict(TreeSource(scanned, "test").items())
+    reference = params_to_state_dict(unscan_params(scanned, (family.layer_stack,)), config, "ModernBertForMaskedLM")
+    assert "model.layers.2.attn.Wqkv.weight" in ours and "model.layers.0.mlp.Wo.weight" in ours
+    for key, value in ours.items():
+        if key in reference:
+            np.testing.assert_array_equal(np.asarray(value), np.asarray(reference[key]), err_msg=key)
+
+
+def test_trajectory_parity_gives_roberta_its_own_mlm_head():
+    from jaxbert.parity.trajectory import mlm_model
+    config = _config(FAMILIES["roberta"], "roberta")
+    classifier = build_model("RobertaForSequenceClassification", config)
+    params = classifier.init(jax.random.key(0), *dummy_inputs("RobertaForSequenceClassification", 1, 6))["params"]
+    mlm, p = mlm_model(classifier, params)
+    assert type(mlm).__name__ == "RobertaForMaskedLM"
+    assert set(p) == {"roberta", "lm_head"}  # the classifier left out, a fresh lm_head
+    np.testing.assert_array_equal(p["roberta"]["embeddings"]["word_embeddings"]["embedding"],
+                                  params["roberta"]["embeddings"]["word_embeddings"]["embedding"])
+    logits = mlm.apply({"params": p}, *dummy_inputs("RobertaForMaskedLM", 1, 6)).logits
+    assert logits.shape == (1, 6, 64)
+
+
+def test_a_modernbert_pretraining_workdir_is_read_by_every_verb(tmp_path, capsys):
+    """2 steps of a tiny ModernBERT pretraining; then export, convert, parity and finetune --model read it."""
+    recipe = write_recipe(tmp_path / "mb.yaml", model={
+        "preset": "modernbert", "model_class": "ModernBertForMaskedLM",
+        "config": {k: v for k, v in MODERNBERT_SMALL.items() if k != "model_type"}},
+        optim={"name": "adamw", "learning_rate": 1e-3, "warmup_steps": 1},
+        train={"steps": 2, "per_device_batch_size": 2, "log_every": 1, "eval_every": 0},
+        checkpoint={"every_steps": 2, "keep": 1})
+    run = tmp_path / "run"
+    assert main(["train", "--config", str(recipe), "--workdir", str(run)]) == 0
+    from jaxbert.workdir import read_run
+    config, model_class, params, _ = read_run(run)
+    assert model_class == "ModernBertForMaskedLM" and config.model_type == "modernbert"
+    assert main(["export", str(run), str(tmp_path / "hf")]) == 0
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf")
+    assert type(hf).__name__ == "ModernBertForMaskedLM"
+    np.testing.assert_allclose(hf.model.embeddings.tok_embeddings.weight.detach().numpy(),
+                               np.asarray(params["model"]["embeddings"]["tok_embeddings"]["embedding"]), atol=0)
+    assert main(["convert", str(run), str(tmp_path / "conv"), "--to", "jaxbert"]) == 0
+    capsys.readouterr()
+    assert main(["parity", str(run)]) == 0
+    assert "PASS" in capsys.readouterr().out
