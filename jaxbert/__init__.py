@@ -71,7 +71,8 @@ def __getattr__(name: str):
         value = _family_names()[name]
     else:
         raise AttributeError(f"module 'jaxbert' has no attribute {name!r}")
-    globals()[name] = value
+    if name != "MODEL_TYPES":  # read afresh: a registered family adds its types
+        globals()[name] = value
     return value
 
 

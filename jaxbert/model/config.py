@@ -21,7 +21,12 @@ from jaxbert.model.families import BY_MODEL_TYPE, Family, config_classes, family
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
 # config.json model_type values BertConfig reads: the families built on BERT's modules (jaxbert.model.families);
 # a family with a config class of its own (ModernBERT) is read by that class.
-MODEL_TYPES = tuple(t for t, f in BY_MODEL_TYPE.items() if f.names_config(f"{__name__}:BertConfig"))
+def bert_model_types() -> tuple:
+    """The model types BertConfig reads: those of every registered family whose config class it is."""
+    return tuple(t for t, f in BY_MODEL_TYPE.items() if f.names_config(f"{__name__}:BertConfig"))
+
+
+MODEL_TYPES = bert_model_types()  # as registered with jaxbert's own families
 SUPPORTED_MODEL_TYPES = MODEL_TYPES
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
@@ -106,8 +111,8 @@ class BertConfig(HFConfig):
             raise ConfigError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if self.model_type not in MODEL_TYPES:
-            raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
+        if self.model_type not in bert_model_types():
+            raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {bert_model_types()}")
         self.family.check_config(self)
         self._check_labels()
 
@@ -143,9 +148,9 @@ class BertConfig(HFConfig):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BertConfig":
         model_type = data.get("model_type", "bert")
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        if model_type not in bert_model_types():
             raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert reads "
-                              f"{', '.join(map(repr, SUPPORTED_MODEL_TYPES))}")
+                              f"{', '.join(map(repr, bert_model_types()))}")
         return super().from_dict(data)
 
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import flax.linen as nn
 import jax
@@ -203,8 +204,24 @@ def build_bert_class(model_class: str, config: BertConfig, options: ModelOptions
     return ALL_MODEL_CLASSES[model_class](config, options, **kwargs)
 
 
+class _AllClasses(Mapping):
+    """Every registered family's classes by name, as the registry holds them now."""
+
+    def _classes(self) -> dict:
+        return {name: cls for family in FAMILIES.values() for name, cls in family.model_classes.items()}
+
+    def __getitem__(self, name):
+        return self._classes()[name]
+
+    def __iter__(self):
+        return iter(self._classes())
+
+    def __len__(self):
+        return len(self._classes())
+
+
 # Every family's classes by name; a family on BERT's modules spells out its own (jaxbert.model.families.roberta_modules).
-ALL_MODEL_CLASSES = {name: cls for family in FAMILIES.values() for name, cls in family.model_classes.items()}
+ALL_MODEL_CLASSES = _AllClasses()
 
 
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:

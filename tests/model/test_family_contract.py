@@ -27,16 +27,20 @@ MODERNBERT_SMALL = dict(model_type="modernbert", vocab_size=64, hidden_size=16, 
 
 def test_a_config_loads_no_jax():
     """`python -X importtime -c "from jaxbert import BertConfig"` lists no jax or flax module, and
-    building a BERT and a RoBERTa config after it imports none either."""
-    code = ("from jaxbert import BertConfig\n"
-            "BertConfig(); BertConfig(model_type='roberta', pad_token_id=1)\n")
+    building a BERT and a RoBERTa config after it imports none either (sys.modules says so too: the
+    face imports lazily through importlib, which -X importtime does not list)."""
+    code = ("import sys\nfrom jaxbert import BertConfig\n"
+            "BertConfig(); BertConfig(model_type='roberta', pad_token_id=1)\n"
+            "print('\\n'.join(sorted(sys.modules)))\n")
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
-    imported = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
-    assert "jaxbert.model.config" in imported  # the check reads the real import log
-    heavy = [m for m in imported if m.split(".")[0] in ("jax", "jaxlib", "flax", "optax", "orbax")]
-    assert heavy == []
+    timed = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+    loaded = out.stdout.split()
+    assert "jaxbert.model.families" in timed and "jaxbert.model.config" in loaded  # the checks read real lists
+    heavy = lambda names: [m for m in names if m.split(".")[0] in ("jax", "jaxlib", "flax", "optax", "orbax")]  # noqa: E731
+    assert heavy(timed) == [] and heavy(loaded) == []
+    assert heavy(["flax.linen", "jaxbert.model"]) == ["flax.linen"]
 
 
 def test_the_face_and_model_types_come_from_the_registry():
@@ -51,6 +55,13 @@ def test_the_face_and_model_types_come_from_the_registry():
             assert getattr(jaxbert, family.mlm_class(model_type)).__name__ == family.mlm_class(model_type)
     with pytest.raises(AttributeError, match="no attribute 'NotAFamilyModel'"):
         jaxbert.NotAFamilyModel  # noqa: B018
+
+
+def test_readme_family_table_is_the_registry_rendered():
+    from jaxbert.model.families import markdown_table
+    table = markdown_table()
+    assert (REPO / "README.md").read_text().count(table) == 1
+    assert all(f"`{f.mlm_class(f.model_types[0])}`" in table for f in FAMILIES.values())
 
 
 def _config(family, model_type):
@@ -133,3 +144,56 @@ def test_a_modernbert_pretraining_workdir_is_read_by_every_verb(tmp_path, capsys
     capsys.readouterr()
     assert main(["parity", str(run)]) == 0
     assert "PASS" in capsys.readouterr().out
+
+
+# A CamemBERT: RoBERTa under another name, added from here as a user would (one Family entry, one
+# register call); it is read, built, converted and listed in the face with no library file touched.
+class CamembertForMaskedLM(jaxbert.BertForMaskedLM):
+    """BertForMaskedLM for a camembert config."""
+
+
+class CamembertModel(jaxbert.BertModel):
+    """BertModel for a camembert config."""
+
+
+def test_a_family_on_bert_modules_registered_from_outside_is_read_built_converted_and_listed(tmp_path):
+    import dataclasses
+
+    import torch
+    import transformers
+
+    from jaxbert.model import families
+    roberta = FAMILIES["roberta"]
+    camembert = dataclasses.replace(
+        roberta, name="camembert", model_types=("camembert",), class_prefixes={"camembert": "Camembert"},
+        heads=("Model", "ForMaskedLM"), builds_on="roberta", pretraining_classes=("CamembertForMaskedLM",),
+        model_classes={c.__name__: c for c in (CamembertModel, CamembertForMaskedLM)})
+    assert "camembert" not in jaxbert.MODEL_TYPES
+    families.register(camembert)
+    try:
+        assert "camembert" in jaxbert.MODEL_TYPES and jaxbert.CamembertForMaskedLM is CamembertForMaskedLM
+        assert "CamembertForMaskedLM" in jaxbert.__all__
+        with pytest.raises(ValueError, match="already registered"):
+            families.register(camembert)
+        hf_config = transformers.CamembertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2,
+                                                 num_attention_heads=2, intermediate_size=24,
+                                                 max_position_embeddings=40, pad_token_id=1, type_vocab_size=1)
+        torch.manual_seed(0)
+        hf = transformers.CamembertForMaskedLM(hf_config).eval()
+        hf.save_pretrained(tmp_path / "cam")
+        module, params = jaxbert.from_pretrained(tmp_path / "cam")
+        assert type(module) is CamembertForMaskedLM and module.config.model_type == "camembert"
+        ids = np.array([[0, 5, 9, 17, 2, 1, 1]])
+        mask = (ids != 1).astype(np.int64)
+        ours = np.asarray(module.apply({"params": params}, ids, np.zeros_like(ids), attention_mask=mask).logits)
+        with torch.no_grad():
+            theirs = hf(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+        np.testing.assert_allclose(ours[mask == 1], theirs[mask == 1], atol=2e-5)  # positions from pad + 1, lm_head
+        jaxbert.save_pretrained(tmp_path / "back", module, params, format="hf")
+        back = transformers.CamembertForMaskedLM.from_pretrained(tmp_path / "back").eval()
+        with torch.no_grad():
+            again = back(torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+        np.testing.assert_allclose(again, theirs, atol=1e-6)
+    finally:
+        families.unregister("camembert")
+    assert "camembert" not in jaxbert.MODEL_TYPES

@@ -65,4 +65,5 @@ BERT = Family(
     build=Ref(f"{_HEADS}:build_bert_class"), class_specs=CLASS_SPECS,
     non_embedding_params=non_embedding_params, attended_positions=attended_positions,
     position_limit=lambda c: c.max_position_embeddings,
-    describe_init=lambda c, class_name: f"normal(std={c.initializer_range}) kernels, zero biases")
+    describe_init=lambda c, class_name: f"normal(std={c.initializer_range}) kernels, zero biases",
+    also="also a `bert_config.json` with no `model_type`", differences="—")

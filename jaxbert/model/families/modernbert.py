@@ -46,4 +46,10 @@ MODERNBERT = Family(
     token_types=False,  # no token-type table: transformers' tokenizer gives input_ids, attention_mask
     embedding_path="embeddings/tok_embeddings/embedding",
     # layer 0 stands alone (its attention norm is the identity); 1 .. L-1 are one scanned stack
-    layer_stack=LayerStack("layers", "scan", first=1))
+    layer_stack=LayerStack("layers", "scan", first=1),
+    also="and mmBERT, the Ettin encoders: the same classes",
+    differences="its own modules (`jaxbert/model/modernbert/`): pre-norm layers, one `Wqkv`, rotary positions with a "
+                "global and a local theta, local layers attending within `local_attention // 2` on each side "
+                "(banded mask; `local_window_size` on the `dot_product` path), GeGLU, no token types; config "
+                "fields in 4.x and 5.x spellings; fields jaxbert cannot honour (an unknown `layer_types` entry, an "
+                "odd window) refused by name")

@@ -52,4 +52,8 @@ ROBERTA = Family(
     builds_on="bert", config_class=Ref("jaxbert.model.config:BertConfig"),
     model_classes=Ref(f"{_MODULES}:MODEL_CLASSES"), build=Ref("jaxbert.model.heads:build_bert_class"),
     non_embedding_params=bert.non_embedding_params, attended_positions=bert.attended_positions,
-    position_limit=lambda c: c.max_position_embeddings - _offset(c))
+    position_limit=lambda c: c.max_position_embeddings - _offset(c),
+    special_tokens={"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},
+    also="and models built on them: e5, bge-m3, multilingual-e5",
+    differences="`roberta.` prefix; position ids from `pad_token_id + 1` following the padding; one token type; "
+                "`lm_head.*`; `classifier.{dense,out_proj}` instead of a pooler")

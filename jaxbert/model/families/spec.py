@@ -43,6 +43,9 @@ class LayerStack:
         return bool(layers) and not all(str(k).isdigit() for k in layers)
 
 
+BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+
+
 def _no_check(config) -> None:
     return None
 
@@ -95,6 +98,9 @@ class Family:
         FLOP count of attention scores).
       position_limit: config -> the longest sequence it takes.
       describe_init: (config, class name) -> how its fresh head params start, as fine-tuning reports them.
+      special_tokens: role ("pad", "cls", "sep", "mask", "unk") -> how its tokenizers spell it.
+      also: what else loads through it, for README's family table ("and mmBERT, ...").
+      differences: what jaxbert handles of it unlike BERT, for README's family table (markdown).
       final_norm: the base model's norm after its last layer (transformers' module name, "final_norm"),
         whose output is ``last_hidden_state`` and not the last of ``hidden_states``; "" where none.
       reference_attention: transformers' attention implementation parity compares against.
@@ -138,6 +144,9 @@ class Family:
     table: Optional[Callable] = None
     infer_class: Optional[Callable] = None
     describe_init: Callable = lambda config, class_name: f"{class_name}'s init, zero biases"
+    also: str = ""
+    differences: str = ""
+    special_tokens: dict = dataclasses.field(default_factory=lambda: dict(BERT_SPECIALS))
     final_norm: str = ""
     reference_attention: str = "eager"
     parity_length: Optional[Callable] = None
