@@ -197,3 +197,72 @@ def test_a_family_on_bert_modules_registered_from_outside_is_read_built_converte
     finally:
         families.unregister("camembert")
     assert "camembert" not in jaxbert.MODEL_TYPES
+
+
+# ---- every verb on a BERT, a RoBERTa and a ModernBERT directory made by transformers ---------------------
+
+_SENTENCES = ["the return statement leaves the function", "a for loop iterates over a list",
+              "the break statement ends the loop", "a dictionary maps keys to values"]
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory):
+    """{family: directory} of tiny transformers masked LMs, one per family, each with a WordPiece tokenizer."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
+    root = tmp_path_factory.mktemp("families")
+    (root / "corpus.txt").write_text("\n".join(_SENTENCES * 20) + "\n")
+    train_tokenizer([str(root / "corpus.txt")], 80, root / "tok")
+    vocab = load_tokenizer(root / "tok").get_vocab_size()
+    shape = dict(vocab_size=vocab, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=48,
+                 pad_token_id=0)
+    made = {"bert": transformers.BertForMaskedLM(transformers.BertConfig(**shape, intermediate_size=24)),
+            "roberta": transformers.RobertaForMaskedLM(transformers.RobertaConfig(**shape, intermediate_size=24,
+                                                                                  type_vocab_size=1)),
+            "modernbert": transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
+                **shape, intermediate_size=24, global_attn_every_n_layers=2, local_attention=8,
+                cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3))}
+    assert set(made) == set(FAMILIES)  # a family added to the registry gets a directory here too
+    out = {}
+    for name, model in made.items():
+        torch.manual_seed(0)
+        model.eval().save_pretrained(root / name)
+        for f in (root / "tok").iterdir():
+            shutil.copy(f, root / name / f.name)
+        out[name] = root / name
+    return out
+
+
+def _run(capsys, *argv) -> tuple[int, str, str]:
+    rc = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_every_verb_on_each_family_works_or_refuses_in_one_line(name, hf_dirs, tmp_path, capsys):
+    src = hf_dirs[name]
+    family = FAMILIES[name]
+    rc, out, err = _run(capsys, "fill-mask", src, "the [MASK] statement leaves the function .")
+    assert rc == 0 and "[MASK] 1:" in out, err
+    rc, out, err = _run(capsys, "parity", src)
+    assert rc == 0 and "PASS" in out, err
+    rc, out, err = _run(capsys, "parity", src, "--train-steps", "2", "--dtype", "float64")
+    assert rc == 0 and "PASS" in out and family.mlm_class(family.model_types[0]) in out, err
+    rc, out, err = _run(capsys, "convert", src, tmp_path / "j", "--to", "jaxbert")
+    assert rc == 0, err
+    # the rest refuse: each in one line naming what is missing, no traceback
+    decoder = family.decoder_class(family.model_types[0])
+    refusals = {("generate", src, "the return"): decoder or "LMHeadModel head",
+                ("export", src, tmp_path / "x"): "checkpoint",
+                ("plot", src): "training workdir",
+                ("predict", src, tmp_path / "none.jsonl"): "name no fine-tuned task class"}
+    for argv, named in refusals.items():
+        rc, out, err = _run(capsys, *argv)
+        lines = err.strip().splitlines()
+        assert rc == 2 and len(lines) == 1 and lines[0].startswith(f"jaxbert {argv[0]}: error:"), (argv, err)
+        assert named in lines[0] and "Traceback" not in err + out, (argv, lines)
