@@ -80,6 +80,9 @@ class Family:
       seq_classifier_rows: config -> param rows of that classifier (replacing BERT's).
       pretraining_classes: the classes an MLM pretraining recipe may train.
 
+    Any member may be given as a ``Ref("module:attribute")``, imported when first read, so that the
+    registry stays data (reading a config loads no model code).
+
     A family's classes are its own modules, or those of the family it ``builds_on`` (RoBERTa on
     BERT's) under its names; the fields below describe the family whose classes it is:
       builds_on: the family whose modules, class registry and key table its classes reuse ("bert"
@@ -133,6 +136,7 @@ class Family:
     seq_classifier: Optional[type] = None
     seq_classifier_rows: Optional[Callable] = None
     pretraining_classes: tuple = ()
+    # every family says these (checked in __post_init__; a default only keeps the fields in this order)
     config_class: type = None
     model_classes: dict = None
     build: Callable = None
