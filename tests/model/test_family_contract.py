@@ -249,8 +249,7 @@ def test_every_verb_on_each_family_works_or_refuses_in_one_line(name, hf_dirs, t
     family = FAMILIES[name]
     rc, out, err = _run(capsys, "fill-mask", src, "the [MASK] statement leaves the function .")
     assert rc == 0 and "[MASK] 1:" in out, err
-    rc, out, err = _run(capsys, "parity", src)
-    assert rc == 0 and "PASS" in out, err
+    # (a forward parity per family: tests/parity/, tests/model/test_roberta.py)
     rc, out, err = _run(capsys, "parity", src, "--train-steps", "2", "--dtype", "float64")
     assert rc == 0 and "PASS" in out and family.mlm_class(family.model_types[0]) in out, err
     rc, out, err = _run(capsys, "convert", src, tmp_path / "j", "--to", "jaxbert")
