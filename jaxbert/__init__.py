@@ -1,13 +1,17 @@
 """jaxbert: BERT in JAX/Flax, with Hugging Face conversion, parity checks and MLM pretraining.
 
 Importing jaxbert loads nothing heavy: each public name below imports its module (and jax)
-on first use, so that the `jaxbert` command starts without jax.
+on first use, so that the `jaxbert` command starts without jax. Every model class and config
+class of the registered families (jaxbert.model.families.FAMILIES: RobertaForMaskedLM,
+ModernBertForMaskedLM, ModernBertConfig, ...) is a public name too, found in the registry when
+first asked for.
 """
 
 import importlib
 
 _EXPORTS = {
-    'MODEL_TYPES': 'jaxbert.model.config',
+    'FAMILIES': 'jaxbert.model.families',
+    'MODEL_TYPES': 'jaxbert.model.families',
     'BertConfig': 'jaxbert.model.config',
     'ConfigError': 'jaxbert.model.config',
     'preset': 'jaxbert.model.config',
@@ -35,18 +39,6 @@ _EXPORTS = {
     'BertForSequenceClassification': 'jaxbert.model.heads',
     'BertForTokenClassification': 'jaxbert.model.heads',
     'BertLMHeadModel': 'jaxbert.model.heads',
-    'RobertaForMaskedLM': 'jaxbert.model.heads',
-    'RobertaForMultipleChoice': 'jaxbert.model.heads',
-    'RobertaForQuestionAnswering': 'jaxbert.model.heads',
-    'RobertaForSequenceClassification': 'jaxbert.model.heads',
-    'RobertaForTokenClassification': 'jaxbert.model.heads',
-    'RobertaModel': 'jaxbert.model.heads',
-    'XLMRobertaForMaskedLM': 'jaxbert.model.heads',
-    'XLMRobertaForMultipleChoice': 'jaxbert.model.heads',
-    'XLMRobertaForQuestionAnswering': 'jaxbert.model.heads',
-    'XLMRobertaForSequenceClassification': 'jaxbert.model.heads',
-    'XLMRobertaForTokenClassification': 'jaxbert.model.heads',
-    'XLMRobertaModel': 'jaxbert.model.heads',
     'build_model': 'jaxbert.model.heads',
     'dummy_inputs': 'jaxbert.model.heads',
     'param_count': 'jaxbert.model.heads',
@@ -59,16 +51,28 @@ _EXPORTS = {
     'save_pretrained': 'jaxbert.convert',
     'state_dict_to_params': 'jaxbert.convert',
 }
-__all__ = sorted(_EXPORTS)
 __version__ = "0.2.0"
 
 
+def _family_names() -> dict:
+    """Every registered family's model and config classes, by name (imports the model code)."""
+    heads = importlib.import_module("jaxbert.model.heads")
+    configs = {c.__name__: c for c in importlib.import_module("jaxbert.model.config").config_classes()}
+    return {**configs, **heads.ALL_MODEL_CLASSES}
+
+
 def __getattr__(name: str):
+    if name == "__all__":  # `from jaxbert import *`: the fixed names and every family's classes
+        return sorted(set(_EXPORTS) | set(_family_names()))
     module = _EXPORTS.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name[:1].isupper() and name in _family_names():
+        value = _family_names()[name]
+    else:
         raise AttributeError(f"module 'jaxbert' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    if name != "MODEL_TYPES":  # read afresh: a registered family adds its types
+        globals()[name] = value
     return value
 
 

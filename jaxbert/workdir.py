@@ -37,8 +37,7 @@ from jaxbert import fs
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.config import BertConfig, ConfigError, build_config, read_config_dict
-from jaxbert.model.families import FAMILIES
-from jaxbert.model.families.bert import BERT
+from jaxbert.model.families import family_of_params
 
 CHECKPOINTS = "checkpoints"
 CORRUPT = "checkpoints.corrupt"
@@ -494,14 +493,11 @@ def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
 def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
     """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint."""
     params, meta = read_params(workdir, step)
-    prefixes = [f.prefix for f in FAMILIES.values() if isinstance(params, dict) and f.prefix in params]
-    encoder = prefixes[0] if prefixes else BERT.prefix  # the family's name for the encoder
     try:
-        vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
-    except (KeyError, TypeError):
-        if not (isinstance(meta.get("config"), dict) and meta.get("model_class")):  # recorded: no vocab needed
-            raise WorkdirError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
-        vocab = None
+        vocab = family_of_params(params).word_embeddings(params).shape[0]
+    except (KeyError, TypeError, AttributeError) as e:
+        raise WorkdirError(f"{workdir}: its checkpoint has no word embeddings "
+                           f"({e.args[0] if e.args else type(e).__name__})") from None
     config, model_class = run_config(meta, vocab, workdir)
     return config, model_class, params, run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
 

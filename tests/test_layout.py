@@ -174,7 +174,6 @@ def _family_flags(text: str) -> list[str]:
 
 
 def test_no_family_flag_outside_the_family_modules():
-    assert _family_flags((ROOT / "model" / "modernbert" / "__init__.py").read_text())  # the pattern finds one
     found = {}
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
@@ -187,6 +186,42 @@ def test_no_family_flag_outside_the_family_modules():
     assert _family_flags("if config.model_type == 'roberta':") == ["model_type =="]
     assert _family_flags("if modernbert.is_modernbert(config) or is_roberta:") == ["is_modernbert", "is_roberta"]
     assert _family_flags("model_type = data.get('model_type')") == []
+
+
+# A family is a registered member, BERT too: nothing asks whether a family "builds on BERT" (it says
+# which family it builds on), no module outside BERT's family entry spells BERT's param prefix, and a
+# family's own modules are imported only inside its folder and by the registry (jaxbert/model/families/).
+BERT_PREFIX = re.compile(r"""["']bert/""")
+FAMILY_MODULES = {"jaxbert.model.modernbert": ("model/modernbert/", "model/families/"),
+                  "jaxbert.model.families.roberta_modules": ("model/families/",)}
+
+
+def _family_module_imports(rel: str, path: Path) -> list[str]:
+    out = []
+    for name, line, _ in _imports(path):
+        for module, homes in FAMILY_MODULES.items():
+            if (name == module or name.startswith(module + ".")) and not rel.startswith(homes):
+                out.append(f"{rel}:{line}: imports {name}")
+    return out
+
+
+def test_families_are_registered_members_reached_through_the_registry(tmp_path):
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel, text = path.relative_to(ROOT).as_posix(), path.read_text()
+        if "builds_on_bert" in text:
+            found.append(f"{rel}: builds_on_bert")
+        if rel != "model/families/bert.py" and BERT_PREFIX.search(text):
+            found.append(f"{rel}: a 'bert/' literal")
+        found += _family_module_imports(rel, path)
+    assert found == []
+    # the checks see what they look for
+    assert BERT_PREFIX.search('loaded_flat = {f"bert/{k}": v}') and not BERT_PREFIX.search('"roberta/x"')
+    sample = tmp_path / "x.py"
+    sample.write_text("from jaxbert.model.modernbert.heads import ModernBertForMaskedLM\n")
+    assert _family_module_imports("convert/x.py", sample) == ["convert/x.py:1: imports "
+                                                              "jaxbert.model.modernbert.heads.ModernBertForMaskedLM"]
+    assert _family_module_imports("model/families/x.py", sample) == []
 
 
 # Registries instead of flags: a task kind's differences live in its module under

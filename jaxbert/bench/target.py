@@ -86,7 +86,7 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     """In a worker: compile one row for `target`; {'seconds': [lower + compile], 'extra': figures}."""
     work_type, model, shape, layout = work.split("/")
     r, scanned, policy, B, T = _recipe(model, layout)
-    cfg = r.bert_config()
+    cfg = r.model_config()
     devices = compile_step.target_devices(target)
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
     if work_type == "aot-max":

@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxbert import fs
 from jaxbert.convert import from_pretrained, tokenizer_path
+from jaxbert.convert.pretrained import family_class
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.infer.generate import generate
@@ -28,7 +29,8 @@ def run(args) -> int:
     if tok_dir is None or not any((tok_dir / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
         raise InputError(f"{args.model}: no tokenizer.json or vocab.txt to encode the prompt with")
     tok = load_tokenizer(tok_dir)  # stored padding/truncation switched off
-    model, params = from_pretrained(args.model, model_class="BertLMHeadModel")
+    # the family's causal-LM class (BertLMHeadModel); refused by name where the family has none
+    model, params = from_pretrained(args.model, model_class=family_class(args.model, "LMHeadModel", "generate"))
     encoded = [tok.encode(p).ids[:-1] for p in args.prompt]  # drop the trailing [SEP]
     limit = model.config.max_position_embeddings
     for p, e in zip(args.prompt, encoded):

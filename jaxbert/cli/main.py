@@ -13,6 +13,7 @@ import importlib.util
 import sys
 
 from jaxbert.errors import EXIT_BAD_INPUT, EXIT_CODES_HELP, JaxbertError
+from jaxbert.model.families import FAMILIES  # the registry alone: data, no model code
 
 VERBS = {
     "demo": ("jaxbert.cli.demo", "run a tiny BertForMaskedLM on a sentence and print its shapes"),
@@ -29,7 +30,9 @@ VERBS = {
     "export": ("jaxbert.cli.export", "write a Hugging Face directory from a training workdir"),
     "plot": ("jaxbert.cli.plot", "plot loss and accuracy curves of a workdir to PNG"),
     "fill-mask": ("jaxbert.cli.fill_mask", "top-k predictions for [MASK] tokens"),
-    "generate": ("jaxbert.cli.generate", "generate text with a BertLMHeadModel"),
+    "generate": ("jaxbert.cli.generate", "generate text with a causal-LM class ("
+                 + ", ".join(c for f in FAMILIES.values() for t in f.model_types if (c := f.decoder_class(t)))
+                 + "); a family without one is refused by name"),
     "bench": ("jaxbert.cli.bench", "benchmarks side by side with transformers"),
     "plan": ("jaxbert.cli.plan", "largest batch that fits per remat policy, compiled for a target"),
 }

@@ -11,7 +11,7 @@ import numpy as np
 from jaxbert import fs
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import CheckFailed, InputError
-from jaxbert.model.families import family_of
+from jaxbert.model.families import FAMILIES, family_of
 from jaxbert.model.registry import spec_of
 from jaxbert.parity.compare import compare
 from jaxbert.parity.trajectory import trajectory
@@ -44,8 +44,9 @@ def add_arguments(p):
                         "logits scale it")
     p.add_argument("--train-steps", type=int, default=0, metavar="N",
                    help="instead of one forward pass: N training steps of jaxbert's train_step and AdamW "
-                        "against transformers + torch.optim.AdamW (the family's masked LM: BertForMaskedLM, "
-                        "ModernBertForMaskedLM; its MLM head, fresh if the model has none; "
+                        "against transformers + torch.optim.AdamW (the family's masked LM: "
+                        f"{', '.join(f.mlm_class(t) for f in FAMILIES.values() for t in f.model_types)}; "
+                        "its MLM head, fresh if the model has none; "
                         "dropout off; float64 or float32)")
     p.add_argument("--lr", type=float, default=1e-4, help="--train-steps: peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=None,

@@ -83,7 +83,7 @@ def run(args) -> int:
     _check_args(args)
     compile_step.check_target(args.target)
     r = _recipe(args)
-    cfg = r.bert_config()
+    cfg = r.model_config()
     devices = compile_step.target_devices(args.target)
     if args.hbm:
         budget, source = int(args.hbm * 2**30), "--hbm"

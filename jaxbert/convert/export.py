@@ -17,6 +17,7 @@ from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import check_destination, publish_dir
+from jaxbert.model.config import read_config
 from jaxbert.model.families import family_of
 from jaxbert.workdir import read_run
 
@@ -70,8 +71,11 @@ def _fit_tokenizer_to_model(config_path: Path, cfg) -> None:
 
 
 def load_instructions(path: str | Path) -> str:
-    """The lines that load an export in transformers (PyTorch), and what they need installed."""
+    """The lines that load an export in transformers (PyTorch), and what they need installed: its
+    family's masked LM (BertForMaskedLM, ModernBertForMaskedLM), which reads any pretraining class."""
+    config = read_config(path)
+    mlm = family_of(config).mlm_class(config.model_type)
     return (f"load it in transformers (needs PyTorch: {install_hint('torch')} in a clone of jaxbert):\n"
-            f"  from transformers import AutoTokenizer, BertForMaskedLM\n"
+            f"  from transformers import AutoTokenizer, {mlm}\n"
             f"  tok, model = AutoTokenizer.from_pretrained({str(path)!r}), "
-            f"BertForMaskedLM.from_pretrained({str(path)!r})")
+            f"{mlm}.from_pretrained({str(path)!r})")

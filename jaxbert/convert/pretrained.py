@@ -13,14 +13,15 @@ import numpy as np
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
-from jaxbert.workdir import WorkdirError, is_workdir, read_run
+from jaxbert.workdir import WorkdirError, is_workdir, read_run, recorded_config
 from jaxbert.model.config import PRESETS, BertConfig, ConfigError, bert_class_name, config_classes
 from jaxbert.model.config import read_config as _read_config
+from jaxbert.model.config import read_config_dict
 from jaxbert.model.families import family_of
 from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, unflatten
-from jaxbert.model.registry import HEADS, for_config, head
+from jaxbert.model.registry import HEADS, for_config, head, spec_of
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
@@ -114,6 +115,34 @@ def _open(path, step: int | None):
     return open_source(path), None
 
 
+def checkpoint_config(path, step: int | None = None):
+    """The config a checkpoint was saved with (a training workdir's run config, else the config.json
+    beside it), to ask its family which class to load it as before loading it."""
+    if is_workdir(path):
+        if step is None and recorded_config(path):
+            return read_config_dict(recorded_config(path))
+        try:
+            return read_run(path, step)[0]
+        except WorkdirError as e:
+            raise ConversionError(str(e)) from None
+    src = open_source(path)
+    if src.config_path is None:
+        raise ConversionError(f"{path}: no config.json beside it")
+    return read_config(src.config_path)
+
+
+def family_class(path, suffix: str, what: str, step: int | None = None) -> str:
+    """The class with a head suffix ("ForMaskedLM") in the family of the checkpoint at ``path``;
+    refused naming the family and ``what`` needs it when the family has no such head."""
+    config = checkpoint_config(path, step)
+    family = family_of(config)
+    name = family.class_of(config.model_type, suffix)
+    if name is None:
+        raise ConversionError(f"{path}: {what} needs a {suffix} head, and model_type {config.model_type!r} "
+                              f"({family.name}) has none; its classes are {family.class_names()}")
+    return name
+
+
 def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: bool = False,
                     scan_layers: bool = False, add_pooling_layer: bool | None = None,
                     seed: int = 0, step: int | None = None) -> tuple[BertConfig, str, dict, ConversionReport]:
@@ -130,8 +159,8 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
         config = BertConfig.from_pretrained(config) if str(config) in PRESETS else read_config(config)
     keys = src.keys()
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
-    if name == "BertLMHeadModel" and not config.is_decoder:
-        raise ConversionError(f"{path}: BertLMHeadModel needs is_decoder=true in its config")
+    if spec_of(name, config).decoder and not config.is_decoder:
+        raise ConversionError(f"{path}: {name} needs is_decoder=true in its config")
     if add_pooling_layer is None and _is_base(name):
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(

@@ -24,11 +24,11 @@ from flax import serialization
 
 from jaxbert import fs
 from jaxbert.errors import require
-from jaxbert.model.params import iter_flat, stacked
+from jaxbert.model.families import FAMILIES
+from jaxbert.model.params import iter_flat
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
 from jaxbert.convert.table import flax_name_to_key
-from jaxbert.model.modernbert.modules import SCAN as MODERNBERT_SCAN
 from jaxbert.convert.tf_checkpoint import TFCheckpointSource, checkpoint_prefix
 
 JAXBERT_META = "jaxbert.json"
@@ -153,6 +153,10 @@ class TreeSource(Source):
             yield k, self._flat.pop(k)
 
 
+# Each family's layer container -> its layout (BERT's encoder/layer, ModernBERT's layers/scan).
+_STACKS = {f.layer_stack.container: f.layer_stack for f in FAMILIES.values()}
+
+
 def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
     """(state-dict key, array, param path) of a Flax tree; a scanned layer stack is split leaf by
     leaf, all layers of one leaf together, so each stacked array is released
@@ -160,17 +164,16 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
     for name, value in tree.items():
         if not isinstance(value, dict):
             yield _as_state_dict_item(path + (name,), np.asarray(value))
-        elif name == "layer" and value and stacked(value):
-            for sub, leaf in iter_flat(value):
+        elif name in _STACKS and _STACKS[name].is_scanned(value):
+            # one stacked leaf at a time, all its layers together, so each is released when consumed
+            spec = _STACKS[name]
+            for sub, leaf in iter_flat(value[spec.stack] if spec.stack else value):
                 leaf = np.asarray(leaf)
                 for i in range(leaf.shape[0]):
-                    yield _as_state_dict_item(path + (name, str(i)) + sub, leaf[i])
-        elif name == "layers" and MODERNBERT_SCAN in value:  # ModernBERT: layers/0, then 1..L-1 stacked
-            for sub, leaf in iter_flat(value[MODERNBERT_SCAN]):
-                leaf = np.asarray(leaf)
-                for i in range(leaf.shape[0]):
-                    yield _as_state_dict_item(path + (name, str(i + 1)) + sub, leaf[i])
-            yield from _flatten_per_layer({k: v for k, v in value.items() if k != MODERNBERT_SCAN}, path + (name,))
+                    yield _as_state_dict_item(path + (name, str(spec.first + i)) + sub, leaf[i])
+            if spec.stack:
+                rest = {k: v for k, v in value.items() if k != spec.stack}
+                yield from _flatten_per_layer(rest, path + (name,))
         else:
             yield from _flatten_per_layer(value, path + (name,))
 

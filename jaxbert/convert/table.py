@@ -25,7 +25,7 @@ from typing import Iterator
 
 from jaxbert.convert.result import ConversionError
 from jaxbert.model.config import BertConfig, bert_class_name
-from jaxbert.model.families import family_of, family_of_class
+from jaxbert.model.families import family_of, family_of_class, root_of
 from jaxbert.model.registry import for_config, head
 
 LINEAR = "transpose"  # [out, in] <-> [in, out]
@@ -143,7 +143,7 @@ def table_for(config, model_class: str, scan_layers: bool = False, add_pooling_l
     A class of another architecture (a family with modules of its own on either side) is refused naming both."""
     family = family_of(config)
     own = family_of_class(model_class)
-    if own is not None and own is not family and not (own.builds_on_bert and family.builds_on_bert):
+    if own is not None and root_of(own) is not root_of(family):
         saved = (getattr(config, "architectures", None) or [f"a {config.model_type!r} class"])[0]
         raise ConversionError(f"a {saved} checkpoint (model_type {config.model_type!r}) does not load into "
                               f"{model_class}: they are different architectures")

@@ -15,10 +15,10 @@ import orbax.checkpoint as ocp
 
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
-from jaxbert.model.config import BertConfig, bert_class_name
+from jaxbert.model.config import BertConfig
 from jaxbert.model.params import flatten, is_scanned, unflatten
 from jaxbert.model.families import family_of
-from jaxbert.model.registry import HEADS
+from jaxbert.model.registry import spec_of
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
@@ -62,9 +62,8 @@ def check_params(params, table: Table) -> dict:
 def _table(params, config, model_class, add_pooling_layer=None) -> Table:
     """The key table for these params: the layout read from them, the family from the config."""
     family = family_of(config)
-    scanned = family.params_scanned(_unwrap(params)) if family.params_scanned else is_scanned(params)
-    bert_head = HEADS.get(bert_class_name(model_class)) if family.builds_on_bert else None
-    if add_pooling_layer is None and bert_head is not None and bert_head.base:
+    scanned = is_scanned(_unwrap(params), (family.layer_stack,))
+    if add_pooling_layer is None and spec_of(model_class).base and spec_of(model_class).pooler:
         add_pooling_layer = "pooler" in _unwrap(params)  # the base model without a pooler has none
     return table_for(config, model_class, scanned, add_pooling_layer)
 

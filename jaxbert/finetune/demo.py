@@ -39,7 +39,7 @@ from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import BertForMaskedLM, build_model, dummy_inputs
+from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.finetune.task import parse_task
 
 KINDS = ("module", "class", "function")
@@ -183,11 +183,8 @@ def fresh_copy(source, tokenizer, where: Path, seed: int = 0) -> Path:
     as a Hugging Face directory at `where`: the "no pretraining" control."""
     config = source_config(source)
     family = family_of(config)
-    if family.builds_on_bert:
-        name, model = "BertForMaskedLM", BertForMaskedLM(config)
-    else:  # a family with modules of its own (ModernBERT): its MLM class
-        name = family.class_prefix(config.model_type) + "ForMaskedLM"
-        model = build_model(name, config)
+    name = family.mlm_class(config.model_type)
+    model = build_model(name, config)
     ids, types = dummy_inputs(name, 1, 8)
     params = model.init(jax.random.PRNGKey(seed), ids, types)["params"]
     save_pretrained(where, model, params, overwrite=True)

@@ -24,7 +24,7 @@ from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
 from jaxbert.finetune.kinds.base import problem_type
 from jaxbert.model.config import BertConfig, read_config
-from jaxbert.model.families import family_of
+from jaxbert.model.families import family_of, root_of
 from jaxbert.workdir import is_workdir, read_run
 
 # Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
@@ -103,8 +103,7 @@ class LoadedModel:
         if self.dropped:
             lines.append(f"  dropped from {src} (the task does not use them): {', '.join(self.dropped)}")
         if self.fresh:
-            init = (f"normal(std={self.config.initializer_range}) kernels, zero biases"
-                    if family_of(self.config).builds_on_bert else f"{self.class_name}'s init, zero biases")
+            init = root_of(family_of(self.config)).describe_init(self.config, self.class_name)
             lines.append(f"  initialised fresh ({init}): {', '.join(self.fresh)}")
         return "\n".join(lines)
 

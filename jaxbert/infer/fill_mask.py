@@ -13,11 +13,13 @@ import numpy as np
 
 from jaxbert import fs
 from jaxbert.convert import from_pretrained, tokenizer_path
+from jaxbert.convert.pretrained import family_class
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
+from jaxbert.model.families import family_of, special_spellings
 
 
-MASK_TOKENS = ("[MASK]", "<mask>")  # BERT's WordPiece, RoBERTa's byte-level BPE
+MASK_TOKENS = special_spellings("mask")  # as the families spell it: BERT's [MASK], RoBERTa's <mask>
 
 
 def load_for_fill_mask(model: str | Path):
@@ -28,15 +30,19 @@ def load_for_fill_mask(model: str | Path):
     if tok_dir is None:
         raise InputError(f"{model}: no tokenizer beside it (tokenizer.json or vocab.txt), "
                          "or a run trained on synthetic data")
-    module, params = from_pretrained(model, model_class="BertForMaskedLM")
+    # the family's masked LM (BertForMaskedLM, RobertaForMaskedLM, ModernBertForMaskedLM) reads the
+    # MLM head of any of its classes that has one
+    module, params = from_pretrained(model, model_class=family_class(model, "ForMaskedLM", "fill-mask"))
     return module, params, load_tokenizer(tok_dir)
 
 
 def mask_probabilities(module, params, tokenizer, text: str) -> np.ndarray:
     """float32 [M, V]: the predicted distribution at each mask token ([MASK], or RoBERTa's <mask>), in order."""
-    mask_id = next((i for i in map(tokenizer.token_to_id, MASK_TOKENS) if i is not None), None)
+    # the model's family's spelling first, then every registered family's
+    spellings = tuple(dict.fromkeys((family_of(module.config).special_tokens["mask"],) + special_spellings("mask")))
+    mask_id = next((i for i in map(tokenizer.token_to_id, spellings) if i is not None), None)
     if mask_id is None:
-        raise InputError(f"the tokenizer has no mask token (looked for {' and '.join(MASK_TOKENS)})")
+        raise InputError(f"the tokenizer has no mask token (looked for {' and '.join(spellings)})")
     enc = tokenizer.encode(text)
     limit = module.config.max_position_embeddings
     if len(enc.ids) > limit:  # truncating could drop the very [MASK] asked about

@@ -7,6 +7,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxbert.model.hf_config import ACTIVATIONS  # noqa: F401 (the names; ACT_FNS has a function for each)
+
 Array = jax.Array
 
 
@@ -57,9 +59,3 @@ ACT_FNS: dict[str, Callable[[Array], Array]] = {
     "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
     "linear": lambda x: x,
 }
-
-# The hidden_act names a config may give, in transformers' order (the keys of ACT_FNS).
-ACTIVATIONS = (
-    "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast",
-    "quick_gelu", "relu", "silu", "swish", "tanh", "mish", "linear",
-)

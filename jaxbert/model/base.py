@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxbert.model.config import BertConfig
 from jaxbert.model.dropout import make_dropout
 from jaxbert.model.options import ModelOptions, constrain_batch
 
@@ -56,7 +57,7 @@ class BertModule(nn.Module):
         replaces that field of ``options``, with a DeprecationWarning.
     """
 
-    config: BertConfig  # noqa: F821 (jaxbert.model.config's; not imported, as config imports the families)
+    config: BertConfig
     options: ModelOptions = ModelOptions()
     dtype: Any = None
     param_dtype: Any = None

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 from jaxbert import fs
 from jaxbert.errors import ConfigError  # noqa: F401 (its public home is here too)
-from jaxbert.model.activations import ACTIVATIONS  # noqa: F401 (also read from here)
-from jaxbert.model.families import BY_MODEL_TYPE, FAMILIES, Family, family_of
-from jaxbert.fs import atomic_write_text
+from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config
+from jaxbert.model.families import BY_MODEL_TYPE, Family, config_classes, family_of, root_class_name, root_of
 
 POSITION_EMBEDDING_TYPES = ("absolute", "relative_key", "relative_key_query")
 # config.json model_type values BertConfig reads: the families built on BERT's modules (jaxbert.model.families);
 # a family with a config class of its own (ModernBERT) is read by that class.
-MODEL_TYPES = tuple(t for t, f in BY_MODEL_TYPE.items() if f.builds_on_bert)
+def bert_model_types() -> tuple:
+    """The model types BertConfig reads: those of every registered family whose config class it is."""
+    return tuple(t for t, f in BY_MODEL_TYPE.items() if f.names_config(f"{__name__}:BertConfig"))
+
+
+MODEL_TYPES = bert_model_types()  # as registered with jaxbert's own families
 SUPPORTED_MODEL_TYPES = MODEL_TYPES
 PRESETS = (
     "bert-tiny", "bert-mini", "bert-small", "bert-medium",
@@ -31,8 +34,8 @@ PRESETS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
+@hf_config
+class BertConfig(HFConfig):
     """transformers' BertConfig. ``BertConfig()`` is bert-base-uncased."""
 
     vocab_size: int = 30522
@@ -63,46 +66,22 @@ class BertConfig:
     # Every other key of config.json, kept verbatim for the round trip.
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def __post_init__(self):
-        self._check_types()
-        id2label = self.id2label
-        if id2label is None:
-            n = 2 if self.num_labels is None else self.num_labels
-            id2label = {i: f"LABEL_{i}" for i in range(n)}
-        id2label = {int(k): str(v) for k, v in id2label.items()}
-        label2id = {str(k): int(v) for k, v in (self.label2id or {}).items()}
-        if set(label2id) != set(id2label.values()):  # missing, or left over from other labels
-            label2id = {v: k for k, v in id2label.items()}
-        object.__setattr__(self, "id2label", id2label)
-        object.__setattr__(self, "label2id", label2id)
-        object.__setattr__(self, "num_labels", len(id2label))
-        object.__setattr__(self, "extra", dict(self.extra))
-        self.validate()
+    FIELD_TYPES = {
+        **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                         "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
+                         "num_labels"), int),
+        **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
+                         "layer_norm_eps", "classifier_dropout"), float),
+        **dict.fromkeys(("use_cache", "is_decoder", "add_cross_attention", "tie_word_embeddings"), bool),
+        "hidden_act": str, "position_embedding_type": str,
+        "id2label": Mapping, "label2id": Mapping, "extra": Mapping,
+    }
+    OPTIONAL = frozenset({"pad_token_id", "num_labels", "classifier_dropout", "id2label", "label2id"})
+    DEFAULT_MODEL_TYPE = "bert"
 
-    def _check_types(self) -> None:
-        """Each field's JSON type, before anything uses it: "false" is not a bool, "12" not an int."""
-        for f in dataclasses.fields(self):
-            value, kind = getattr(self, f.name), _FIELD_TYPES.get(f.name)
-            if kind is None or (value is None and f.name in _OPTIONAL):
-                continue
-            if kind is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif kind is float:
-                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                      and math.isfinite(value))
-            else:
-                ok = isinstance(value, kind)
-            if not ok:
-                raise ConfigError(f"{f.name} must be {_TYPE_NAMES[kind]}, got {value!r}")
-        if isinstance(self.id2label, Mapping):
-            for k in self.id2label:
-                if not (isinstance(k, int) and not isinstance(k, bool)) and not (
-                        isinstance(k, str) and k.lstrip("-").isdigit()):
-                    raise ConfigError(f"id2label keys must be integers, got {k!r}")
-        if isinstance(self.label2id, Mapping):
-            for v in self.label2id.values():
-                if isinstance(v, bool) or not isinstance(v, int):
-                    raise ConfigError(f"label2id values must be integers, got {v!r}")
+    def __post_init__(self):
+        self._init_labels()
+        self.validate()
 
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -132,19 +111,10 @@ class BertConfig:
             raise ConfigError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if self.model_type not in MODEL_TYPES:
-            raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {MODEL_TYPES}")
+        if self.model_type not in bert_model_types():
+            raise ConfigError(f"model_type {self.model_type!r} is not supported; jaxbert supports {bert_model_types()}")
         self.family.check_config(self)
-        if self.num_labels <= 0:
-            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
-
-    def __hash__(self):
-        # Modules hold the config and may be jit static arguments, so it must hash.
-        return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        self._check_labels()
 
     @property
     def family(self) -> Family:
@@ -162,9 +132,9 @@ class BertConfig:
 
     def class_name(self, name: str) -> str:
         """A class name in this config's family: 'BertForMaskedLM' -> 'RobertaForMaskedLM'."""
-        suffix = bert_class_name(name)[len("Bert"):]
         family = self.family
         prefix = family.class_prefix(self.model_type)
+        suffix = _suffix(name, family)
         if suffix not in family.heads:
             raise ConfigError(f"model_type {self.model_type!r} has no {prefix}{suffix}; its classes are "
                               f"{tuple(prefix + s for s in family.heads)}")
@@ -174,69 +144,14 @@ class BertConfig:
     def architectures(self) -> list[str] | None:
         return self.extra.get("architectures")
 
-    def replace(self, **changes) -> "BertConfig":
-        if "num_labels" in changes and "id2label" not in changes:
-            changes.update(id2label=None, label2id=None)  # relabel LABEL_0 .. LABEL_{n-1}
-        return dataclasses.replace(self, **changes)
-
-    def with_overrides(self, overrides: Mapping[str, Any], vocab_size: int | None = None,
-                       model_class: str | None = None) -> "BertConfig":
-        """This config with ``overrides`` (BertConfig fields) over it, then ``vocab_size``
-        unless the overrides set it, and ``architectures`` = [model_class] when given."""
-        known = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
-        for key in overrides:
-            if key not in known:
-                raise ConfigError(f"{key}: not a BertConfig field")
-        data = dict(self.to_dict(), **overrides)
-        if vocab_size is not None and "vocab_size" not in overrides:
-            data["vocab_size"] = vocab_size
-        if model_class is not None:
-            data["architectures"] = [model_class]
-        return BertConfig.from_dict(data)
-
     # ---- config.json -------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BertConfig":
         model_type = data.get("model_type", "bert")
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        if model_type not in bert_model_types():
             raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert reads "
-                              f"{', '.join(map(repr, SUPPORTED_MODEL_TYPES))}")
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        extra = {k: v for k, v in data.items() if k not in known}
-        if "id2label" in kwargs and kwargs["id2label"] is not None:
-            kwargs["num_labels"] = None  # id2label decides
-        return cls(**kwargs, extra=extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dict(self.extra)
-        for f in dataclasses.fields(self):
-            if f.name == "extra":
-                continue
-            value = getattr(self, f.name)
-            if f.name == "id2label":
-                value = {str(k): v for k, v in value.items()}
-            if f.name == "num_labels":
-                continue  # transformers derives it from id2label
-            out[f.name] = value
-        return out
-
-    @classmethod
-    def from_json_file(cls, path: str | Path) -> "BertConfig":
-        path = fs.as_path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read config {path}: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config {path} is not a JSON object")
-        try:
-            return cls.from_dict(data)
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from e
-
-    def to_json_file(self, path: str | Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+                              f"{', '.join(map(repr, bert_model_types()))}")
+        return super().from_dict(data)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path) -> "BertConfig":
@@ -249,44 +164,30 @@ class BertConfig:
         return cls.from_json_file(path)
 
 
-_FIELD_TYPES = {
-    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "pad_token_id",
-                     "num_labels"), int),
-    **dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range",
-                     "layer_norm_eps", "classifier_dropout"), float),
-    **dict.fromkeys(("use_cache", "is_decoder", "add_cross_attention", "tie_word_embeddings"), bool),
-    "hidden_act": str, "position_embedding_type": str,
-    "id2label": Mapping, "label2id": Mapping, "extra": Mapping,
-}
-_OPTIONAL = {"pad_token_id", "num_labels", "classifier_dropout", "id2label", "label2id"}
-_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
-               Mapping: "a JSON object"}
+
+
+def _suffix(name: str, family: Family) -> str:
+    """A class name less the class prefix of any family on the same modules ('XLMRobertaModel' -> 'Model')."""
+    root = root_of(family)
+    prefixes = {p for f in BY_MODEL_TYPE.values() if root_of(f) is root for p in f.class_prefixes.values()}
+    prefix = max((p for p in prefixes if name.startswith(p)), key=len, default="")
+    return name[len(prefix):]
+
+
 def bert_class_name(name: str) -> str:
-    """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel'."""
-    for family in FAMILIES.values():
-        if not family.builds_on_bert:
-            continue  # its classes are its own (ModernBertModel is not a BertModel)
-        for prefix in family.class_prefixes.values():
-            if name.startswith(prefix) and prefix != "Bert":
-                return "Bert" + name[len(prefix):]
-    return name
+    """The BERT class a family's class is built from: 'XLMRobertaModel' -> 'BertModel' (jaxbert.model.families.root_class_name)."""
+    return root_class_name(name)
 
 
 def position_limit(config) -> int:
-    """The longest sequence a config's model takes: its family's limit, else the position table's rows
-    less where the family's positions start (RoBERTa: pad_token_id + 1)."""
-    family = family_of(config)
-    if family.position_limit is not None:
-        return family.position_limit(config)
-    return config.max_position_embeddings - family.position_offset(config)
+    """The longest sequence a config's model takes (its family's position_limit)."""
+    return family_of(config).position_limit(config)
 
 
 def read_config_dict(data: Mapping[str, Any]):
     """A config.json's contents -> the config class its model_type's family reads (BertConfig by default)."""
-    config_class = BY_MODEL_TYPE[data["model_type"]].config_class if data.get("model_type") in BY_MODEL_TYPE \
-        else None
-    return (config_class or BertConfig).from_dict(data)
+    family = BY_MODEL_TYPE.get(data.get("model_type", BertConfig.DEFAULT_MODEL_TYPE))
+    return (family.config_class if family is not None else BertConfig).from_dict(data)
 
 
 def read_config(path):
@@ -298,8 +199,8 @@ def read_config(path):
         model_type = json.loads(path.read_text()).get("model_type")
     except (OSError, ValueError, AttributeError):
         model_type = None  # BertConfig.from_json_file reports what is wrong with the file
-    config_class = BY_MODEL_TYPE[model_type].config_class if model_type in BY_MODEL_TYPE else None
-    return (config_class or BertConfig).from_json_file(path)
+    family = BY_MODEL_TYPE.get(model_type if isinstance(model_type, str) else BertConfig.DEFAULT_MODEL_TYPE)
+    return (family.config_class if family is not None else BertConfig).from_json_file(path)
 
 
 def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: int | None = None,
@@ -310,7 +211,7 @@ def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: 
     ``model_type`` there picks the family), then ``vocab_size`` unless the overrides set it, and
     ``architectures`` = [model_class]. Raises ConfigError naming a field the class does not have."""
     base_type = preset_or_path if isinstance(preset_or_path, str) else None
-    if base_type in BY_MODEL_TYPE and BY_MODEL_TYPE[base_type].config_class is not None:
+    if base_type in BY_MODEL_TYPE and BY_MODEL_TYPE[base_type].config_class is not BertConfig:
         data = {"model_type": base_type}
     elif str(preset_or_path) in PRESETS:
         data = preset(str(preset_or_path)).to_dict()
@@ -319,7 +220,7 @@ def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: 
     model_type = overrides.get("model_type", data.get("model_type", "bert"))
     if model_type not in BY_MODEL_TYPE:
         raise ConfigError(f"model_type {model_type!r} is not supported; jaxbert builds {tuple(BY_MODEL_TYPE)}")
-    config_class = BY_MODEL_TYPE[model_type].config_class or BertConfig
+    config_class = BY_MODEL_TYPE[model_type].config_class
     if data.get("model_type", "bert") != model_type and config_class is not BertConfig:
         data = {"model_type": model_type}  # another family's preset says nothing of this one's config
     known = {f.name for f in dataclasses.fields(config_class)} - {"extra"}
@@ -332,11 +233,6 @@ def build_config(preset_or_path: str, overrides: Mapping[str, Any], vocab_size: 
     if model_class is not None:
         data["architectures"] = [model_class]
     return config_class.from_dict(data)
-
-
-def config_classes() -> tuple:
-    """Every config class of the registered families."""
-    return tuple(dict.fromkeys(f.config_class or BertConfig for f in FAMILIES.values()))
 
 
 def preset(name: str) -> BertConfig:

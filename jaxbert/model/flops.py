@@ -10,18 +10,13 @@ from jaxbert.model.families import family_of
 
 
 def non_embedding_params(cfg: BertConfig) -> int:
-    """Matmul weights of the encoder layers: 4 H^2 (Q, K, V, O) + 2 H I per layer, or the family's own count."""
-    own = family_of(cfg).non_embedding_params
-    if own is not None:
-        return own(cfg)
-    H, I = cfg.hidden_size, cfg.intermediate_size
-    return cfg.num_hidden_layers * (4 * H * H + 2 * H * I)
+    """Matmul weights of the encoder layers, as the family counts them (BERT: 4 H^2 + 2 H I per layer)."""
+    return family_of(cfg).non_embedding_params(cfg)
 
 
 def attended_positions(cfg: BertConfig, seq_len: int) -> int:
-    """Keys a query attends, summed over the layers: L * T, or the family's own count."""
-    own = family_of(cfg).attended_positions
-    return own(cfg, seq_len) if own is not None else cfg.num_hidden_layers * seq_len
+    """Keys a query attends, summed over the layers, as the family counts them (BERT: L * T)."""
+    return family_of(cfg).attended_positions(cfg, seq_len)
 
 
 def train_flops_per_token(cfg: BertConfig, seq_len: int, head_fraction: float = 1.0) -> float:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Mapping
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,7 @@ from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.encoder import BertLMPredictionHead, gather_positions
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.families import FAMILIES, family_of_class
-from jaxbert.model.registry import HEADS, for_config
+from jaxbert.model.registry import HEADS, for_config, spec_of
 
 
 class _MLMBase(BertPreTrainedModel):
@@ -23,7 +26,7 @@ class _MLMBase(BertPreTrainedModel):
         setattr(self, self.config.base_prefix, self._bert(add_pooling_layer=False, name=None))
         family = self.config.family
         # setattr: the head's attribute (and so param) name is the family's ("cls", "lm_head").
-        setattr(self, family.mlm_head_name, (family.mlm_head or _OnlyMLMHead)(self.config, self.options))
+        setattr(self, family.mlm_head_name, family.mlm_head(self.config, self.options))
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, masked_positions=None, deterministic: bool = True,
@@ -39,7 +42,9 @@ class _MLMBase(BertPreTrainedModel):
         return out.replace(logits=head(hidden, self._word_embeddings()))
 
 
-class _OnlyMLMHead(BertModule):
+class BertOnlyMLMHead(BertModule):
+    """BERT's MLM head (transform -> decoder tied to the word embeddings + bias), under "cls/predictions"."""
+
     @nn.compact
     def __call__(self, hidden_states, word_embeddings):
         return BertLMPredictionHead(self.config, self.options, name="predictions")(hidden_states, word_embeddings)
@@ -194,35 +199,35 @@ MODEL_CLASSES = {cls.__name__: cls for cls in (  # the BERT classes; any config 
     BertForMultipleChoice, BertLMHeadModel)}
 
 
-def _family_class(base, prefix: str, family):
-    """The same module under a family's class name (the config decides the layout)."""
-    name = prefix + base.__name__[len("Bert"):]
-    doc = f"{base.__name__} for a {' / '.join(family.model_types)} config."
-    return type(name, (base,), {"__module__": __name__, "__qualname__": name, "__doc__": doc})
+def build_bert_class(model_class: str, config: BertConfig, options: ModelOptions = ModelOptions(), **kwargs):
+    """A class on BERT's modules (its family's model_classes), built: the build of the families on them."""
+    return ALL_MODEL_CLASSES[model_class](config, options, **kwargs)
 
 
-# Every family built on BERT's modules has BERT's classes under its own names (RobertaForMaskedLM, ...),
-# each one a module-level name here; a family with modules of its own (ModernBERT) lists its classes.
-ALL_MODEL_CLASSES = dict(MODEL_CLASSES)
-for _family in FAMILIES.values():
-    if not _family.builds_on_bert:
-        ALL_MODEL_CLASSES.update(_family.model_classes or {})
-        continue
-    for _prefix in dict.fromkeys(_family.class_prefixes.values()):
-        if _prefix != "Bert":
-            for _suffix in _family.heads:
-                _cls = _family_class(MODEL_CLASSES["Bert" + _suffix], _prefix, _family)
-                ALL_MODEL_CLASSES[_cls.__name__] = globals()[_cls.__name__] = _cls
-del _family, _prefix, _suffix, _cls
+class _AllClasses(Mapping):
+    """Every registered family's classes by name, as the registry holds them now."""
+
+    def _classes(self) -> dict:
+        return {name: cls for family in FAMILIES.values() for name, cls in family.model_classes.items()}
+
+    def __getitem__(self, name):
+        return self._classes()[name]
+
+    def __iter__(self):
+        return iter(self._classes())
+
+    def __len__(self):
+        return len(self._classes())
+
+
+# Every family's classes by name; a family on BERT's modules spells out its own (jaxbert.model.families.roberta_modules).
+ALL_MODEL_CLASSES = _AllClasses()
 
 
 def dummy_inputs(model_cls_or_name, batch: int = 1, length: int = 8) -> tuple:
     """Integer inputs shaped for init (multiple choice wants [B, C, L])."""
     name = model_cls_or_name if isinstance(model_cls_or_name, str) else model_cls_or_name.__name__
-    own = _own_family(name)
-    if own is not None:
-        return own.dummy_inputs(name, batch, length)
-    shape = (batch, 2, length) if HEADS[bert_class_name(name)].choices else (batch, length)
+    shape = (batch, 2, length) if spec_of(name).choices else (batch, length)
     return jnp.zeros(shape, jnp.int32), jnp.zeros(shape, jnp.int32)
 
 
@@ -230,23 +235,20 @@ def param_count(params) -> int:
     return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))
 
 
-def _own_family(name: str):
-    """The family whose own modules (not BERT's) make this class, or None."""
-    family = family_of_class(name)
-    return None if family is None or family.builds_on_bert else family
-
-
 def build_model(model_class: str, config: BertConfig, options: ModelOptions = ModelOptions(), **kwargs):
     """The module of a class name, of any registered family, for this config and these options.
 
-    ``kwargs`` go to the class (``add_pooling_layer`` for a bare BERT-built encoder); a family with
-    modules of its own is built by its ``build`` and takes none.
+    ``kwargs`` go to the family's ``build`` (``add_pooling_layer`` for a bare encoder on BERT's modules).
     """
     if model_class not in ALL_MODEL_CLASSES:
         raise ValueError(f"model class {model_class!r} is unknown; expected one of {tuple(ALL_MODEL_CLASSES)}")
-    own = _own_family(model_class)
-    if own is not None:
-        if kwargs:
-            raise ValueError(f"{model_class} takes no {', '.join(sorted(kwargs))} (it has no pooler)")
-        return own.build(model_class, config, options)
-    return ALL_MODEL_CLASSES[model_class](config, options, **kwargs)
+    return family_of_class(model_class).build(model_class, config, options, **kwargs)
+
+
+def __getattr__(name: str):
+    # RoBERTa's and XLM-RoBERTa's classes were made here until they became definitions in their family's module
+    if name in ALL_MODEL_CLASSES and name not in MODEL_CLASSES:
+        warnings.warn(f"jaxbert.model.heads.{name} moved: import it from jaxbert "
+                      f"({ALL_MODEL_CLASSES[name].__module__})", DeprecationWarning, stacklevel=2)
+        return ALL_MODEL_CLASSES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

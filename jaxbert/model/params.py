@@ -13,6 +13,8 @@ import flax
 import jax
 import jax.numpy as jnp
 
+from jaxbert.model.families.spec import LayerStack
+
 
 def iter_flat(tree: Mapping, path: tuple = ()) -> Iterator[tuple[tuple, object]]:
     """Yield (path tuple, leaf) of a nested mapping, depth first in insertion order."""
@@ -45,44 +47,61 @@ def stacked(layer: Mapping) -> bool:
     return not all(str(k).isdigit() for k in layer)
 
 
-def _find_layer_parent(tree: dict, path=()):
-    """Yield (path, encoder dict) for every dict that holds the layer stack."""
+# The layout of the encoders built on BERT's modules (encoder/layer); a family with modules of its own
+# passes its Family.layer_stack.
+BERT_LAYERS = LayerStack("layer")
+
+
+def _find_layers(tree, stacks, path=()):
+    """Yield (dict holding a layer container, its LayerStack) for every encoder in the tree."""
     if isinstance(tree, Mapping):
-        if "layer" in tree and isinstance(tree["layer"], Mapping):
-            yield path, tree
-        else:
-            for k, v in tree.items():
-                yield from _find_layer_parent(v, path + (k,))
+        found = [s for s in stacks if isinstance(tree.get(s.container), Mapping)]
+        if found:
+            yield tree, found[0]
+            return
+        for k, v in tree.items():
+            yield from _find_layers(v, stacks, path + (k,))
 
 
-def _map_encoders(params, fn):
+def _map_encoders(params, fn, stacks):
     params = flax.core.unfreeze(params) if isinstance(params, flax.core.FrozenDict) else params
     params = jax.tree_util.tree_map(lambda x: x, params)  # shallow-safe copy of the dict tree
-    for _, encoder in list(_find_layer_parent(params)):
-        encoder["layer"] = fn(encoder["layer"])
+    for parent, spec in list(_find_layers(params, stacks)):
+        parent[spec.container] = fn(parent[spec.container], spec)
     return params
 
 
-def unscan_params(params: dict) -> dict:
-    """Scanned layout (one 'layer' dict, leading layer axis) -> {'0': ..., '1': ...}."""
-    def split(layer):
-        if not stacked(layer):
-            return layer  # already per-layer
-        n = jax.tree_util.tree_leaves(layer)[0].shape[0]
-        return {str(i): jax.tree_util.tree_map(lambda x, i=i: x[i], layer) for i in range(n)}
-    return _map_encoders(params, split)
+def split_layers(layers: Mapping, spec: LayerStack) -> dict:
+    """A container dict, scanned -> per layer {'0': ..., '1': ...} (as it is when already per layer)."""
+    if not spec.is_scanned(layers):
+        return dict(layers)
+    stack = layers[spec.stack] if spec.stack else layers
+    n = jax.tree_util.tree_leaves(stack)[0].shape[0]
+    out = {k: v for k, v in layers.items() if k != spec.stack} if spec.stack else {}
+    out.update({str(spec.first + i): jax.tree_util.tree_map(lambda x, i=i: x[i], stack) for i in range(n)})
+    return out
 
 
-def scan_params(params: dict) -> dict:
+def unscan_params(params: dict, stacks: tuple = (BERT_LAYERS,)) -> dict:
+    """Scanned layout (a stack with a leading layer axis) -> per layer {'0': ..., '1': ...}."""
+    return _map_encoders(params, split_layers, stacks)
+
+
+def scan_params(params: dict, stacks: tuple = (BERT_LAYERS,)) -> dict:
     """Per-layer layout {'0': ..., '1': ...} -> scanned (leading layer axis)."""
-    def stack(layer):
-        if stacked(layer):
-            return layer  # already scanned
-        layers = [layer[str(i)] for i in range(len(layer))]
-        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *layers)
-    return _map_encoders(params, stack)
+    def stack(layers, spec):
+        if spec.is_scanned(layers):
+            return layers  # already scanned
+        n = sum(1 for k in layers if str(k).isdigit())
+        stacked_ = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[layers[str(i)] for i in range(spec.first, n)])
+        if not spec.stack:
+            return stacked_
+        out = {k: v for k, v in layers.items() if not (str(k).isdigit() and int(k) >= spec.first)}
+        out[spec.stack] = stacked_
+        return out
+    return _map_encoders(params, stack, stacks)
 
 
-def is_scanned(params) -> bool:
-    """Whether an encoder's 'layer' dict is stacked (no '0', '1', ... level); False without layers."""
-    return any(stacked(enc["layer"]) for _, enc in _find_layer_parent(params))
+def is_scanned(params, stacks: tuple = (BERT_LAYERS,)) -> bool:
+    """Whether an encoder's layers are stacked (scanned); False without layers."""
+    return any(spec.is_scanned(parent[spec.container]) for parent, spec in _find_layers(params, stacks))

@@ -15,39 +15,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from jaxbert.model.config import bert_class_name
-from jaxbert.model.families import BY_MODEL_TYPE, Family, family_of_class
+from jaxbert.model.families import BY_MODEL_TYPE, Family, family_of_class, root_class_name, root_of
 from jaxbert.model.families.bert import BERT
 from jaxbert.model.families.spec import Head
 
 __all__ = ["HEADS", "Family", "Head", "for_config", "head", "main_output", "spec_of"]
 
 
-def _classifier(features: Callable) -> Callable:
-    return lambda c: [("classifier", "dense", (c.hidden_size, features(c)))]
-
-
-_MLM_STAGES = (("mlm logits", "logits"),)
-HEADS = {h.name: h for h in (
-    Head("BertModel", BERT, pooler=True, cross_attention=True, base=True, main=("last_hidden_state",)),
-    Head("BertForMaskedLM", BERT, pooler=False, mlm=True, cross_attention=True, stages=_MLM_STAGES),
-    Head("BertForPreTraining", BERT, pooler=True, mlm=True, nsp=True,
-         stages=(("mlm logits", "prediction_logits"), ("nsp logits", "seq_relationship_logits")),
-         main=("prediction_logits",)),
-    Head("BertForNextSentencePrediction", BERT, pooler=True, nsp=True, stages=(("nsp logits", "logits"),)),
-    Head("BertForSequenceClassification", BERT, pooler=True, extra_rows=_classifier(lambda c: c.num_labels),
-         stages=(("logits", "logits"),)),
-    Head("BertForTokenClassification", BERT, pooler=False, extra_rows=_classifier(lambda c: c.num_labels),
-         stages=(("logits", "logits"),)),
-    Head("BertForQuestionAnswering", BERT, pooler=False,
-         extra_rows=lambda c: [("qa_outputs", "dense", (c.hidden_size, c.num_labels))],
-         stages=(("start logits", "start_logits"), ("end logits", "end_logits")),
-         main=("start_logits", "end_logits")),
-    Head("BertForMultipleChoice", BERT, pooler=True, choices=True, extra_rows=_classifier(lambda c: 1),
-         stages=(("logits", "logits"),)),
-    Head("BertLMHeadModel", BERT, pooler=False, mlm=True, cross_attention=True, decoder=True,
-         stages=_MLM_STAGES),
-)}
+# BERT's classes, as its family lists them; a family on BERT's modules reads these under its names (for_config).
+HEADS = {name: Head(name, BERT, **fields) for name, fields in BERT.class_specs.items()}
 
 
 def head(name: str) -> Head:
@@ -70,17 +46,20 @@ def for_config(spec: Head, config) -> Head:
     if family is spec.family:
         return spec
     changes = {"family": family}
-    if spec.name == "BertForSequenceClassification" and family.seq_classifier_rows is not None:
+    if spec.sequence_classifier and family.seq_classifier_rows is not None:
         # the family's own classifier on the first token, with no pooler (RoBERTa's dense -> tanh -> out_proj)
         changes.update(pooler=False, extra_rows=family.seq_classifier_rows)
     return dataclasses.replace(spec, **changes)
 
 
 def spec_of(name: str, config=None) -> Head:
-    """The registry entry of any family's class name: a family with classes of its own lists them
-    (``Family.class_specs``); a BERT-built class is its BERT class's entry, under the config's family."""
+    """The registry entry of any family's class name: its family's ``class_specs`` entry, or for a family
+    that builds on another (RoBERTa on BERT), that family's entry of the class it is built from, under
+    the config's family."""
     family = family_of_class(name)
-    if family is not None and not family.builds_on_bert:
-        return Head(name, family, **family.class_specs[name])
-    spec = head(bert_class_name(name))
+    if family is None:
+        return head(name)  # KeyError naming the known ones
+    root = root_of(family)
+    base = root_class_name(name)
+    spec = Head(base, root, **root.class_specs[base])
     return spec if config is None else for_config(spec, config)

@@ -19,7 +19,7 @@ from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import BertForMaskedLM, dummy_inputs
+from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.parity.compare import numerics, torch_model
 from jaxbert.parity.grad import fixed_masking, float64_rotary
@@ -129,26 +129,22 @@ def mlm_model(module, params, seed: int = 0):
     """(the family's masked-LM module with dropout off, its params): the encoder of ``module``'s
     params, an MLM head from ``module`` when it has one, else a fresh one (init with ``seed``).
 
-    BERT-built families (BERT, RoBERTa) train BertForMaskedLM; a family with its own modules
-    (ModernBERT) trains its pretraining class (ModernBertForMaskedLM)."""
+    Every family trains its masked-LM class (BertForMaskedLM, RobertaForMaskedLM,
+    ModernBertForMaskedLM); what the masked LM lacks of ``module`` (a pooler, an NSP head) is left out."""
     family = family_of(module.config)
     cfg = _no_dropout(module.config)
-    options = ModelOptions(scan_layers=module.options.scan_layers)
-    if not family.builds_on_bert:
-        name = family.pretraining_classes[0]
-        mlm = family.build(name, cfg, options)
-        if type(module).__name__ == name:
-            return mlm, params
-        fresh = mlm.init(jax.random.key(seed), *family.dummy_inputs(name, 1, 8))["params"]
-        head = {k: v for k, v in fresh.items() if k != family.prefix}
-        return mlm, {family.prefix: params.get(family.prefix, params), **head}
-    mlm = BertForMaskedLM(cfg, options)
-    fresh = mlm.init(jax.random.key(seed), *dummy_inputs("BertForMaskedLM", 1, 8))["params"]
-    encoder = params.get("bert", params)
-    encoder = {k: v for k, v in encoder.items() if k != "pooler"}
-    head = params["cls"] if "cls" in params and "predictions" in params["cls"] else fresh["cls"]
-    head = {"predictions": head["predictions"]}
-    return mlm, {"bert": encoder, "cls": head}
+    name = family.mlm_class(cfg.model_type)
+    mlm = build_model(name, cfg, ModelOptions(scan_layers=module.options.scan_layers))
+    if type(module).__name__ == name:
+        return mlm, params
+    fresh = mlm.init(jax.random.key(seed), *dummy_inputs(name, 1, 8))["params"]
+    encoder = params.get(family.prefix, params)
+    out = {family.prefix: {k: v for k, v in encoder.items() if k in fresh[family.prefix]}}
+    for key, head in fresh.items():  # the MLM head: module's own when it has all of it (BertForPreTraining's)
+        if key != family.prefix:
+            own = params.get(key) if isinstance(params.get(key), dict) else {}
+            out[key] = {k: own[k] for k in head} if set(head) <= set(own) else head
+    return mlm, out
 
 
 def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = "float64",

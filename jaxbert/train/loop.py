@@ -109,7 +109,7 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
         data_dir, tok_dir = sources.ensure_data(recipe, workdir, log)
         tok = load_tokenizer(tok_dir)
         vocab = tok.get_vocab_size()
-    cfg = recipe.bert_config(vocab)
+    cfg = recipe.model_config(vocab)
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
         sources.check_fits(cfg, tok, data_dir, recipe.data.packing)
     runner = parallel.make_runner(recipe.parallel)

@@ -36,7 +36,7 @@ def finish(recipe: Recipe, workdir: str | Path, model, params, tokenizer_dir, lo
     if o.fill_mask and tokenizer_dir is not None:
         tok = load_tokenizer(tokenizer_dir)
         # the family's MLM class (BertForMaskedLM, ModernBertForMaskedLM) reads the MLM head of any pretraining class
-        mlm_class = family_of(model.config).pretraining_classes[0]
+        mlm_class = family_of(model.config).mlm_class(model.config.model_type)
         mlm = build_model(mlm_class, model.config, ModelOptions(scan_layers=recipe.model.scan_layers))
         lines = [_showcase(mlm, params, tok, item) for item in o.fill_mask]
         atomic_write_text(workdir_lib.path(workdir, workdir_lib.FILL_MASK), "\n".join(lines) + "\n")

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -30,12 +31,12 @@ from jaxbert.engine import recipe as engine_recipe
 from jaxbert.model.config import BertConfig, ConfigError, build_config
 from jaxbert.model.config import position_limit as config_position_limit
 from jaxbert.model.families import BY_MODEL_TYPE, family_of, pretraining_classes
+from jaxbert.model.registry import spec_of
 from jaxbert.workdir import write_recipe
 
 DEFAULT_RECIPE = "tiny-demo"
 # The classes an MLM pretraining run trains, as the model families list them.
 PRETRAINING_CLASSES = pretraining_classes()
-BERT_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
 _NAME = re.compile(r"[A-Za-z0-9._-]+")  # a mixture source's name, a metric key's last part
 
 
@@ -227,7 +228,7 @@ class Recipe(RunRecipe):
     train: TrainSection = dataclasses.field(default_factory=TrainSection)
     outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
 
-    def bert_config(self, vocab_size: int | None = None) -> BertConfig:
+    def model_config(self, vocab_size: int | None = None):
         """The model's config, of the class its family reads (BertConfig, ModernBertConfig): the preset,
         then model.config, then the tokenizer's vocabulary size (jaxbert.model.config.build_config)."""
         try:
@@ -238,7 +239,7 @@ class Recipe(RunRecipe):
         if model_type not in BY_MODEL_TYPE:
             raise RecipeError(f"model.config.model_type: {model_type!r} is not supported; jaxbert builds "
                               f"{tuple(BY_MODEL_TYPE)}")
-        config_class = BY_MODEL_TYPE[model_type].config_class or BertConfig
+        config_class = BY_MODEL_TYPE[model_type].config_class
         known = {f.name for f in dataclasses.fields(config_class)} - {"extra"}
         for key in self.model.config:
             if key not in known:
@@ -248,7 +249,11 @@ class Recipe(RunRecipe):
         except (ConfigError, TypeError) as e:
             raise RecipeError(f"model.config: {e}") from e
 
-    model_config = bert_config  # the name for any family
+    def bert_config(self, vocab_size: int | None = None):
+        """Deprecated: model_config (the config of any family, not only a BertConfig)."""
+        warnings.warn("Recipe.bert_config is deprecated: use Recipe.model_config (it returns the config "
+                      "class of the model's family)", DeprecationWarning, stacklevel=2)
+        return self.model_config(vocab_size)
 
 
 # ---- checking ----------------------------------------------------------------
@@ -274,9 +279,10 @@ def _validate(r: Recipe) -> None:
     if r.data.packing != "stream" and (r.data.nsp or r.data.source == "synthetic"):
         raise RecipeError(f"data.packing: {r.data.packing!r} packs documents of prepared mlm data; "
                           f"{'nsp sentence pairs' if r.data.nsp else 'synthetic data'} take packing stream")
-    if r.data.nsp and r.model.model_class != "BertForPreTraining":
-        raise RecipeError("data.nsp: next-sentence data needs model.model_class=BertForPreTraining")
-    cfg = r.bert_config()  # model.preset and model.config checked now, before any data is prepared
+    if r.data.nsp and not spec_of(r.model.model_class).nsp:
+        nsp_classes = " or ".join(c for c in PRETRAINING_CLASSES if spec_of(c).nsp)
+        raise RecipeError(f"data.nsp: next-sentence data needs model.model_class={nsp_classes}")
+    cfg = r.model_config()  # model.preset and model.config checked now, before any data is prepared
     _check_seq_len(r, cfg)
     if r.data.packing != "stream" and not family_of(cfg).segment_ids:
         raise RecipeError(f"data.packing: {r.data.packing!r} gives the model segment ids, which "

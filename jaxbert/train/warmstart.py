@@ -16,6 +16,7 @@ import numpy as np
 
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import InputError
+from jaxbert.model.families import Family, family_of_class, family_of_params
 from jaxbert.model.params import flatten, scan_params, unflatten, unscan_params
 from jaxbert.train.tiling import tile_params
 
@@ -28,34 +29,39 @@ def load_source_params(path: str, model_class: str) -> dict:
                                             return_report=True)
     # from_pretrained initialised the params the checkpoint lacks: drop them, so the
     # run's own initialisation (its seed) fills them and the log names them.
-    flat = flatten(unscan_params(params), sep="/")
+    stack = family_of_class(model_class).layer_stack
+    flat = flatten(unscan_params(params, (stack,)), sep="/")
     missing = set(report.missing_paths)
     return unflatten(
-        {k: v for k, v in flat.items() if k not in missing and not _is_layer_of(k, missing)}, sep="/")
+        {k: v for k, v in flat.items() if k not in missing and not _is_layer_of(k, missing, stack)}, sep="/")
 
 
-def _is_layer_of(key: str, missing: set) -> bool:
-    """A per-layer key whose scanned form ('layer/...' without the index) was reported missing."""
+def _is_layer_of(key: str, missing: set, stack) -> bool:
+    """A per-layer key whose scanned form (the stack's path without the index) was reported missing."""
     parts = key.split("/")
-    return any(parts[i + 1].isdigit() and "/".join(parts[:i + 1] + parts[i + 2:]) in missing
-               for i in range(len(parts) - 1) if parts[i] == "layer")
+    scanned = [stack.stack] if stack.stack else []
+    return any(parts[i + 1].isdigit() and "/".join(parts[:i + 1] + scanned + parts[i + 2:]) in missing
+               for i in range(len(parts) - 1) if parts[i] == stack.container)
 
 
-def merge(fresh: dict, loaded: dict, scanned: bool, log=print, tile: bool = False,
+def merge(fresh: dict, loaded: dict, scanned: bool, log=print, family: Family | None = None, tile: bool = False,
           fused_outputs: dict | None = None) -> dict:
     """fresh (the model's initialised params) with every leaf `loaded` has at the same path.
 
     A leaf of a different shape is an error naming it, unless `tile`: then loaded, a smaller
     model of the family, fills fresh by centre tiling (jaxbert.train.tiling; fused_outputs as
-    the family's). Returns host (NumPy) params in fresh's layout (scanned or not).
+    the family's). Returns host (NumPy) params in fresh's layout (scanned or not). ``family``:
+    the model's (by default, the family whose encoder ``fresh`` holds).
     """
-    fresh_flat = flatten(unscan_params(fresh) if scanned else fresh, sep="/")
+    family = family or family_of_params(fresh)
+    stacks = (family.layer_stack,)
+    fresh_flat = flatten(unscan_params(fresh, stacks) if scanned else fresh, sep="/")
     loaded_flat = flatten(loaded, sep="/")
-    if "bert/embeddings/word_embeddings/embedding" not in loaded_flat and "embeddings/word_embeddings/embedding" in loaded_flat:
-        # A bare BertModel checkpoint has no 'bert/' prefix.
-        loaded_flat = {f"bert/{k}": v for k, v in loaded_flat.items()}
+    if f"{family.prefix}/{family.embedding_path}" not in loaded_flat and family.embedding_path in loaded_flat:
+        # A bare encoder's checkpoint (BertModel) has no encoder prefix.
+        loaded_flat = {f"{family.prefix}/{k}": v for k, v in loaded_flat.items()}
     if tile:
-        loaded_flat = tile_params(fresh_flat, loaded_flat, fused_outputs)
+        loaded_flat = tile_params(fresh_flat, loaded_flat, family.fused_outputs if fused_outputs is None else fused_outputs)
     out, kept_fresh = {}, []
     for key, value in fresh_flat.items():
         if key in loaded_flat:
@@ -73,4 +79,4 @@ def merge(fresh: dict, loaded: dict, scanned: bool, log=print, tile: bool = Fals
            + (" ..." if len(kept_fresh) > 6 else "") if kept_fresh else "")
         + (f"; ignored {len(ignored)} the model lacks: {', '.join(ignored[:4])}" if ignored else ""))
     tree = unflatten(out, sep="/")
-    return scan_params(tree) if scanned else tree
+    return scan_params(tree, stacks) if scanned else tree

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jaxbert.model.families import FAMILIES
 from jaxbert.model.modernbert import ModernBertConfig
 from jaxbert.model.modernbert.table import Table
 from jaxbert.model.params import unflatten
@@ -15,8 +16,7 @@ from jaxbert.model.params import unflatten
 TINY = dict(vocab_size=100, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
             global_attn_every_n_layers=2, local_attention=8, max_position_embeddings=64, pad_token_id=0,
             bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
-CLASSES = ("ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClassification",
-           "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice")
+CLASSES = FAMILIES["modernbert"].class_names()
 LENGTH = 24
 
 

@@ -25,12 +25,12 @@ SMALL = dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_lay
 
 def test_modernbert_is_a_registered_family_with_its_own_classes():
     family = FAMILIES["modernbert"]
-    assert BY_MODEL_TYPE["modernbert"] is family and not family.builds_on_bert
+    assert BY_MODEL_TYPE["modernbert"] is family and not family.builds_on
     assert family.class_names() == CLASS_NAMES
     assert all(family_of_class(n) is family for n in CLASS_NAMES)
     assert set(CLASS_NAMES) <= set(ALL_MODEL_CLASSES)
-    assert MODEL_TYPES == ("bert", "roberta", "xlm-roberta")  # what BertConfig reads
-    assert all(FAMILIES[n].builds_on_bert for n in ("bert", "roberta"))
+    # BertConfig reads the types of every family whose config class it is
+    assert MODEL_TYPES == tuple(t for f in FAMILIES.values() if f.config_class is BertConfig for t in f.model_types)
 
 
 def test_build_model_and_dummy_inputs_make_every_modernbert_class():
@@ -79,7 +79,8 @@ def test_flops_count_geglu_for_modernbert():
     assert non_embedding_params(c) == c.num_hidden_layers * (4 * H * H + 3 * H * I)
     b = BertConfig()
     assert non_embedding_params(b) == 12 * (4 * 768 * 768 + 2 * 768 * 3072)
-    assert family_of(b).non_embedding_params is None
+    # every family counts its own (BERT too: no family falls back on another's count)
+    assert all(f.non_embedding_params is not None and f.attended_positions is not None for f in FAMILIES.values())
 
 
 def test_flops_count_only_the_window_on_sliding_layers():

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 import jaxbert
 from jaxbert.convert import Table
 from jaxbert.model.config import MODEL_TYPES, BertConfig, ConfigError
-from jaxbert.model.families.roberta import roberta_positions
+from jaxbert.model.families.roberta_modules import roberta_positions
 from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import make_inputs
 from tests.helpers.hf_models import tiny_roberta_model

@@ -1,8 +1,11 @@
-"""BERT: the family every other encoder here builds on (its modules are jaxbert.model's own)."""
+"""BERT: a family like the others, whose modules (jaxbert.model.bert, encoder, heads) other
+families build on (RoBERTa). Its members are named (Ref) and imported when first read."""
 
 from __future__ import annotations
 
-from jaxbert.model.families.spec import Family
+from jaxbert.model.families.spec import Family, Ref
+
+_HEADS = "jaxbert.model.heads"
 
 
 def _mlm_rows(c) -> list:
@@ -15,9 +18,52 @@ def _mlm_rows(c) -> list:
     return rows
 
 
+def _classifier(features):
+    return lambda c: [("classifier", "dense", (c.hidden_size, features(c)))]
+
+
+def non_embedding_params(c) -> int:
+    """Matmul weights of the layers, for the FLOP count: Q, K, V, O (4 H^2) and the MLP (2 H I)."""
+    H, I = c.hidden_size, c.intermediate_size
+    return c.num_hidden_layers * (4 * H * H + 2 * H * I)
+
+
+def attended_positions(c, seq_len: int) -> int:
+    """Keys a query attends summed over the layers: every layer attends all T."""
+    return c.num_hidden_layers * seq_len
+
+
+_MLM_STAGES = (("mlm logits", "logits"),)
+# What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
+CLASS_SPECS = {
+    "BertModel": dict(pooler=True, cross_attention=True, base=True, main=("last_hidden_state",)),
+    "BertForMaskedLM": dict(pooler=False, mlm=True, cross_attention=True, stages=_MLM_STAGES),
+    "BertForPreTraining": dict(pooler=True, mlm=True, nsp=True,
+                               stages=(("mlm logits", "prediction_logits"), ("nsp logits", "seq_relationship_logits")),
+                               main=("prediction_logits",)),
+    "BertForNextSentencePrediction": dict(pooler=True, nsp=True, stages=(("nsp logits", "logits"),)),
+    "BertForSequenceClassification": dict(pooler=True, sequence_classifier=True, extra_rows=_classifier(lambda c: c.num_labels),
+                                          stages=(("logits", "logits"),)),
+    "BertForTokenClassification": dict(pooler=False, extra_rows=_classifier(lambda c: c.num_labels),
+                                       stages=(("logits", "logits"),)),
+    "BertForQuestionAnswering": dict(pooler=False,
+                                     extra_rows=lambda c: [("qa_outputs", "dense", (c.hidden_size, c.num_labels))],
+                                     stages=(("start logits", "start_logits"), ("end logits", "end_logits")),
+                                     main=("start_logits", "end_logits")),
+    "BertForMultipleChoice": dict(pooler=True, choices=True, extra_rows=_classifier(lambda c: 1),
+                                  stages=(("logits", "logits"),)),
+    "BertLMHeadModel": dict(pooler=False, mlm=True, cross_attention=True, decoder=True, stages=_MLM_STAGES),
+}
+
 BERT = Family(
     name="bert", model_types=("bert",), class_prefixes={"bert": "Bert"}, prefix="bert",
-    heads=("Model", "ForMaskedLM", "ForPreTraining", "ForNextSentencePrediction", "ForSequenceClassification",
-           "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice", "LMHeadModel"),
+    heads=tuple(name[len("Bert"):] for name in CLASS_SPECS),
     mlm_rows=_mlm_rows, mlm_decoder="cls.predictions.decoder", mlm_bias="cls.predictions.bias",
-    nsp_module="cls.seq_relationship", pretraining_classes=("BertForMaskedLM", "BertForPreTraining"))
+    nsp_module="cls.seq_relationship", pretraining_classes=("BertForMaskedLM", "BertForPreTraining"),
+    mlm_head=Ref(f"{_HEADS}:BertOnlyMLMHead"),
+    config_class=Ref("jaxbert.model.config:BertConfig"), model_classes=Ref(f"{_HEADS}:MODEL_CLASSES"),
+    build=Ref(f"{_HEADS}:build_bert_class"), class_specs=CLASS_SPECS,
+    non_embedding_params=non_embedding_params, attended_positions=attended_positions,
+    position_limit=lambda c: c.max_position_embeddings,
+    describe_init=lambda c, class_name: f"normal(std={c.initializer_range}) kernels, zero biases",
+    also="also a `bert_config.json` with no `model_type`", differences="—")

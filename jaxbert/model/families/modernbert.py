@@ -1,12 +1,12 @@
 """ModernBERT (and mmBERT, Ettin's encoders): a family with modules, config and key table of its own
-(jaxbert.model.modernbert), reached by the rest of jaxbert through this entry."""
+(jaxbert.model.modernbert), reached by the rest of jaxbert through this entry. Its members are named
+(Ref) and imported when first read, so that the registry loads no model code."""
 
 from __future__ import annotations
 
-from jaxbert.model import modernbert
-from jaxbert.model.families.spec import Family
-from jaxbert.model.modernbert.table import head_rows
+from jaxbert.model.families.spec import Family, LayerStack, Ref
 
+_PKG = "jaxbert.model.modernbert"
 _LOGITS = (("logits", "logits"),)
 # What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
 CLASS_SPECS = {
@@ -23,27 +23,34 @@ CLASS_SPECS = {
 
 def _parity_length(config) -> int | None:
     """Inputs reach past a sliding layer's window (by 8 tokens), so parity sees the band's edge."""
-    if modernbert.config.SLIDING not in config.layer_kinds:
+    if all(kind == "full_attention" for kind in config.layer_kinds):
         return None
     return min(config.local_attention + 8, config.max_position_embeddings)
 
 
 MODERNBERT = Family(
-    name="modernbert", model_types=(modernbert.MODEL_TYPE,), class_prefixes={modernbert.MODEL_TYPE: "ModernBert"},
-    prefix=modernbert.table.PREFIX,
-    heads=tuple(name[len("ModernBert"):] for name in modernbert.CLASS_NAMES),
-    mlm_rows=lambda c: head_rows(c, "ModernBertForMaskedLM"), mlm_decoder="decoder", mlm_bias="decoder.bias",
+    name="modernbert", model_types=("modernbert",), class_prefixes={"modernbert": "ModernBert"},
+    prefix="model",
+    heads=tuple(name[len("ModernBert"):] for name in CLASS_SPECS),
+    mlm_rows=Ref(f"{_PKG}.table:mlm_rows"), mlm_decoder="decoder", mlm_bias="decoder.bias",
     pretraining_classes=("ModernBertForMaskedLM",),
-    config_class=modernbert.ModernBertConfig, model_classes=modernbert.MODEL_CLASSES, build=modernbert.build,
-    table=lambda config, model_class, scan_layers=False, add_pooling_layer=None: modernbert.Table(
-        config, model_class, scan_layers),
-    params_scanned=modernbert.is_scanned, dummy_inputs=modernbert.dummy_inputs, infer_class=modernbert.infer_class,
-    non_embedding_params=modernbert.non_embedding_params,
-    attended_positions=modernbert.attended_positions,
+    config_class=Ref(f"{_PKG}.config:ModernBertConfig"), model_classes=Ref(f"{_PKG}.heads:MODEL_CLASSES"),
+    build=Ref(f"{_PKG}:build"), table=Ref(f"{_PKG}.table:family_table"),
+    infer_class=Ref(f"{_PKG}:infer_class"), non_embedding_params=Ref(f"{_PKG}:non_embedding_params"),
+    attended_positions=Ref(f"{_PKG}:attended_positions"),
     position_limit=lambda config: config.max_position_embeddings,  # rotary: no position table to run out of
     class_specs=CLASS_SPECS, final_norm="final_norm",
     # transformers' eager path takes its softmax in float32 even in a float64 model; sdpa stays float64
     reference_attention="sdpa", parity_length=_parity_length,
     segment_ids=True,  # packed documents: per-document masks (global and sliding) and RoPE positions
-    token_types=False,
-    fused_outputs={"Wqkv": 3, "Wi": 2})  # q, k, v side by side; GeGLU's input and gate halves  # no token-type table: transformers' tokenizer gives input_ids, attention_mask
+    token_types=False,  # no token-type table: transformers' tokenizer gives input_ids, attention_mask
+    fused_outputs={"Wqkv": 3, "Wi": 2},  # q, k, v side by side; GeGLU's input and gate halves
+    embedding_path="embeddings/tok_embeddings/embedding",
+    # layer 0 stands alone (its attention norm is the identity); 1 .. L-1 are one scanned stack
+    layer_stack=LayerStack("layers", "scan", first=1),
+    also="and mmBERT, the Ettin encoders: the same classes",
+    differences="its own modules (`jaxbert/model/modernbert/`): pre-norm layers, one `Wqkv`, rotary positions with a "
+                "global and a local theta, local layers attending within `local_attention // 2` on each side "
+                "(banded mask; `local_window_size` on the `dot_product` path), GeGLU, no token types; config "
+                "fields in 4.x and 5.x spellings; fields jaxbert cannot honour (an unknown `layer_types` entry, an "
+                "odd window) refused by name")

@@ -9,7 +9,41 @@ tokenizer check, the recipe's class list) asks the config's family instead
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Callable, Optional
+
+
+class Ref(str):
+    """A family member named "module:attribute", imported when first read: a family's entry stays
+    data, so that reading a config (which asks its family) loads no model code."""
+
+    def load(self):
+        module, _, attr = self.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerStack:
+    """Where an encoder keeps its layers in the param tree.
+
+    Per layer they are ``container/0``, ``container/1``, ...; scanned (nn.scan), the layers from
+    ``first`` on are one stack with a leading layer axis: ``container`` itself when ``stack`` is
+    empty (BERT's ``encoder/layer``), else ``container/stack`` beside the layers before ``first``
+    (ModernBERT's ``layers/0`` and ``layers/scan``).
+    """
+
+    container: str
+    stack: str = ""
+    first: int = 0
+
+    def is_scanned(self, layers) -> bool:
+        """Whether a ``container`` dict holds the scanned stack."""
+        if self.stack:
+            return self.stack in layers
+        return bool(layers) and not all(str(k).isdigit() for k in layers)
+
+
+BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
 def _no_check(config) -> None:
@@ -25,7 +59,8 @@ class Family:
       model_types: config ``model_type`` values of the family.
       class_prefixes: model_type -> how transformers spells its class names ("Bert", "XLMRoberta").
       prefix: the encoder's name in the param tree and state dict of the head classes ("bert").
-      heads: class-name suffixes the family has ("Model", "ForMaskedLM", ...).
+      heads: class-name suffixes the family has ("Model", "ForMaskedLM", ...); a family that builds
+        on another has a subset of that one's.
       mlm_rows: config -> the MLM head's param rows (module path, kind, dims), for the converter.
       mlm_decoder: the MLM decoder's module path; transformers ties its bias to ``mlm_bias``
         always, and its weight to the word embeddings unless the config unties them.
@@ -37,32 +72,38 @@ class Family:
       zero_position_pad: the position table's pad_token_id row is zero at init (RoBERTa).
       check_config: config -> None; raises ConfigError naming what the family cannot take.
       pad_is_position_origin: its pad token must be the tokenizer's (positions count from it).
-      mlm_head: the MLM head's module class, or None for BERT's.
+      mlm_head: the MLM head module that BERT's masked-LM classes carry for it (BERT's
+        BertOnlyMLMHead, RoBERTa's RobertaLMHead); None for a family whose classes are its own.
       mlm_head_name: its name in the param tree ("cls").
       seq_classifier: the sequence classifier module class (on the first token, no pooler),
         or None for BERT's (pooler -> dropout -> classifier).
       seq_classifier_rows: config -> param rows of that classifier (replacing BERT's).
       pretraining_classes: the classes an MLM pretraining recipe may train.
 
-    A family with modules of its own (not BERT's) says so with the fields below; each is None
-    for the families built on BERT's modules, whose behaviour is BertConfig's, jaxbert.model.heads'
-    classes and jaxbert.convert.table.Table:
-      config_class: its config class (``from_dict``, ``from_json_file``, ``to_dict``), or None for BertConfig.
-      model_classes: class name -> module class, or None (BERT's classes under the family's names).
-      build: (class name, config, options) -> module, or None.
+    Any member may be given as a ``Ref("module:attribute")``, imported when first read, so that the
+    registry stays data (reading a config loads no model code).
+
+    A family's classes are its own modules, or those of the family it ``builds_on`` (RoBERTa on
+    BERT's) under its names; the fields below describe the family whose classes it is:
+      builds_on: the family whose modules, class registry and key table its classes reuse ("bert"
+        for RoBERTa); empty for a family whose classes are its own (BERT, ModernBERT).
+      config_class: its config class (``from_dict``, ``from_json_file``, ``to_dict``).
+      model_classes: class name -> module class, under its own names (RobertaForMaskedLM).
+      build: (class name, config, options, **kwargs) -> module.
+      class_specs: class name -> the fields of its ``Head`` (pooler, mlm, choices, base, stages,
+        main, ...), for a family whose classes are its own (jaxbert.model.registry reads them).
       table: (config, class name, scan_layers, add_pooling_layer) -> its key table (the interface
-        of jaxbert.convert.table.Table), or None.
-      params_scanned: a param tree -> whether it holds the scanned layout, or None (BERT's test).
-      dummy_inputs: (class name, batch, length) -> (input_ids, token_type_ids) for init, or None.
-      infer_class: (config, state-dict keys) -> the class a checkpoint was saved from, or None.
-      non_embedding_params: config -> matmul weights of the encoder layers (for the FLOP count),
-        or None for BERT's 4 H^2 + 2 H I per layer.
+        of jaxbert.convert.table.Table), or None for the converter's BERT table.
+      infer_class: (config, state-dict keys) -> the class a checkpoint was saved from, or None where
+        the converter's scoring of the registry's head rows decides.
+      non_embedding_params: config -> matmul weights of the encoder layers (for the FLOP count).
       attended_positions: (config, T) -> the keys a query attends summed over the layers (for the
-        FLOP count of attention scores), or None for BERT's L * T (every layer attends all T).
-      position_limit: config -> the longest sequence it takes, or None (the position table's rows
-        less ``position_offset``).
-      class_specs: class name -> the fields of its ``Head`` (pooler, mlm, choices, base, stages, main)
-        for a family with classes of its own; None for BERT-built ones (jaxbert.model.registry.HEADS).
+        FLOP count of attention scores).
+      position_limit: config -> the longest sequence it takes.
+      describe_init: (config, class name) -> how its fresh head params start, as fine-tuning reports them.
+      special_tokens: role ("pad", "cls", "sep", "mask", "unk") -> how its tokenizers spell it.
+      also: what else loads through it, for README's family table ("and mmBERT, ...").
+      differences: what jaxbert handles of it unlike BERT, for README's family table (markdown).
       final_norm: the base model's norm after its last layer (transformers' module name, "final_norm"),
         whose output is ``last_hidden_state`` and not the last of ``hidden_states``; "" where none.
       reference_attention: transformers' attention implementation parity compares against.
@@ -71,6 +112,8 @@ class Family:
       segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
       fused_outputs: param module name -> how many equal blocks its output axis joins (ModernBERT's
         Wqkv: 3), so that centre tiling (jaxbert.train.tiling) fills each block from its own.
+      embedding_path: the word-embedding table's path under the encoder's params.
+      layer_stack: the encoder's layers in the param tree, per layer and scanned (LayerStack).
       token_types: its models read token_type_ids (BERT's segment embeddings); where not (ModernBERT)
         they are ignored, and an exported tokenizer's model_input_names leaves them out, so that
         transformers' tokenizer and pipelines do not feed them.
@@ -95,28 +138,47 @@ class Family:
     seq_classifier: Optional[type] = None
     seq_classifier_rows: Optional[Callable] = None
     pretraining_classes: tuple = ()
-    config_class: Optional[type] = None
-    model_classes: Optional[dict] = None
-    build: Optional[Callable] = None
-    table: Optional[Callable] = None
-    params_scanned: Optional[Callable] = None
-    dummy_inputs: Optional[Callable] = None
-    infer_class: Optional[Callable] = None
-    non_embedding_params: Optional[Callable] = None
-    attended_positions: Optional[Callable] = None
-    position_limit: Optional[Callable] = None
+    # every family says these (checked in __post_init__; a default only keeps the fields in this order)
+    config_class: type = None
+    model_classes: dict = None
+    build: Callable = None
+    non_embedding_params: Callable = None
+    attended_positions: Callable = None
+    position_limit: Callable = None
+    builds_on: str = ""
     class_specs: Optional[dict] = None
+    table: Optional[Callable] = None
+    infer_class: Optional[Callable] = None
+    describe_init: Callable = lambda config, class_name: f"{class_name}'s init, zero biases"
+    also: str = ""
+    differences: str = ""
+    special_tokens: dict = dataclasses.field(default_factory=lambda: dict(BERT_SPECIALS))
     final_norm: str = ""
     reference_attention: str = "eager"
     parity_length: Optional[Callable] = None
     segment_ids: bool = True
     token_types: bool = True
     fused_outputs: dict = dataclasses.field(default_factory=dict)
+    embedding_path: str = "embeddings/word_embeddings/embedding"
+    layer_stack: LayerStack = LayerStack("layer")
 
-    @property
-    def builds_on_bert(self) -> bool:
-        """Whether its classes are BERT's modules under its names (BERT, RoBERTa) rather than its own."""
-        return self.build is None
+    def __post_init__(self):
+        required = ("config_class", "model_classes", "build", "non_embedding_params",
+                    "attended_positions", "position_limit")
+        missing = [n for n in required if object.__getattribute__(self, n) is None]
+        if missing:
+            raise TypeError(f"family {self.name!r} does not say its {', '.join(missing)}")
+        if not self.builds_on and self.class_specs is None:
+            raise TypeError(f"family {self.name!r} builds on no other family and lists no class_specs")
+
+    def __getattribute__(self, name):
+        value = object.__getattribute__(self, name)
+        return value.load() if type(value) is Ref else value
+
+    def names_config(self, qualified: str) -> bool:
+        """Whether its config class is "module:Name", asked without importing it."""
+        raw = object.__getattribute__(self, "config_class")
+        return raw == qualified if type(raw) is Ref else f"{raw.__module__}:{raw.__qualname__}" == qualified
 
     def class_prefix(self, model_type: str) -> str:
         return self.class_prefixes[model_type]
@@ -124,6 +186,26 @@ class Family:
     def needs(self) -> str:
         """The model types it takes, as a message says them: "'roberta' or 'xlm-roberta'"."""
         return " or ".join(repr(t) for t in self.model_types)
+
+    def class_of(self, model_type: str, suffix: str) -> str | None:
+        """Its class with a head suffix ("ForMaskedLM") under a model type's spelling; None where it has no such head."""
+        return self.class_prefix(model_type) + suffix if suffix in self.heads else None
+
+    def mlm_class(self, model_type: str) -> str:
+        """The masked-LM class (BertForMaskedLM, RobertaForMaskedLM, ModernBertForMaskedLM): fill-mask,
+        pretraining's showcase and trajectory parity read the MLM head of any class through it."""
+        return self.class_of(model_type, "ForMaskedLM")
+
+    def decoder_class(self, model_type: str) -> str | None:
+        """The causal-LM class `generate` runs (BertLMHeadModel), or None where the family has none."""
+        return self.class_of(model_type, "LMHeadModel")
+
+    def word_embeddings(self, params):
+        """The word-embedding table [V, H] of a param tree of any of its classes (bare encoder or head class)."""
+        node = params.get(self.prefix, params)
+        for name in self.embedding_path.split("/"):
+            node = node[name]
+        return node
 
     def class_names(self) -> tuple:
         """Every class name of the family, under each of its spellings."""
@@ -145,6 +227,8 @@ class Head:
         crossattention params when config.add_cross_attention is set).
       decoder: needs config.is_decoder.
       choices: inputs are [B, C, L] (multiple choice).
+      sequence_classifier: the first-token classifier, which a family may replace with its own
+        (``Family.seq_classifier``; RoBERTa's has no pooler).
       extra_rows: config -> param rows of its head besides the MLM and NSP heads.
       stages: (stage name, output attribute) of the head's outputs, named alike
         in jaxbert's and transformers' output objects.
@@ -160,6 +244,7 @@ class Head:
     cross_attention: bool = False
     decoder: bool = False
     choices: bool = False
+    sequence_classifier: bool = False
     base: bool = False
     extra_rows: Callable = lambda c: []
     stages: tuple = ()

@@ -18,8 +18,11 @@ from jaxbert.model.modernbert.table import Table, is_scanned, param_count
 from jaxbert.model.options import ModelOptions
 
 
-def build(class_name: str, config: ModernBertConfig, options: ModelOptions = ModelOptions()):
-    """The module of a ModernBERT class name for this config and these options."""
+def build(class_name: str, config: ModernBertConfig, options: ModelOptions = ModelOptions(), **kwargs):
+    """The module of a ModernBERT class name for this config and these options (its classes take no
+    other keywords: ``add_pooling_layer`` is refused, as ModernBERT has no pooler)."""
+    if kwargs:
+        raise ValueError(f"{class_name} takes no {', '.join(sorted(kwargs))} (it has no pooler)")
     if class_name not in MODEL_CLASSES:
         raise ValueError(f"model class {class_name!r} is not a ModernBERT class; expected one of {CLASS_NAMES}")
     if not isinstance(config, ModernBertConfig):
@@ -66,9 +69,5 @@ def attended_positions(config: ModernBertConfig, seq_len: int) -> int:
     return sum(seq_len if kind == FULL else local for kind in config.layer_kinds)
 
 
-def is_modernbert(config) -> bool:
-    return getattr(config, "model_type", None) == MODEL_TYPE
-
-
 __all__ = ["CLASS_NAMES", "MODEL_CLASSES", "MODEL_TYPE", "ModernBertConfig", "Table", "build", "dummy_inputs",
-           "infer_class", "attended_positions", "is_modernbert", "is_scanned", "non_embedding_params", "param_count"]
+           "infer_class", "attended_positions", "is_scanned", "non_embedding_params", "param_count"]

@@ -17,10 +17,8 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from jaxbert import fs
-from jaxbert.fs import atomic_write_text
 from jaxbert.errors import ConfigError
-from jaxbert.model.activations import ACTIVATIONS
+from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config, is_int, is_number
 
 MODEL_TYPE = "modernbert"
 FULL, SLIDING = "full_attention", "sliding_attention"
@@ -31,8 +29,8 @@ CLASS_NAMES = ("ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenc
                "ModernBertForTokenClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModernBertConfig:
+@hf_config
+class ModernBertConfig(HFConfig):
     """transformers' ModernBertConfig (4.57 defaults: ModernBERT-base)."""
 
     vocab_size: int = 50368
@@ -86,18 +84,7 @@ class ModernBertConfig:
 
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        self._check_types()
-        id2label = self.id2label
-        if id2label is None:
-            id2label = {i: f"LABEL_{i}" for i in range(2 if self.num_labels is None else self.num_labels)}
-        id2label = {int(k): str(v) for k, v in id2label.items()}
-        label2id = {str(k): int(v) for k, v in (self.label2id or {}).items()}
-        if set(label2id) != set(id2label.values()):
-            label2id = {v: k for k, v in id2label.items()}
-        set_("id2label", id2label)
-        set_("label2id", label2id)
-        set_("num_labels", len(id2label))
-        set_("extra", dict(self.extra))
+        self._init_labels()
         if self.layer_types is not None:
             set_("layer_types", tuple(self.layer_types))
         if self.architectures is not None:
@@ -107,18 +94,6 @@ class ModernBertConfig:
         self.validate()
 
     # ---- checks --------------------------------------------------------------------
-    def _check_types(self) -> None:
-        """Each field's JSON type before anything uses it: "false" is not a bool, "12" not an int."""
-        for name, kind in _FIELD_TYPES.items():
-            value = getattr(self, name)
-            if value is None and name in _OPTIONAL:
-                continue
-            ok = {int: _is_int, float: _is_number, bool: lambda v: isinstance(v, bool),
-                  str: lambda v: isinstance(v, str), Mapping: lambda v: isinstance(v, Mapping),
-                  list: lambda v: isinstance(v, (list, tuple))}[kind](value)
-            if not ok:
-                raise ConfigError(f"{name} must be {_TYPE_NAMES[kind]}, got {value!r}")
-
     def validate(self) -> None:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                      "num_attention_heads", "max_position_embeddings", "global_attn_every_n_layers"):
@@ -182,18 +157,9 @@ class ModernBertConfig:
             for name in self.architectures:
                 if name not in CLASS_NAMES and not name.startswith("ModernBert"):
                     raise ConfigError(f"architectures names {name!r}, not a ModernBERT class {CLASS_NAMES}")
-        if self.num_labels <= 0:
-            raise ConfigError(f"num_labels must be a positive integer, got {self.num_labels!r}")
-
-    def __hash__(self):
-        # Modules hold the config and may be jit static arguments, so it must hash.
-        return hash(json.dumps(self.to_dict(), sort_keys=True, default=str))
+        self._check_labels()
 
     # ---- derived ---------------------------------------------------------------------
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
     @property
     def layer_kinds(self) -> tuple:
         """FULL or SLIDING per layer: layer_types when given, else every global_attn_every_n_layers-th is global."""
@@ -238,22 +204,13 @@ class ModernBertConfig:
             raise ConfigError(f"model_type 'modernbert' has no class {name!r}; its classes are {CLASS_NAMES}")
         return name
 
-    def replace(self, **changes) -> "ModernBertConfig":
-        if "num_labels" in changes and "id2label" not in changes:
-            changes.update(id2label=None, label2id=None)
-        return dataclasses.replace(self, **changes)
-
     # ---- config.json -------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModernBertConfig":
         model_type = data.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise ConfigError(f"model_type {model_type!r} is not a ModernBERT config (expected {MODEL_TYPE!r})")
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        extra = {k: v for k, v in data.items() if k not in known}
-        if kwargs.get("id2label") is not None:
-            kwargs["num_labels"] = None  # id2label decides
+        kwargs, extra = cls._split(data)
         # Keys the 5.x spelling leaves out must not take 4.x's defaults when the 5.x keys are there:
         # local_attention then comes from sliding_window.
         if "sliding_window" in data and "local_attention" not in data:
@@ -286,34 +243,10 @@ class ModernBertConfig:
             out["local_rope_theta"] = self.local_theta
         return out
 
-    @classmethod
-    def from_json_file(cls, path) -> "ModernBertConfig":
-        path = fs.as_path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"cannot read config {path}: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"config {path} is not a JSON object")
-        try:
-            return cls.from_dict(data)
-        except ConfigError as e:
-            raise ConfigError(f"{path}: {e}") from e
 
-    def to_json_file(self, path: str | Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
+_is_int, _is_number = is_int, is_number
 _NEW_SPELLINGS = ("layer_types", "rope_parameters", "rope_theta", "sliding_window")
-_FIELD_TYPES = {
+ModernBertConfig.FIELD_TYPES = {
     **dict.fromkeys(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                      "max_position_embeddings", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
                      "sep_token_id", "global_attn_every_n_layers", "sparse_pred_ignore_index", "num_labels",
@@ -329,8 +262,6 @@ _FIELD_TYPES = {
     **dict.fromkeys(("id2label", "label2id", "rope_parameters", "extra"), Mapping),
     **dict.fromkeys(("layer_types", "architectures"), list),
 }
-_OPTIONAL = {"initializer_cutoff_factor", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
+ModernBertConfig.OPTIONAL = frozenset({"initializer_cutoff_factor", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
              "sep_token_id", "local_rope_theta", "num_labels", "id2label", "label2id", "problem_type",
-             "architectures", "layer_types", "rope_parameters", "rope_theta", "sliding_window", "local_attention"}
-_TYPE_NAMES = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string",
-               Mapping: "a JSON object", list: "a JSON list"}
+             "architectures", "layer_types", "rope_parameters", "rope_theta", "sliding_window", "local_attention"})

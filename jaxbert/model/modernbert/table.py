@@ -159,3 +159,13 @@ def param_count(config: ModernBertConfig, class_name: str) -> int:
 
 
 __all__ = ["CLASS_NAMES", "Entry", "Table", "encoder_rows", "head_rows", "is_scanned", "param_count"]
+
+
+def mlm_rows(config) -> list:
+    """The MLM head's param rows (its family entry's mlm_rows)."""
+    return head_rows(config, "ModernBertForMaskedLM")
+
+
+def family_table(config, model_class, scan_layers=False, add_pooling_layer=None) -> Table:
+    """The key table as the family registry calls it (ModernBERT has no pooler to add)."""
+    return Table(config, model_class, scan_layers)
