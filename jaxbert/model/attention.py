@@ -1,5 +1,6 @@
 """BERT self- and cross-attention, with transformers' param names and its
-relative position embeddings, in two implementations."""
+relative position embeddings, in the implementations ModelOptions names (einsum, dot_product, and
+jaxbert.model.fused's blocked, splash and auto for an encoder's self-attention)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxbert.model import fused
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.base import Array, BertModule
 from jaxbert.model.softmax import masked_softmax
@@ -74,6 +76,15 @@ class BertSelfAttention(BertModule):
         dropout = cfg.attention_probs_dropout_prob
         needs_probs = (output_attentions or layer_head_mask is not None
                        or (not deterministic and dropout > 0))
+        impl = self.options.attention_impl
+        # The fused paths take an encoder's self-attention under a padding or packed-documents mask (the
+        # segment ids are read back from it), without position biases, probabilities or a head mask.
+        if (impl in fused.FUSED_IMPLS and not needs_probs and bias is None and not self.is_cross
+                and not cfg.is_decoder and not self.options.decode and kv is None):
+            if jnp.dtype(self.options.dtype) == jnp.float64:
+                impl = "blocked"  # splash takes float32 and bfloat16
+            context = fused.attend(q, k, v, fused.key_segments(mask, T), D ** -0.5, None, impl)
+            return context.reshape(B, T, H), None
         # jax.nn.dot_product_attention has no dropout, head mask or probs output,
         # and takes its softmax in float32 whatever the dtype: anything that needs
         # them, and float64 compute, takes the einsum path below.
