@@ -266,6 +266,8 @@ def test_roofline_counts_each_splash_kernel_from_the_blocks_it_visits(window):
         assert op.bytes > 0
     bound = roofline.step_bound(hlo, 197e12, 819e9)
     assert bound.flops >= sum(want.values())
+    # what jaxbert.train.compile_step adds to XLA's FLOPs (which count each kernel as -1)
+    assert roofline.kernel_flops(hlo) == (3, sum(want.values()))
 
 
 def test_roofline_reads_a_declared_cost_estimate():
