@@ -161,7 +161,7 @@ def kernel_cost(shape: str, operands: list[str], rest: str, shape_of) -> tuple[f
     """(FLOPs, bytes) of a Pallas TPU kernel (custom call tpu_custom_call), which XLA counts as unknown (-1).
 
     A kernel that declares a pl.CostEstimate carries it in its backend config: read. Splash attention
-    declares none: its FLOPs are counted from the grid it runs, per head (the kernel's q operand [H, T, D])
+    declares none: its FLOPs are counted from the grid it runs, per head (the kernel's q operand [B.., H, T, D])
     the (query block, key block) steps, read from its block-mask operand [h, rows, columns] (the blocks
     its mask visits) or, with none (a full mask), every pair, at the block sizes of its kernel metadata
     (splash's default 128 where absent). Steps the mask skips at the ends of a row cost no matmul but are
@@ -180,10 +180,12 @@ def kernel_cost(shape: str, operands: list[str], rest: str, shape_of) -> tuple[f
     phase = phase.group(1)
     arrays = [(SHAPE.search(shape_of(a)) or [None, ""])[1] for a in operands]
     shapes = [dims(shape_of(a)) for a in operands]
-    floats = [s for s, t in zip(shapes, arrays) if len(s) == 3 and t and t[0] in "fb"]
+    # q [..., H, T, D]: a batch vmapped over the kernel (jaxbert.model.fused calls it per sequence) becomes
+    # leading grid dims of the same kernel
+    floats = [s for s, t in zip(shapes, arrays) if len(s) >= 3 and t and t[0] in "fb"]
     if len(floats) < 2:
         return 0.0, 0.0
-    (heads, Tq, D), (_, Tk, _) = floats[0], floats[1]
+    heads, (Tq, D), Tk = math.prod(floats[0][:-2]), floats[0][-2:], floats[1][-2]
     sizes = []
     for key in _SPLASH_BLOCKS[phase]:
         m = re.search(re.escape(key) + r'\\?"\s*:\s*(\d+)', rest)
