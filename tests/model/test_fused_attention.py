@@ -248,18 +248,18 @@ def _kernels(hlo: str) -> list:
 
 @pytest.mark.parametrize("window", [None, 64], ids=["global", "window"])
 def test_roofline_counts_each_splash_kernel_from_the_blocks_it_visits(window):
-    """T = 512, 2 heads of 64 (padded to 128 lanes). Global: one 512 block, 1 pair per head; window +-64 in
+    """3 sequences of T = 512, 2 heads of 64 (padded to 128 lanes). Global: one 512 block, 1 pair per head; window +-64 in
     blocks of 128: each of 4 query blocks reaches 3 key blocks (12 steps). Per step and score element:
     2 matmuls forward, 3 in the dq kernel, 4 in the dkv kernel, each 2 x 128 FLOPs."""
-    H, L = 2, 512
-    x = jnp.zeros((1, L, H, 64), jnp.float32)
-    seg = jnp.ones((1, L), jnp.int32)
+    H, L, rows = 2, 512, 3  # 3 sequences: the kernel is vmapped over them, and its grid takes them in
+    x = jnp.zeros((rows, L, H, 64), jnp.float32)
+    seg = jnp.ones((rows, L), jnp.int32)
     loss = lambda q, k, v: fused._splash(q, k, v, seg, 0.125, window, interpret=False).sum()
     hlo = _tpu_hlo(jax.grad(loss, argnums=(0, 1, 2)), x, x, x)
     kernels = _kernels(hlo)
     assert sorted(op.source.split("/")[0].split("_")[2] for op in kernels) == ["dkv", "dq", "fwd"]
     block, steps = (512, 1) if window is None else (128, 12)
-    per_matmul = 2.0 * H * steps * block * block * 128
+    per_matmul = 2.0 * rows * H * steps * block * block * 128
     want = {"fwd": 2 * per_matmul, "dq": 3 * per_matmul, "dkv": 4 * per_matmul}
     for op in kernels:
         assert op.flops == want[op.source.split("/")[0].split("_")[2]] > 0
