@@ -1,5 +1,6 @@
 """BERT self- and cross-attention, with transformers' param names and its
-relative position embeddings, in two implementations."""
+relative position embeddings, in the implementations ModelOptions names (einsum, dot_product, and
+jaxbert.model.fused's blocked, splash and auto for an encoder's self-attention)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxbert.model import fused
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.base import Array, BertModule
+from jaxbert.model.softmax import masked_softmax
 
 
 class BertSelfAttention(BertModule):
@@ -73,6 +76,15 @@ class BertSelfAttention(BertModule):
         dropout = cfg.attention_probs_dropout_prob
         needs_probs = (output_attentions or layer_head_mask is not None
                        or (not deterministic and dropout > 0))
+        impl = self.options.attention_impl
+        # The fused paths take an encoder's self-attention under a padding or packed-documents mask (the
+        # segment ids are read back from it), without position biases, probabilities or a head mask.
+        if (impl in fused.FUSED_IMPLS and not needs_probs and bias is None and not self.is_cross
+                and not cfg.is_decoder and not self.options.decode and kv is None):
+            if jnp.dtype(self.options.dtype) == jnp.float64:
+                impl = "blocked"  # splash takes float32 and bfloat16
+            context = fused.attend(q, k, v, fused.key_segments(mask, T), D ** -0.5, None, impl)
+            return context.reshape(B, T, H), None
         # jax.nn.dot_product_attention has no dropout, head mask or probs output,
         # and takes its softmax in float32 whatever the dtype: anything that needs
         # them, and float64 compute, takes the einsum path below.
@@ -177,53 +189,6 @@ class BertSelfAttention(BertModule):
         if pos_type == "relative_key_query":
             scores = scores + jnp.einsum("BSND,TSD->BNTS", k, rel)
         return scores
-
-
-def masked_softmax(scores: Array, mask: Array) -> Array:
-    """softmax over the last axis of `scores` where `mask` is True, in scores' dtype.
-
-    Taken in float32 at least (bf16 compute loses it there). Masked entries get the
-    dtype's own minimum, so a row with every key masked comes out uniform, as in
-    transformers. For a narrower dtype (bf16 compute) the masked scores stay in
-    that dtype (they come out of a bf16 matmul: widening first adds no precision)
-    and only the reductions run in float32; see _softmax_narrow.
-    """
-    scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
-    if jnp.dtype(scores.dtype).itemsize >= 4:
-        return jax.nn.softmax(scores, axis=-1)
-    return _softmax_narrow(scores)
-
-
-@jax.custom_vjp
-def _softmax_narrow(x):
-    """softmax of a bf16/f16 x [..., S], computed in float32 and rounded once to x's dtype.
-
-    Written as exp(x - max - log(sum)) rather than exp(x - max) / sum so that no
-    float32 [..., S] tensor is needed twice: XLA keeps the narrow x and recomputes
-    the exponent in each pass instead of holding float32 exponentials (on a TPU
-    v4 bert-large step at T = 512 those were 16 MiB per sequence per layer).
-    The backward pass likewise keeps the narrow probabilities, not float32 ones,
-    and returns the gradient in x's dtype, formed in float32. Being a custom VJP,
-    it is reverse-mode only (jax.jvp / jacfwd through it raise).
-    """
-    z = x.astype(jnp.float32)
-    z = z - jnp.max(z, axis=-1, keepdims=True)
-    log_sum = jnp.log(jnp.sum(jnp.exp(z), axis=-1, keepdims=True))
-    return jnp.exp(z - log_sum).astype(x.dtype)
-
-
-def _softmax_narrow_fwd(x):
-    probs = _softmax_narrow(x)
-    return probs, probs
-
-
-def _softmax_narrow_bwd(probs, g):
-    y, g = probs.astype(jnp.float32), g.astype(jnp.float32)
-    # d softmax: y * (g - <g, y>) along the softmax axis.
-    return ((y * (g - jnp.sum(g * y, axis=-1, keepdims=True))).astype(probs.dtype),)
-
-
-_softmax_narrow.defvjp(_softmax_narrow_fwd, _softmax_narrow_bwd)
 
 
 def padding_mask(attention_mask: Optional[Array], batch: int, length: int) -> Array:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from jaxbert.model.dropout import DROPOUT_IMPLS
 
-ATTENTION_IMPLS = ("einsum", "dot_product")
+ATTENTION_IMPLS = ("einsum", "dot_product", "blocked", "splash", "auto")
 LAYER_INPUT = "layer_input"  # checkpoint_name of each layer's input, the value remat_policy "offload" moves
 REMAT_POLICIES = {
     "none": None,  # no remat
@@ -47,7 +47,15 @@ class ModelOptions:
       remat_policy: gradient checkpointing per layer, one of REMAT_POLICIES.
       attention_impl: "einsum" (explicit softmax) or "dot_product"
         (jax.nn.dot_product_attention: jax picks the implementation; with
-        jax 0.10-0.11 that is its XLA one, cuDNN only when asked for, which jaxbert does not).
+        jax 0.10-0.11 that is its XLA one, cuDNN only when asked for, which jaxbert does not),
+        or one that never holds a [B, N, T, T] array (jaxbert.model.fused): "blocked" (plain jax:
+        sliding-window layers score each block of queries against the keys its window reaches, so
+        memory and FLOPs grow as T x window; global layers run blocks of queries, each recomputed
+        in the backward pass), "splash" (jax's Pallas splash attention kernel on TPU; interpreted,
+        slowly, elsewhere) or "auto" (splash where the step is lowered for a TPU, blocked elsewhere).
+        These three cover self-attention of encoders; what they cannot do (attention dropout in
+        training, head_mask, returned attention probabilities, relative position embeddings,
+        decoders) takes the einsum path; float64 runs splash and auto as blocked.
       attention_chunks: split the einsum attention into this many blocks of queries,
         each recomputed in the backward pass (jax.checkpoint), so that one block's
         [B, N, T / chunks, S] scores are held at a time; 1 = whole. Used where it

@@ -90,6 +90,11 @@ def computations(text: str) -> tuple[dict, str]:
             entry = cur if m.group(1) else entry
         elif cur and line.startswith("  "):
             comps[cur].append(line.strip())
+        elif line.rstrip() == "}":
+            cur = None
+        elif cur and comps[cur] and line.strip():
+            # an attribute printed over several lines (a Pallas kernel's frontend_attributes): the same instruction
+            comps[cur][-1] += line.strip()
     return comps, entry
 
 
@@ -142,6 +147,54 @@ class _Comp:
 
     def shape(self, name: str) -> str:
         return self.instrs[name][0] if name in self.instrs else ""
+
+
+_SPLASH = re.compile(r"splash_(?:mha|mqa)_(fwd|dq|dkv)")
+# per score element of a visited block: matmuls of head dim D (q k^T and p v forward; the dq kernel recomputes
+# q k^T and forms do v^T and ds k; the dkv kernel recomputes q k^T and do v^T and forms p^T do and ds^T q)
+_SPLASH_MATMULS = {"fwd": 2, "dq": 3, "dkv": 4}
+_SPLASH_BLOCKS = {"fwd": ("block_q", "block_kv"), "dq": ("block_q_dq", "block_kv_dq"),
+                  "dkv": ("block_q_dkv", "block_kv_dkv")}
+
+
+def kernel_cost(shape: str, operands: list[str], rest: str, shape_of) -> tuple[float, float] | None:
+    """(FLOPs, bytes) of a Pallas TPU kernel (custom call tpu_custom_call), which XLA counts as unknown (-1).
+
+    A kernel that declares a pl.CostEstimate carries it in its backend config: read. Splash attention
+    declares none: its FLOPs are counted from the grid it runs, per head (the kernel's q operand [B.., H, T, D])
+    the (query block, key block) steps, read from its block-mask operand [h, rows, columns] (the blocks
+    its mask visits) or, with none (a full mask), every pair, at the block sizes of its kernel metadata
+    (splash's default 128 where absent). Steps the mask skips at the ends of a row cost no matmul but are
+    counted, a few per cent at long T. Bytes: the bound's operands + result, unless the estimate says more.
+    None for any other custom call."""
+    if 'custom_call_target="tpu_custom_call"' not in rest:
+        return None
+    declared = re.search(r'"cost_estimate":\s*\{([^}]*)\}', rest)
+    if declared:
+        field = lambda key: re.search(rf'"{key}":\s*(\d+)', declared.group(1))
+        if field("flops"):
+            return float(field("flops").group(1)), float(field("bytes_accessed").group(1) if field("bytes_accessed") else 0)
+    phase = _SPLASH.search(rest)
+    if not phase:
+        return 0.0, 0.0
+    phase = phase.group(1)
+    arrays = [(SHAPE.search(shape_of(a)) or [None, ""])[1] for a in operands]
+    shapes = [dims(shape_of(a)) for a in operands]
+    # q [..., H, T, D]: a batch vmapped over the kernel (jaxbert.model.fused calls it per sequence) becomes
+    # leading grid dims of the same kernel
+    floats = [s for s, t in zip(shapes, arrays) if len(s) >= 3 and t and t[0] in "fb"]
+    if len(floats) < 2:
+        return 0.0, 0.0
+    heads, (Tq, D), Tk = math.prod(floats[0][:-2]), floats[0][-2:], floats[1][-2]
+    sizes = []
+    for key in _SPLASH_BLOCKS[phase]:
+        m = re.search(re.escape(key) + r'\\?"\s*:\s*(\d+)', rest)
+        sizes.append(int(m.group(1)) if m else 128)
+    bq, bkv = sizes
+    first = shapes[0] if shapes else []
+    grid = (first[1] * first[2] if len(first) == 3 and arrays[0] and arrays[0][0] in "su"
+            else max(Tq // bq, 1) * max(Tk // bkv, 1))
+    return 2.0 * heads * grid * bq * bkv * D * _SPLASH_MATMULS[phase], 0.0
 
 
 def instruction_flops(shape: str, op: str, operands: list[str], rest: str, shape_of) -> float:
@@ -364,9 +417,38 @@ class HloModule:
             elif op == "custom-call":
                 for callee in re.findall(r"called_computations=\{%?([\w.\-]+)", rest):
                     flops += self.computation_flops(callee)
+                kernel = kernel_cost(shape, operands, rest, comp.shape)
+                if kernel is not None:
+                    flops += kernel[0]
+                    moved = max(moved, kernel[1])
             if coll:  # libtpu fuses collectives (an all-gather feeding a matmul): both terms count
                 yield Op(op, source, 0.0, 0.0, 0.0, coll * times, times)
             yield Op(op, source, flops * times, moved * times, plain * times, 0.0, times)
+
+
+def kernel_flops(hlo) -> tuple[int, float]:
+    """(how many Pallas TPU kernel calls a step runs, their FLOPs as kernel_cost counts them): what XLA's
+    cost_analysis leaves out (it counts each such custom call as -1 FLOPs). Takes an HloModule or the HLO text."""
+    module = hlo if isinstance(hlo, HloModule) else HloModule(hlo)
+    calls, flops = 0, 0.0
+
+    def walk(name, times):
+        nonlocal calls, flops
+        comp = module.comps[name]
+        for iname, (shape, op, operands, rest) in comp.instrs.items():
+            if op == "while":
+                body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
+                walk(body, times * module.trip_count(rest, comp, operands[0] if operands else None))
+            elif op in ("call", "conditional"):
+                for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
+                    if callee in module.comps:
+                        walk(callee, times)
+            elif op == "custom-call":
+                cost = kernel_cost(shape, operands, rest, comp.shape)
+                if cost is not None:
+                    calls, flops = calls + times, flops + cost[0] * times
+    walk(module.entry, 1)
+    return calls, flops
 
 
 def instructions(comps_or_module, name: str | None = None, times: int = 1):

@@ -51,6 +51,7 @@ MODERNBERT = Family(
     also="and mmBERT, the Ettin encoders: the same classes",
     differences="its own modules (`jaxbert/model/modernbert/`): pre-norm layers, one `Wqkv`, rotary positions with a "
                 "global and a local theta, local layers attending within `local_attention // 2` on each side "
-                "(banded mask; `local_window_size` on the `dot_product` path), GeGLU, no token types; config "
+                "(banded mask; `local_window_size` on the `dot_product` path; only the window's blocks with "
+                "`attention_impl: blocked`, `splash` or `auto`), GeGLU, no token types; config "
                 "fields in 4.x and 5.x spellings; fields jaxbert cannot honour (an unknown `layer_types` entry, an "
                 "odd window) refused by name")

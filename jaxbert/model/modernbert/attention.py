@@ -1,5 +1,6 @@
 """ModernBERT self-attention: fused Wqkv, rotary position embeddings, full or sliding-window
-attention, in the two implementations ModelOptions names (einsum, dot_product)."""
+attention, in the implementations ModelOptions names (einsum, dot_product, and jaxbert.model.fused's
+blocked, splash and auto, which never form the [B, N, T, T] scores)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert.model.attention import masked_softmax
+from jaxbert.model import fused
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.modernbert.base import ModernBertModule
 
@@ -70,7 +72,15 @@ class ModernBertAttention(ModernBertModule):
 
         rate = cfg.attention_dropout
         needs_probs = output_attentions or (not deterministic and rate > 0)
-        if (self.options.attention_impl == "dot_product" and not needs_probs
+        impl = self.options.attention_impl
+        if impl in fused.FUSED_IMPLS and not needs_probs:
+            if jnp.dtype(self.options.dtype) == jnp.float64:
+                impl = "blocked"  # splash takes float32 and bfloat16
+            window = None if is_global is True else self.config.half_window
+            context = fused.attend(q, k, v, fused.key_segments(mask, T), D ** -0.5, window, impl,
+                                   None if isinstance(is_global, bool) else is_global)
+            probs = None
+        elif (impl == "dot_product" and not needs_probs
                 and jnp.dtype(self.options.dtype) != jnp.float64):
             context = self._dot_product(q, k, v, mask, is_global)
             probs = None

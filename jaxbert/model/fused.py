@@ -1,0 +1,233 @@
+"""Attention that never holds a [B, N, T, T] array: the paths behind attention_impl "blocked", "splash" and "auto".
+
+Both take the queries, keys and values [B, T, N, D] of a self-attention, a segment id per token [B, T]
+(a query attends to the keys of its own segment; ``key_segments`` derives them from the dense mask a model
+builds) and, on a sliding layer, the half window w (|query - key| <= w):
+
+* ``blocked`` (any backend; plain jax): a sliding layer cuts the queries into blocks of ``local_block`` and
+  scores each block against the keys its window reaches (the block, and w keys either side), so its scores
+  are [B, N, T, local_block + 2w]: memory and FLOPs grow as T x window. A global layer runs
+  ``global_block`` queries at a time against every key, each block recomputed in the backward pass
+  (jax.checkpoint inside lax.map): one block's [B, N, global_block, T] scores are held at a time.
+* ``splash`` (TPU): jax's Pallas splash attention kernel, LocalMask for a window, FullMask for a global
+  layer, the segment ids ANDed inside it. Off a TPU the same kernel runs in Pallas' interpret mode (slow; for
+  checking it on a CPU). Under the mesh runner (the batch split over a mesh axis by the logical rule
+  BATCH) the kernel runs per device through shard_map, as a custom call cannot be partitioned by XLA.
+* ``auto``: splash where the step is lowered for a TPU, blocked elsewhere (jax.lax.platform_dependent:
+  the choice is made when lowering, so a step compiled ahead of time for a TPU topology gets the kernel).
+
+Positions the mask excludes (padding) attend only to one another here, where the dense paths let them see
+the real keys: their outputs differ and are never read (no real token attends to them).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
+
+from jaxbert.model.options import BATCH
+from jaxbert.model.softmax import masked_softmax
+
+Array = jax.Array
+
+FUSED_IMPLS = ("blocked", "splash", "auto")
+LANES = 128  # splash's blocks and head dim are multiples of the TPU's 128 lanes
+GLOBAL_BLOCK = 512  # queries per block of a global layer (blocked path), and splash's block there
+PAD_SEGMENT = -1  # segment id of the tokens added to reach a multiple of a block: never a real segment
+
+
+def key_segments(mask: Array, length: int) -> Array:
+    """int32 [B, T] segment ids equivalent to a model's bool mask [B, 1, 1 or T, T] (True = attend).
+
+    [B, 1, 1, T] (padding only): 1 for a real token, 0 for padding. [B, 1, T, T] (packed rows: padding &
+    same document, documents contiguous runs): a token is real where it may attend to itself, and a new
+    document starts where a token may not attend to the one before it; padding gets 0. Only the diagonal
+    and the one below it are read, so XLA need not form the dense mask for these paths.
+    """
+    B = mask.shape[0]
+    if mask.shape[-2] == 1:
+        return jnp.broadcast_to(mask[:, 0, 0, :], (B, length)).astype(jnp.int32)
+    i = jnp.arange(length)
+    square = mask[:, 0]
+    real = square[:, i, i]
+    follows = square[:, i[1:], i[:-1]]  # may token t attend to token t - 1
+    starts = jnp.concatenate([jnp.ones((B, 1), bool), ~follows], axis=1)
+    return jnp.where(real, jnp.cumsum(starts, axis=1), 0).astype(jnp.int32)
+
+
+def attend(q: Array, k: Array, v: Array, segments: Array, scale, window, impl: str, is_global=None) -> Array:
+    """Context [B, T, N, D] of softmax(q k^T * scale) v over the keys of each query's segment (and window).
+
+    window: the half window w of a sliding layer, or None (every key). is_global: a traced bool (the scanned
+    layer stack) choosing between the two at run time, with window set; None or a Python bool: static.
+    impl: one of FUSED_IMPLS.
+    """
+    fn = {"blocked": blocked_attention, "splash": splash_attention, "auto": auto_attention}[impl]
+    if is_global is None or isinstance(is_global, bool):
+        return fn(q, k, v, segments, scale, None if is_global else window)
+    return jax.lax.cond(is_global, lambda *a: fn(*a, scale, None), lambda *a: fn(*a, scale, window),
+                        q, k, v, segments)
+
+
+def auto_attention(q, k, v, segments, scale, window):
+    """splash when lowered for a TPU, blocked otherwise."""
+    return jax.lax.platform_dependent(
+        q, k, v, segments,
+        tpu=lambda *a: splash_attention(*a, scale, window),
+        default=lambda *a: blocked_attention(*a, scale, window))
+
+
+# -- blocked: plain jax ------------------------------------------------------------------------------
+
+
+def local_block(window: int) -> int:
+    """Queries per block of a sliding layer: the half window (at least 16), so a block's keys, the block
+    and w either side, are 3 w: about 1.5x the 2 w + 1 the window keeps."""
+    return max(16, int(window))
+
+
+def blocked_attention(q, k, v, segments, scale, window):
+    if window is None:
+        return _global_blocks(q, k, v, segments, scale)
+    return _local_blocks(q, k, v, segments, scale, int(window))
+
+
+def _pad_to(x: Array, axis: int, before: int, after: int, value=0) -> Array:
+    if before == 0 and after == 0:
+        return x
+    pads = [(0, 0)] * x.ndim
+    pads[axis] = (before, after)
+    return jnp.pad(x, pads, constant_values=value)
+
+
+def _local_blocks(q, k, v, segments, scale, w):
+    B, T, N, D = q.shape
+    C = local_block(w)
+    n = -(-T // C)
+    Tp = n * C
+    qb = _pad_to(q, 1, 0, Tp - T).reshape(B, n, C, N, D)
+    sq = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C)
+    # keys padded by w on the left and enough on the right: block b reads keys [b C - w, b C + C + w)
+    kp, vp = _pad_to(k, 1, w, Tp - T + w), _pad_to(v, 1, w, Tp - T + w)
+    sk = _pad_to(segments, 1, w, Tp - T + w, PAD_SEGMENT - 1)  # never equal to any query's segment
+    idx = (np.arange(n)[:, None] * C + np.arange(C + 2 * w)[None, :])  # [n, C + 2w], static
+    kb, vb, skb = kp[:, idx], vp[:, idx], sk[:, idx]  # [B, n, C + 2w, ...]
+    # query i of a block sits at key offset i + w of its keys: the window is |i + w - j| <= w
+    near = np.abs(np.arange(C)[:, None] + w - np.arange(C + 2 * w)[None, :]) <= w
+    mask = (sq[:, :, :, None] == skb[:, :, None, :]) & near  # [B, n, C, C + 2w]
+    scores = jnp.einsum("BnqND,BnkND->BNnqk", qb, kb) * scale
+    probs = masked_softmax(scores, mask[:, None])
+    out = jnp.einsum("BNnqk,BnkND->BnqND", probs, vb).reshape(B, Tp, N, D)
+    return out[:, :T]
+
+
+def _global_blocks(q, k, v, segments, scale):
+    B, T, N, D = q.shape
+    C = min(GLOBAL_BLOCK, T)
+    n = -(-T // C)
+    Tp = n * C
+    qb = jnp.moveaxis(_pad_to(q, 1, 0, Tp - T).reshape(B, n, C, N, D), 1, 0)
+    sq = jnp.moveaxis(_pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C), 1, 0)
+
+    @jax.checkpoint
+    def block(args):
+        qc, sc = args
+        scores = jnp.einsum("BqND,BkND->BNqk", qc, k) * scale
+        probs = masked_softmax(scores, (sc[:, :, None] == segments[:, None, :])[:, None])
+        return jnp.einsum("BNqk,BkND->BqND", probs, v)
+
+    out = jax.lax.map(block, (qb, sq))  # one block at a time, forward and backward
+    return jnp.moveaxis(out, 0, 1).reshape(B, Tp, N, D)[:, :T]
+
+
+# -- splash: Pallas on TPU ---------------------------------------------------------------------------
+
+
+def splash_geometry(T: int, D: int, window) -> tuple[int, int, int]:
+    """(padded length, padded head dim, block) of a splash call: blocks of 128 on sliding layers (a larger
+    block skips fewer keys outside a +-64 window), up to GLOBAL_BLOCK on global ones; the length padded to
+    a multiple of the block, the head dim to a multiple of 128 lanes."""
+    Tp = -(-T // LANES) * LANES
+    block = LANES
+    if window is None:
+        block = max(b for b in (LANES, 256, GLOBAL_BLOCK) if Tp % b == 0)
+    return Tp, -(-D // LANES) * LANES, block
+
+
+@functools.lru_cache(maxsize=64)
+def splash_kernel(T: int, heads: int, window, block: int, interpret: bool):
+    """The splash kernel for a [heads, T, D] call: a LocalMask |q - k| <= window, or a FullMask."""
+    one = (splash_mask.FullMask((T, T)) if window is None
+           else splash_mask.LocalMask((T, T), window_size=(int(window), int(window)), offset=0))
+    sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+                              block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
+                              block_kv_dq=block)
+    # Cached across traces: its mask tables must be concrete arrays, not values of the trace that built it.
+    with jax.ensure_compile_time_eval():
+        return splash.make_splash_mha(splash_mask.MultiHeadMask([one] * heads), block_sizes=sizes,
+                                      head_shards=1, q_seq_shards=1, interpret=interpret)
+
+
+def splash_attention(q, k, v, segments, scale, window):
+    """The kernel where lowered for a TPU, its interpreted form elsewhere."""
+    return jax.lax.platform_dependent(
+        q, k, v, segments,
+        tpu=lambda *a: _splash(*a, scale, window, interpret=False),
+        default=lambda *a: _splash(*a, scale, window, interpret=True))
+
+
+def _splash(q, k, v, segments, scale, window, interpret):
+    B, T, N, D = q.shape
+    Tp, Dp, block = splash_geometry(T, D, window)
+    # the kernel applies no softmax scale: scale q first (in the compute dtype, as the einsum path scales)
+    prep = lambda x: _pad_to(_pad_to(jnp.swapaxes(x, 1, 2), 2, 0, Tp - T), 3, 0, Dp - D)  # [B, N, Tp, Dp]
+    qh, kh, vh = prep(q * jnp.asarray(scale, q.dtype)), prep(k), prep(v)
+    # every query needs one key it may attend to: the added tokens form a segment of their own
+    seg = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT)
+    kernel = splash_kernel(Tp, N, window, block, interpret)
+
+    def run(qh, kh, vh, seg):
+        return jax.vmap(lambda a, b, c, s: kernel(a, b, c, segment_ids=splash.SegmentIds(q=s, kv=s)))(
+            qh, kh, vh, seg)
+
+    axis = _batch_axis()
+    if axis is not None:  # the mesh runner: each device runs its rows
+        spec = jax.sharding.PartitionSpec(axis)
+        run = jax.shard_map(run, in_specs=(spec,) * 4, out_specs=spec, check_vma=False)
+    out = run(qh, kh, vh, seg)[:, :, :T, :D]
+    return jnp.swapaxes(out, 1, 2)
+
+
+def _batch_axis():
+    """The mesh axis the active logical rules split the batch over (jaxbert.engine.parallel.MeshRunner),
+    where a mesh is active; else None."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty:
+        return None
+    axis = nn.logical_to_mesh_axes((BATCH,))[0]
+    return axis if axis in mesh.axis_names else None
+
+
+def splash_flops(T: int, heads: int, D: int, window, backward: bool = True) -> float:
+    """FLOPs the splash kernels of one call [heads, T, D] run (per sequence), from the blocks the mask visits:
+    each visited block pair is 2 matmuls forward (q k^T, p v), and 7 backward (the dq kernel recomputes
+    q k^T and forms dp = do v^T and dq = ds k; the dkv kernel recomputes q k^T and dp, and forms dv = p^T do
+    and dk = ds^T q). Counts the padded length and head dim, as the kernel does."""
+    Tp, Dp, block = splash_geometry(T, D, window)
+    info = splash_kernel(Tp, heads, window, block, False).fwd_mask_info
+    nq = Tp // block
+    pairs = nq * nq if info.block_mask is None else int(np.count_nonzero(np.asarray(info.block_mask)[0]))
+    per_pair = 2.0 * block * block * Dp
+    return heads * pairs * per_pair * ((2 + 7) if backward else 2)
+
+
+def dense_flops(T: int, heads: int, D: int, backward: bool = True) -> float:
+    """FLOPs of the dense [T, T] attention of one call (per sequence): the einsum path's count."""
+    return heads * 2.0 * T * T * D * ((2 + 4) if backward else 2)
+
