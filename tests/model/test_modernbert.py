@@ -6,7 +6,6 @@ jaxbert cannot honour are refused by name; mmBERT- and Ettin-shaped models size 
 """
 
 import json
-import types
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ from jaxbert.model.modernbert import ModernBertConfig, build
 from jaxbert.model.modernbert.config import FULL, SLIDING
 from jaxbert.model.modernbert.table import Table, param_count
 from jaxbert.model.options import ModelOptions
+from jaxbert.parity.grad import float64_rotary
 from tests.helpers.modernbert import CLASSES, LENGTH, TINY, config_of, padded_inputs, params_of, tiny_hf
 
 HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
@@ -90,16 +90,10 @@ def test_a_config_with_every_bias_untied_decoder_and_one_rope_theta_matches_tran
 
 
 def _float64_rope(hf):
-    """transformers takes RoPE's angles, cos and sin in float32 even in a float64 model (1 ulp off
-    XLA's float32 cos at some angles); give it float64 tables from the same float32 inverse
-    frequencies, so the comparison below tests everything else to 1e-10."""
-    def forward(self, x, position_ids):
-        angles = position_ids[:, :, None].double() * self.inv_freq.double()[None, None, :]
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-
-    for layer in hf.model.layers if hasattr(hf, "model") else hf.layers:
-        layer.attn.rotary_emb.forward = types.MethodType(forward, layer.attn.rotary_emb)
+    """transformers takes RoPE's inverse frequencies, angles, cos and sin in float32 even in a
+    float64 model; give it float64 tables (parity's own patch), so the comparison below tests
+    everything else to 1e-10."""
+    float64_rotary(hf)
 
 
 @pytest.mark.parametrize("name,pooling", [("ModernBertForMaskedLM", "cls"),
