@@ -499,12 +499,14 @@ def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
 def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
     """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint."""
     params, meta = read_params(workdir, step)
-    prefixes = [f.prefix for f in FAMILIES.values() if isinstance(params, dict) and f.prefix in params]
-    encoder = prefixes[0] if prefixes else BERT.prefix  # the family's name for the encoder
-    try:
-        vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
-    except (KeyError, TypeError):
-        raise WorkdirError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
+    vocab = None  # a checkpoint that records its config holds the vocabulary size there (every family)
+    if not (isinstance(meta.get("config"), dict) and meta.get("model_class")):
+        prefixes = [f.prefix for f in FAMILIES.values() if isinstance(params, dict) and f.prefix in params]
+        encoder = prefixes[0] if prefixes else BERT.prefix  # the family's name for the encoder
+        try:
+            vocab = params[encoder]["embeddings"]["word_embeddings"]["embedding"].shape[0]
+        except (KeyError, TypeError):
+            raise WorkdirError(f"{workdir}: its checkpoint has no {encoder}/embeddings/word_embeddings") from None
     config, model_class = run_config(meta, vocab, workdir)
     return config, model_class, params, run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
 

@@ -115,6 +115,11 @@ def test_a_short_modernbert_tiny_demo_run_trains_and_exports_the_bpe(tmp_path, c
         assert spec["model"]["type"] == "BPE"
     assert json.loads((run / "hf" / "tokenizer_config.json").read_text())["model_input_names"] == \
         ["input_ids", "attention_mask"]
+    # `jaxbert export` reads a ModernBERT workdir (it once looked for BERT's word_embeddings and refused)
+    assert main(["export", str(run), str(tmp_path / "exported")]) == 0
+    assert json.loads((tmp_path / "exported" / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
+    assert (tmp_path / "exported" / "model.safetensors").read_bytes() == (run / "hf" / "model.safetensors").read_bytes()
+    capsys.readouterr()
     # the workdir's tokenizer is the kind the recipe asks for
     assert main(["train", "--config", str(REPO / "configs" / "train" / "modernbert-tiny-demo.yaml"),
                  "--workdir", str(run), "--set", "data.tokenizer_kind=wordpiece", "--set", "train.steps=20"]) != 0

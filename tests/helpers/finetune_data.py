@@ -220,7 +220,7 @@ def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, l
     root.mkdir(parents=True, exist_ok=True)
     text = root / "corpus.txt"
     text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)) + "\n")
-    tok_dir = train_tokenizer([str(text)], 200 if tokenizer_kind == "wordpiece" else 320, root / "tok",
+    tok_dir = train_tokenizer([str(text)], 200 if tokenizer_kind == "wordpiece" else 400, root / "tok",
                               overwrite=True, kind=tokenizer_kind)
     tok = load_tokenizer(tok_dir)
     ids = {t: tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
