@@ -15,6 +15,7 @@ import transformers
 from safetensors.numpy import load_file, save_file
 
 import jaxbert
+from jaxbert.cli.main import main
 from jaxbert.convert import ConversionError, params_to_state_dict, state_dict_to_params
 from jaxbert.model.modernbert import ModernBertConfig, build, dummy_inputs
 from jaxbert.model.options import ModelOptions
@@ -232,7 +233,6 @@ def test_layer_types_beyond_transformers_4_are_refused_by_convert_and_parity(tmp
     4.x would read global_attn_every_n_layers and build another model (it once got 3, a value the
     source never had, and parity reported a numerical FAIL). convert refuses before writing; parity
     names the cause. jaxbert itself builds the model."""
-    from jaxbert.cli.main import main
     tiny_hf("ModernBertForMaskedLM", seed=9, num_hidden_layers=4).save_pretrained(tmp_path / "v4")
     data = json.loads((tmp_path / "v4" / "config.json").read_text())
     for key in ("global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta"):
