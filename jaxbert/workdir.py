@@ -479,21 +479,24 @@ def run_config(meta: Mapping, vocab_size: int, where) -> tuple[BertConfig, str]:
 def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
     """Where a run's tokenizer lives, from its recipe's ``data`` section: data.tokenizer;
     else the directory the data was prepared with (its metadata says) or, failing
-    that, the data dir's tokenizer.json; WORKDIR/tokenizer for data built in the
+    that, the data dir's tokenizer.json (a mixture's first source's); WORKDIR/tokenizer for data built in the
     workdir; None for synthetic data."""
     if data.get("source") == "synthetic":
         return None
     if data.get("tokenizer"):
         return fs.as_path(data["tokenizer"])
-    if data.get("dir") is None:
+    folder = data.get("dir")
+    if folder is None and data.get("sources"):  # a mixture: its sources share one tokenizer
+        folder = (data["sources"][0] or {}).get("dir")
+    if folder is None:
         return fs.as_path(workdir) / TOKENIZER
-    meta_path = fs.as_path(data["dir"]) / "metadata.json"
+    meta_path = fs.as_path(folder) / "metadata.json"
     origin = json.loads(meta_path.read_text()).get("tokenizer") if meta_path.exists() else None
     try:
         found = bool(origin) and (fs.as_path(origin) / "tokenizer.json").exists()
     except InputError:  # prepared elsewhere, with a tokenizer this host cannot reach
         found = False
-    return fs.as_path(origin if found else data["dir"])
+    return fs.as_path(origin if found else folder)
 
 
 def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
@@ -526,6 +529,15 @@ def tokenizer_path(path) -> Path | None:
 def recorded_config(workdir) -> dict:
     """The model config (a config.json dict) the workdir's newest readable checkpoint records, {} if none."""
     return dict(_newest_meta(fs.as_path(workdir))[1].get("config") or {})
+
+
+def recorded_loader(workdir) -> dict | None:
+    """The loader state (the first process's) of the workdir's newest readable checkpoint; None if none."""
+    try:
+        loader = _newest_meta(fs.as_path(workdir))[1].get("loader") or [None]
+    except WorkdirError:
+        return None
+    return loader[0]
 
 
 def _newest_meta(workdir: Path) -> tuple[int, dict]:

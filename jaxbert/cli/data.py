@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from jaxbert import fs
+from jaxbert.data.beam import RUNNERS
 from jaxbert.data.loader import metadata
 from jaxbert.data.prepare import prepare
 from jaxbert.data.remote import open_rows
@@ -25,12 +26,19 @@ def add_arguments(p) -> None:
     q.add_argument("--validation-fraction", type=float, default=0.01)
     q.add_argument("--text-field", default="text", help="field/column holding the text (jsonl, parquet, arrow)")
     q.add_argument("--seed", type=int, default=0, help="seed of the nsp pairing")
-    q.add_argument("--num-workers", type=int, default=None, help="processes (default: every core)")
+    q.add_argument("--num-workers", type=int, default=None,
+                   help="processes (default: every core; with --runner direct: its processes, default 2)")
     q.add_argument("--short-seq-prob", type=float, default=0.1, help="nsp: share of pairs with a shorter target")
     q.add_argument("--packing", choices=("stream", "documents", "none"), default="stream",
                    help="mlm rows: stream (documents joined with [SEP], cut into rows; default), documents "
                         "(whole documents share rows, with segment ids: attention and positions stay within "
                         "each), none (one document per padded row)")
+    q.add_argument("--runner", default="local", choices=("local", *RUNNERS),
+                   help="local: worker processes on this machine (default); direct, dataflow, flink, spark: "
+                        "an Apache Beam runner (pip install '.[beam]'), same output files")
+    q.add_argument("--pipeline-options", default=None, metavar="OPTIONS",
+                   help="the Beam runner's pipeline options as one string, given with '=': --pipeline-options=\"--project=P "
+                        "--region=R --temp_location=gs://BUCKET/tmp\" (remote runners need --temp_location)")
     q.add_argument("--quiet", action="store_true", help="no progress output (a bar, or plain lines when piped)")
     q.add_argument("--overwrite", action="store_true",
                    help="replace OUTPUT when it is an earlier prepared dataset (anything else is refused)")
@@ -45,7 +53,8 @@ def run(args) -> int:
                        format=args.format, validation_fraction=args.validation_fraction,
                        text_field=args.text_field, seed=args.seed, num_workers=args.num_workers,
                        short_seq_prob=args.short_seq_prob, progress=not args.quiet,
-                       overwrite=args.overwrite, packing=args.packing)
+                       overwrite=args.overwrite, packing=args.packing, runner=args.runner,
+                       pipeline_options=args.pipeline_options)
         c, s = meta["counts"], meta["splits"]
         how = f", packing {meta['packing']}" if "packing" in meta else ""
         print(f"{args.output}: {c['documents']:,} documents, {c['tokens']:,} tokens -> "

@@ -54,10 +54,10 @@ def _hidden_size(src) -> int | None:
         return None
 
 
-def default_recipe(kind: str, model, log=print) -> str:
+def default_recipe(kind: kinds.Kind | str, model, log=print) -> str:
     """The recipe when --config is not given: BERT-base's (finetune-glue, finetune-squad for qa), or for
     a small model finetune-tiny, saying so (lr 2e-5 barely moves a model of the tiny-demo's size)."""
-    base = kinds.get(kind).recipe
+    base = kinds.resolve(kind).recipe
     hidden = _hidden_size(model)
     if hidden is not None and hidden <= SMALL_HIDDEN:
         log(f"recipe finetune-tiny: {model} is a small model (hidden size {hidden}); {base}'s learning rate is "

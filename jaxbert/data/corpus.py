@@ -14,6 +14,7 @@ import codecs
 import glob
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
@@ -46,12 +47,14 @@ KNOWN_SUFFIXES = TEXT_SUFFIXES | JSONL_SUFFIXES | {".parquet", ".arrow"}
 # A blank-line-free text file would otherwise become one document held whole in memory.
 MAX_DOCUMENT_CHARS = 1 << 20
 
-_replaced = [0]
+# Invalid UTF-8 sequences replaced in the file being read, per thread (a distributed runner may
+# read several files at once in one process).
+_replaced = threading.local()
 
 
 def _count_and_replace(exc):
     if isinstance(exc, UnicodeDecodeError):
-        _replaced[0] += 1
+        _replaced.count = getattr(_replaced, "count", 0) + 1
         return "\ufffd", exc.end
     raise exc
 
@@ -102,15 +105,21 @@ def _folder_files(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def resolve_inputs(inputs: list[str] | str) -> list[tuple[str, Path]]:
-    """Expand globs and folders into a sorted list of (kind, path); an error for any that match nothing."""
+def resolve_inputs(inputs: list[str] | str, fetch: bool = True) -> list[tuple[str, Path]]:
+    """Expand globs and folders into a sorted list of (kind, path); an error for any that match nothing.
+
+    URLs (gs://...) are read from local copies fetched here; with fetch=False they stay URLs
+    (each file fetched by whoever reads it: a worker of a distributed runner)."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     sources: list[tuple[str, Path]] = []
     for item in inputs:
         item = str(item)
         if fs.is_url(item):  # read from local copies, fetched once per process
-            sources += resolve_inputs([str(fs.local_copy(u)) for u in fs.expand(item)])
+            if fetch:
+                sources += resolve_inputs([str(fs.local_copy(u)) for u in fs.expand(item)])
+            else:
+                sources += [(_kind(Path(u)), u) for u in fs.expand(item)]
             continue
         if glob.has_magic(item):
             matches = sorted(glob.glob(item, recursive=True))
@@ -242,16 +251,17 @@ class Corpus:
     Empty documents are dropped. An error is raised at the end when no document was found.
     """
 
-    def __init__(self, inputs: list[str] | str | None, text_field: str = "text"):
+    def __init__(self, inputs: list[str] | str | None, text_field: str = "text", fetch: bool = True):
         self.inputs = inputs
         self.text_field = text_field
-        self.sources = None if inputs is None else resolve_inputs(inputs)
+        self.sources = None if inputs is None else resolve_inputs(inputs, fetch)
         self.stats: list[SourceStats] = []
+        self.whole = True  # an empty whole corpus is an error; an empty part of one is not
 
     def total(self) -> int:
         if self.sources is None:
             return default_corpus_size()
-        return sum(p.stat().st_size for _, p in self.sources)
+        return sum(fs.as_path(p).stat().length if fs.is_url(p) else p.stat().st_size for _, p in self.sources)
 
     def _raw(self) -> Iterator[tuple[str, int, SourceStats | None]]:
         if self.sources is None:
@@ -264,8 +274,10 @@ class Corpus:
             return
         for fmt, path in self.sources:
             s = SourceStats(str(path), fmt)
+            if fs.is_url(path):  # a source left unfetched (fetch=False) is fetched by its reader
+                path = fs.local_copy(path)
             self.stats.append(s)
-            _replaced[0] = 0
+            _replaced.count = 0
             if fmt == "text":
                 docs = _text_documents(path)
             elif fmt == "jsonl":
@@ -275,13 +287,27 @@ class Corpus:
             try:
                 for doc, units in docs:
                     s.bytes += units
-                    s.replaced = _replaced[0]
+                    s.replaced = _replaced.count
                     yield doc, units, s
             except OSError as e:
                 raise CorpusError(f"cannot read {path}: {e}") from e
-            s.replaced = _replaced[0]
+            s.replaced = _replaced.count
             if s.documents == 0:
                 s.skipped = "empty" if path.stat().st_size == 0 else "no text"
+
+    def part(self, index: int) -> "Corpus":
+        """The corpus of one input file alone (index into `sources`; the embedded corpus is one part).
+
+        Iterating the parts in order yields this corpus's documents, and their `stats` in order
+        are this corpus's; a part with no document is no error (the whole is checked as a whole).
+        """
+        part = Corpus.__new__(Corpus)
+        part.inputs, part.text_field, part.stats, part.whole = self.inputs, self.text_field, [], False
+        part.sources = None if self.sources is None else [self.sources[index]]
+        return part
+
+    def num_parts(self) -> int:
+        return 1 if self.sources is None else len(self.sources)
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
         self.stats = []
@@ -297,7 +323,7 @@ class Corpus:
                 n += 1
                 yield piece, pending
                 pending = 0
-        if n == 0:
+        if n == 0 and self.whole:
             where = "the embedded corpus" if self.inputs is None else ", ".join(map(str, self.inputs))
             raise CorpusError(f"empty corpus: no documents in {where}")
 

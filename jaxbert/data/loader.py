@@ -11,6 +11,12 @@ So what a run sees does not depend on how it is split: a run resumed with anothe
 accumulation, device count or host count continues at the same sequence, and sees the sequences
 (masked the same way) that an uninterrupted run would have seen. A changed seed or a changed
 split would not continue the stream; ``restore`` refuses them by name.
+
+A mixture reads several prepared folders (one tokenizer, one row length): row k of the stream
+comes from the source that jaxbert.data.mixture's seeded schedule names, as that source's next
+row; each source keeps its own seeded permutation per epoch and its own epoch count. The position
+is still one number, and the stream depends only on (seed, sources, weights), so a mixture resumes
+as exactly and as elastically as one folder; a resume with other sources or weights is refused.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 
 from jaxbert import fs
 from jaxbert.data.masking import mask_tokens, masked_slots, row_keys
+from jaxbert.data.mixture import Schedule, shares, temperature_weights
 from jaxbert.data.remote import open_rows
 from jaxbert.errors import InputError
 
@@ -95,6 +102,55 @@ def continuation_table(data_dir: str | Path, vocab_size: int) -> np.ndarray:
     return table
 
 
+def source_name(data_dir) -> str:
+    """A mixture source's default name: its folder's name (metric keys tokens/NAME, epochs/NAME)."""
+    return fs.as_path(data_dir).name or str(data_dir)
+
+
+def check_mixture(dirs: list, seq_len: int | None = None, packing: str | None = None) -> list[dict]:
+    """The metadata of every source of a mixture; DataCompatibilityError naming the source
+    (data.sources[k]) whose tokenizer, row length, format or packing differs from the first's."""
+    metas = []
+    for k, d in enumerate(dirs):
+        where = f"data.sources[{k}] ({d})"
+        try:
+            meta = metadata(d)
+        except DataCompatibilityError as e:
+            raise DataCompatibilityError(f"data.sources[{k}]: {e}") from None
+        if seq_len is not None and meta["max_length"] != seq_len:
+            raise DataCompatibilityError(f"{where} holds rows of {meta['max_length']} tokens, but data.seq_len is "
+                                         f"{seq_len}: prepare it again with --max-length {seq_len}")
+        if metas:
+            first, here = metas[0], meta
+            for key, what in (("tokenizer_hash", "tokenizer"), ("max_length", "row length"), ("format", "format")):
+                if here[key] != first[key]:
+                    mine, theirs = here[key], first[key]
+                    if key == "tokenizer_hash":
+                        mine = f"{here['tokenizer']} (sha256 {mine[:12]})"
+                        theirs = f"{first['tokenizer']} (sha256 {theirs[:12]})"
+                    raise DataCompatibilityError(
+                        f"{where}: {what} {mine}, but data.sources[0] ({dirs[0]}) has {theirs}: every source of a "
+                        f"mixture must be prepared with one tokenizer, row length and format")
+            if packing_of(here) != packing_of(first):
+                raise DataCompatibilityError(
+                    f"{where}: packing {packing_of(here)!r}, but data.sources[0] ({dirs[0]}) has "
+                    f"{packing_of(first)!r}: every source of a mixture must be packed alike")
+        if packing is not None and packing_of(meta) != packing:
+            raise DataCompatibilityError(f"{where} was prepared with packing {packing_of(meta)!r}, but the recipe "
+                                         f"asks for data.packing {packing!r}")
+        metas.append(meta)
+    return metas
+
+
+def mixture_weights(metas: list[dict], weights=None, temperature: float | None = None) -> list[float]:
+    """Each source's weight: as given, or its training rows to the power `temperature`."""
+    if temperature is not None:
+        return temperature_weights([m["splits"]["train"]["examples"] for m in metas], temperature)
+    if weights is None or len(weights) != len(metas):
+        raise ValueError(f"a mixture of {len(metas)} sources needs as many weights, got {weights}")
+    return [float(w) for w in weights]
+
+
 class MLMLoader:
     """Iterate dicts of NumPy arrays for this process (B = batch_size rows):
 
@@ -103,21 +159,32 @@ class MLMLoader:
     (0: B follows A, 1: random); data packed as documents or none also segment_ids int32 [B, L]
     (0 = padding, 1..k = the documents of the row). Iteration never ends; an epoch takes about `steps_per_epoch` steps
     (N // G; a step may straddle two epochs).
+
+    data_dir: one prepared folder, or a list of them: a mixture, with `weights` (one per folder, each
+    > 0) or `temperature` (weights = training rows ** temperature), and `names` for its reports.
+    Example indices then run over the folders in order (folder k's rows after those of folders < k).
     """
 
     def __init__(self, data_dir, batch_size: int, seq_len: int | None = None, *, seed: int = 0,
                  split: str = "train", mask_rate: float = 0.15, max_predictions: int | None = None,
                  whole_word_mask: bool = False, process_index: int = 0, process_count: int = 1,
                  fixed_masking: bool = False, state: dict | None = None, shuffle: bool = True,
-                 replace_rate: float = 0.8, random_rate: float = 0.1):
-        self.data_dir = fs.as_path(data_dir)
-        self.meta = meta = metadata(data_dir)
+                 replace_rate: float = 0.8, random_rate: float = 0.1, weights=None,
+                 temperature: float | None = None, names=None):
+        self.mixture = isinstance(data_dir, (list, tuple))
+        dirs = list(data_dir) if self.mixture else [data_dir]
+        self.data_dirs = [fs.as_path(d) for d in dirs]
+        self.data_dir = self.data_dirs[0]
+        metas = check_mixture(dirs) if self.mixture else [metadata(data_dir)]
+        self.meta = meta = metas[0]
+        self.names = list(names) if names is not None else [source_name(d) for d in dirs]
         L = meta["max_length"]
         if seq_len is not None and seq_len != L:
-            raise DataCompatibilityError(f"{data_dir} holds rows of {L} tokens, not {seq_len}: prepare "
+            raise DataCompatibilityError(f"{dirs[0]} holds rows of {L} tokens, not {seq_len}: prepare "
                                          f"it again with --max-length {seq_len}")
-        if split not in meta["splits"]:
-            raise DataCompatibilityError(f"{data_dir} has no split {split!r} (has {sorted(meta['splits'])})")
+        for d, m in zip(dirs, metas):
+            if split not in m["splits"]:
+                raise DataCompatibilityError(f"{d} has no split {split!r} (has {sorted(m['splits'])})")
         if not 0 <= process_index < process_count:
             raise ValueError(f"process_index {process_index} is not in [0, {process_count})")
         if not 0.0 <= mask_rate <= 1.0:
@@ -129,32 +196,42 @@ class MLMLoader:
         self.nsp = meta["format"] == "nsp"
         self.max_predictions = masked_slots(L, mask_rate, max_predictions, whole_word_mask)
 
-        shards = meta["splits"][split]["shards"]
+        # every folder's shards, folder after folder: one index space over all sources
+        shards = [(d, s) for d, m in zip(self.data_dirs, metas) for s in m["splits"][split]["shards"]]
         # a local shard is memory-mapped; one in a bucket is read by row ranges (only this host's rows)
-        self._rows = [open_rows(self.data_dir / s["file"]) for s in shards]
+        self._rows = [open_rows(d / s["file"]) for d, s in shards]
         self._pairs = None
         if self.nsp:  # (tokens in A, label) per row
-            self._pairs = [open_rows(self.data_dir / s["file"].replace(".npy", "-pairs.npy")) for s in shards]
+            self._pairs = [open_rows(d / s["file"].replace(".npy", "-pairs.npy")) for d, s in shards]
         self.packing = packing_of(meta)
         self._segments = None
         if self.packing != "stream":  # segment ids per token, beside the rows
-            self._segments = [open_rows(self.data_dir / s["file"].replace(".npy", "-segments.npy")) for s in shards]
+            self._segments = [open_rows(d / s["file"].replace(".npy", "-segments.npy")) for d, s in shards]
         sizes = np.array([len(r) for r in self._rows], np.int64)
         self._ends = np.cumsum(sizes)
         self.num_examples = int(sizes.sum())
+        folder = np.array([k for k, m in enumerate(metas) for _ in m["splits"][split]["shards"]], np.int64)
+        self.source_examples = np.bincount(folder, weights=sizes, minlength=len(dirs)).astype(np.int64)
+        self._first = np.cumsum(self.source_examples) - self.source_examples  # each source's first index
         self.global_batch_size = batch_size * process_count
         self.steps_per_epoch = self.num_examples // self.global_batch_size
         if self.steps_per_epoch == 0:
             raise DataCompatibilityError(
-                f"split {split!r} of {data_dir} has {self.num_examples} examples, fewer than one global batch "
-                f"of {self.global_batch_size}")
+                f"split {split!r} of {', '.join(map(str, dirs))} has {self.num_examples} examples, fewer than one "
+                f"global batch of {self.global_batch_size}")
+        for d, n in zip(dirs, self.source_examples):
+            if n == 0:
+                raise DataCompatibilityError(f"split {split!r} of {d} holds no rows")
+        self.temperature, self.schedule = temperature, None
+        if self.mixture:  # proportions from the training split, whichever split this reads
+            self.schedule = Schedule(shares(mixture_weights(metas, weights, temperature)), seed)
 
         V, ids = meta["vocab_size"], meta["special_ids"]
         self._never = np.zeros(V, bool)
         self._never[[ids["cls"], ids["sep"], ids["pad"]]] = True
         self._random_ids = np.setdiff1d(np.arange(V), list(ids.values())).astype(np.int32)
-        self._continuation = continuation_table(data_dir, V) if whole_word_mask else None
-        self._perms: dict[int, np.ndarray] = {}  # epoch -> permutation; the last two epochs kept
+        self._continuation = continuation_table(dirs[0], V) if whole_word_mask else None  # one tokenizer for all
+        self._perms: dict[tuple[int, int], np.ndarray] = {}  # (source, epoch) -> permutation; two epochs a source
         self.position = 0  # sequences consumed from the stream, by every process together
         if state is not None:
             self.restore(state)
@@ -167,8 +244,12 @@ class MLMLoader:
 
     def state(self, step: int | None = None) -> dict:
         """A few ints for a checkpoint: the position in the stream as (epoch, offset), and what the
-        stream depends on. `step`: the position after that many batches of this loader's size."""
+        stream depends on; a mixture's records the position, its sources, their shares and sizes.
+        `step`: the position after that many batches of this loader's size."""
         position = self.position if step is None else int(step) * self.global_batch_size
+        if self.mixture:
+            return {"position": position, "seed": self.seed, "sources": list(self.names),
+                    "shares": list(self.schedule.shares), "examples": [int(n) for n in self.source_examples]}
         epoch, offset = divmod(position, self.num_examples)
         return {"epoch": epoch, "offset": offset, "seed": self.seed, "examples": self.num_examples}
 
@@ -181,6 +262,9 @@ class MLMLoader:
                 f"train.seed: {state['seed']} in the checkpoint, {self.seed} now: the shuffled order of "
                 f"{self.data_dir} would differ from the run being resumed (--set train.seed={state['seed']} "
                 "resumes it, a new --workdir starts a new run)")
+        if self.mixture or "sources" in state:
+            self._restore_mixture(state)
+            return
         if "examples" in state and int(state["examples"]) != self.num_examples:
             raise DataCompatibilityError(
                 f"{self.data_dir}: split {self.split!r} holds {self.num_examples} examples, the run being resumed "
@@ -198,6 +282,43 @@ class MLMLoader:
             offset = j * gbs
         self.position = epoch * self.num_examples + offset
 
+    def _restore_mixture(self, state: dict) -> None:
+        """A mixture resumes only on the sources, weights and data it was saved with, each named."""
+        new_run = ("a new mixture or new weights is a new run: train in a new --workdir with "
+                   "model.init_from=<this workdir> (as a next phase does)")
+        if "sources" not in state:
+            raise DataCompatibilityError(f"data.sources: the run being resumed read one folder (data.dir), this "
+                                         f"recipe a mixture of {self.names}; {new_run}")
+        if not self.mixture:
+            raise DataCompatibilityError(f"data.dir: the run being resumed read the mixture {state['sources']}, this "
+                                         f"recipe one folder ({self.data_dir}); {new_run}")
+        if list(state["sources"]) != self.names:
+            raise DataCompatibilityError(f"data.sources: the run being resumed read {state['sources']}, this recipe "
+                                         f"names {self.names}; {new_run}")
+        saved = [int(w) for w in state["shares"]]
+        if saved != list(self.schedule.shares):
+            now = [w / self.schedule.total for w in self.schedule.shares]
+            # named: the source whose share moved most, relative to what it was
+            k = max(range(len(saved)), key=lambda i: abs(now[i] * sum(saved) / saved[i] - 1))
+            key = "data.temperature" if self.temperature is not None else f"data.sources[{k}].weight"
+            raise DataCompatibilityError(f"{key}: the run being resumed drew {saved[k] / sum(saved):.2%} of its rows "
+                                         f"from {self.names[k]}, this recipe {now[k]:.2%}; {new_run}")
+        for k, (was, now) in enumerate(zip(state["examples"], self.source_examples)):
+            if int(was) != int(now):
+                raise DataCompatibilityError(
+                    f"data.sources[{k}] ({self.data_dirs[k]}): split {self.split!r} holds {now} examples, the run "
+                    f"being resumed read one of {was}: the prepared data changed; resume on the data it was "
+                    "trained on, or train in a new --workdir")
+        self.position = int(state["position"])
+
+    def source_rows(self, state: dict | None = None) -> dict[str, tuple[int, int]]:
+        """A mixture's sources: name -> (rows read from it, rows in its split) at a state's position
+        (this loader's by default); {} for one folder."""
+        if not self.mixture:
+            return {}
+        read = self.schedule.consumed(self.position if state is None else int(state["position"]))
+        return {name: (int(r), int(n)) for name, r, n in zip(self.names, read, self.source_examples)}
+
     # ---- batches ----
     def __iter__(self):
         return self
@@ -207,24 +328,31 @@ class MLMLoader:
         self.position += self.global_batch_size
         return batch
 
-    def _perm(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
+    def _perm(self, epoch: int, source: int = 0) -> np.ndarray:
+        """A source's permutation of its rows in an epoch; the first source's key is a lone folder's."""
+        if (source, epoch) not in self._perms:
+            n = int(self.source_examples[source])
             # int32 where it fits: 4 bytes per example, held for the epoch (and the one after it)
-            perm = np.arange(self.num_examples, dtype=np.int32 if self.num_examples < 2**31 else np.int64)
+            perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
             if self.shuffle:
-                np.random.default_rng([self.seed, epoch, 0x5EED]).shuffle(perm)
-            self._perms = {e: p for e, p in self._perms.items() if e == epoch - 1}
-            self._perms[epoch] = perm
-        return self._perms[epoch]
+                np.random.default_rng([self.seed, epoch, 0x5EED] + ([source] if source else [])).shuffle(perm)
+            self._perms = {k: p for k, p in self._perms.items() if k[0] != source or k[1] == epoch - 1}
+            self._perms[(source, epoch)] = perm
+        return self._perms[(source, epoch)]
 
     def stream(self, position: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """(example index, epoch) of sequences position .. position + count - 1 of the stream."""
-        k = np.arange(int(position), int(position) + count, dtype=np.int64)
-        epochs = k // self.num_examples
+        """(example index, epoch of its source) of sequences position .. position + count - 1 of the stream."""
+        if self.mixture:
+            source, row = self.schedule.locate(position, count)
+        else:
+            source, row = np.zeros(count, np.int32), np.arange(int(position), int(position) + count, dtype=np.int64)
+        size = self.source_examples[source]
+        epochs = row // size
         index = np.empty(count, np.int64)
-        for e in np.unique(epochs):
-            sel = epochs == e
-            index[sel] = self._perm(int(e))[k[sel] - int(e) * self.num_examples]
+        for s, e in np.unique(np.stack([source.astype(np.int64), epochs]), axis=1).T:
+            s, e = int(s), int(e)
+            sel = (source == s) & (epochs == e)
+            index[sel] = self._first[s] + self._perm(e, s)[row[sel] - e * size[sel]]
         return index, epochs
 
     def _mine(self, position: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,6 @@ second segment of an nsp pair comes from another document of the same chunk and 
 
 from __future__ import annotations
 
-import itertools
 import json
 import multiprocessing as mp
 import os
@@ -28,10 +27,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 
-from jaxbert.data.corpus import Corpus
-from jaxbert.data.packing import DocumentPacker, MLMPacker, nsp_examples, split_sentences
+from jaxbert.data.beam import BeamEncoder, pipeline_args
+from jaxbert.data.corpus import Corpus, SourceStats
+from jaxbert.data.encode import CHUNK_CHARS, SPLITS, chunks, encode_chunk, init_worker, is_validation
+from jaxbert.data.packing import DocumentPacker, MLMPacker
 from jaxbert.terminal import progress_bar
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
 from jaxbert.errors import InputError
@@ -45,73 +45,10 @@ FORMATS = ("mlm", "nsp")
 # the default, recorded by its absence), documents (whole documents share rows, with segment ids),
 # none (one document, or piece of a long one, per padded row, with segment ids).
 PACKINGS = ("stream", "documents", "none")
-SPLITS = ("train", "validation")
-CHUNK_CHARS = 1 << 19  # documents per work unit: ~512k characters, or
-CHUNK_DOCS = 2048
 DATASET_KIND = "dataset"  # what prepare publishes (fs.publish_dir)
-
-_worker: dict = {}
-
 
 class PrepareError(InputError):
     """Bad arguments or an output that cannot be written."""
-
-
-def is_validation(doc_index: np.ndarray, fraction: float) -> np.ndarray:
-    """bool per document: systematic sampling, exactly round(n * fraction) of the first n."""
-    i = np.asarray(doc_index, np.float64)
-    return np.floor((i + 1) * fraction + 0.5) > np.floor(i * fraction + 0.5)
-
-
-def _init_worker(config: dict) -> None:
-
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one process per core already
-    _worker.clear()
-    _worker.update(config, tokenizer=Tokenizer.from_str(config["tokenizer_json"]))
-
-
-def _encode_chunk(task):
-    """Tokenize one chunk; per split, mlm: (tokens, doc lengths); nsp: (rows, a_lengths, labels)."""
-    index, docs, first_doc, units = task
-    w = _worker
-    tok, dtype, fmt = w["tokenizer"], np.dtype(w["dtype"]), w["format"]
-    val = is_validation(np.arange(first_doc, first_doc + len(docs)), w["validation_fraction"])
-    out = {"index": index, "units": units, "documents": len(docs)}
-    for split, mine in zip(SPLITS, (~val, val)):
-        texts = [d for d, m in zip(docs, mine) if m]
-        if fmt == "mlm":
-            encs = tok.encode_batch(texts, add_special_tokens=False) if texts else []
-            lengths = np.fromiter((len(e.ids) for e in encs), np.int64, len(encs))
-            tokens = np.fromiter(itertools.chain.from_iterable(e.ids for e in encs), dtype, int(lengths.sum()))
-            out[split] = (tokens, lengths)
-        else:
-            sentences = [split_sentences(t) for t in texts]
-            flat = [s for doc in sentences for s in doc]
-            encs = tok.encode_batch(flat, add_special_tokens=False) if flat else []
-            ids = [np.asarray(e.ids, dtype) for e in encs]
-            bounds = np.cumsum([0] + [len(s) for s in sentences])
-            per_doc = [ids[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-            rng = np.random.default_rng([w["seed"], index, SPLITS.index(split)])
-            s = w["special_ids"]
-            rows, a_len, labels = nsp_examples(per_doc, w["max_length"], rng, s["cls"], s["sep"], s["pad"],
-                                               w["short_seq_prob"], dtype)
-            out[split] = (rows, a_len, labels, sum(len(i) for i in ids), sum(map(bool, per_doc)))
-    return out
-
-
-def _chunks(corpus: Corpus):
-    """(chunk index, documents, index of its first document, progress units)."""
-    docs, chars, units, first, index = [], 0, 0, 0, 0
-    for doc, u in corpus:
-        docs.append(doc)
-        chars += len(doc)
-        units += u
-        if chars >= CHUNK_CHARS or len(docs) >= CHUNK_DOCS:
-            yield index, docs, first, units
-            index, first = index + 1, first + len(docs)
-            docs, chars, units = [], 0, 0
-    if docs:
-        yield index, docs, first, units
 
 
 def _run(tasks, config: dict, num_workers: int):
@@ -123,15 +60,15 @@ def _run(tasks, config: dict, num_workers: int):
     instead of hanging.
     """
     if num_workers <= 1:
-        _init_worker(config)
-        yield from map(_encode_chunk, tasks)
+        init_worker(config)
+        yield from map(encode_chunk, tasks)
         return
     jax_started = bool(getattr(sys.modules.get("jax._src.xla_bridge"), "_backends", None))
     method = "fork" if "fork" in mp.get_all_start_methods() and not jax_started else "spawn"
-    with ProcessPoolExecutor(num_workers, mp.get_context(method), _init_worker, (config,)) as pool:
+    with ProcessPoolExecutor(num_workers, mp.get_context(method), init_worker, (config,)) as pool:
         pending = deque()
         for task in tasks:
-            pending.append(pool.submit(_encode_chunk, task))
+            pending.append(pool.submit(encode_chunk, task))
             if len(pending) >= 2 * num_workers:
                 yield pending.popleft().result()
         while pending:
@@ -208,7 +145,8 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
             rows_per_shard: int | None = None, progress: bool = True, overwrite: bool = False,
-            for_workdir: str | None = None, packing: str = "stream") -> dict:
+            for_workdir: str | None = None, packing: str = "stream", runner: str = "local",
+            pipeline_options: str | None = None) -> dict:
     """Tokenize `inputs` (None: the embedded Python-docs corpus) into shards in `output`.
 
     Returns the metadata dict also written to `output/metadata.json`. The output folder is
@@ -220,6 +158,11 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
     packing (mlm only): "stream" joins documents into one stream cut into rows; "documents" packs
     whole documents into rows with segment ids (attention and positions kept within each);
     "none" gives each document its own padded row (see jaxbert.data.packing).
+
+    runner: "local" (worker processes on this machine) or a Beam runner (jaxbert.data.beam.RUNNERS:
+    direct, dataflow, flink, spark) with its `pipeline_options` (one string, as on a command line);
+    both write the same files for the same inputs and arguments. With the DirectRunner,
+    `num_workers` is its number of processes.
     """
     _check_not_near_a_workdir(output, for_workdir)
     if format not in FORMATS:
@@ -238,7 +181,9 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
     specials = special_token_ids(tok, tokenizer)
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
     dtype = np.uint16 if vocab_size <= 1 << 16 else np.uint32
-    corpus = Corpus(inputs, text_field)
+    if runner != "local":  # bad runner arguments fail before any work
+        pipeline_args(runner, pipeline_options, num_workers, embedded=inputs is None)
+    corpus = Corpus(inputs, text_field, fetch=runner in ("local", "direct"))
     total = corpus.total()
     if num_workers is None:
         num_workers = os.cpu_count() or 1
@@ -260,8 +205,15 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
             packers = {s: MLMPacker(max_length, specials["cls"], specials["sep"], specials["pad"], dtype)
                        for s in SPLITS}
         bar = progress_bar(total, "prepare", unit="B", unit_scale=True, file=sys.stderr, disable=not progress)
+        encoder = None
         try:
-            for res in _run(_chunks(corpus), config, num_workers):
+            if runner == "local":
+                results = _run(chunks(corpus), config, num_workers)
+            else:
+                encoder = BeamEncoder(corpus, config, runner, pipeline_options, num_workers)
+                corpus.stats = [SourceStats(**s) for s in encoder.stats]
+                results = iter(encoder)
+            for res in results:
                 for split, w in writers.items():
                     if nsp:
                         rows, a_len, labels, ntok, ndocs = res[split]
@@ -285,6 +237,8 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
             bar.update(max(0, total - bar.n))
         finally:  # a failure's message then starts on a line of its own
             bar.close()
+            if encoder is not None:
+                encoder.close()
         splits = {s: w.close() for s, w in writers.items()}
         if splits["train"]["examples"] == 0:
             raise PrepareError("no training examples: the corpus tokenized to nothing, or "

@@ -70,7 +70,7 @@ class Progress:
         return left
 
     def log_step(self, step: int, scalars: dict) -> None:
-        """One line: step, loss, accuracy, learning rate, speed, time left."""
+        """One line: step, loss, accuracy, learning rate, speed, time left (and a mixture's epochs per source)."""
         sps = self.steps_per_s()
         extra = f" nsp_acc {scalars['nsp_accuracy']:.3f}" if "nsp_accuracy" in scalars else ""
         speed = f" | {sps:.1f} steps/s, {duration(self.eta(step))} left" if sps else ""
@@ -78,6 +78,9 @@ class Progress:
             speed += f", {scalars['tokens_per_s']:,.0f} tokens/s"
         if "mfu" in scalars:
             speed += f", MFU {scalars['mfu']:.1%}"
+        passes = [f"{key[len('epochs/'):]} {value:.2f}" for key, value in scalars.items() if key.startswith("epochs/")]
+        if passes:  # a mixture: how far each source is through its rows
+            speed += f" | epochs {', '.join(passes)}"
         self.bar.set_postfix_str(f"loss {scalars['loss']:.3f} acc {scalars['mlm_accuracy']:.3f}", refresh=True)
         self.log(f"step {step}/{self.total}: loss {scalars['loss']:.3f} acc {scalars['mlm_accuracy']:.3f}{extra} "
                  f"lr {scalars['learning_rate']:.2e}{speed}")

@@ -42,8 +42,8 @@ def _spec(item: dict):
     return parse_task(task, item["train"], evals, **kwargs)
 
 
-def _recipe(item: dict, kind: str):
-    return load(item.get("config") or kinds.get(kind).recipe, list(item.get("set", [])))
+def _recipe(item: dict, kind: kinds.Kind):
+    return load(item.get("config") or kind.recipe, list(item.get("set", [])))
 
 
 def folder_names(items: list) -> list[str]:

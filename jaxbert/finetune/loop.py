@@ -31,7 +31,7 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune.batching import batches, buckets_for, n_batches
 from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
-from jaxbert.finetune.model import LoadedModel, load_task_model, source_config
+from jaxbert.finetune.model import OPTIONS_KEY, LoadedModel, load_task_model, source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector
@@ -67,10 +67,9 @@ class Prepared:
 
 def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=print) -> Prepared:
     """Reads the data, the tokenizer and SRC; raises InputError (one line, naming the file) on bad input."""
-    if spec.version_2 != recipe.data.version_2:  # QA's scoring; the recipe says (other kinds ignore it)
-        spec = dataclasses.replace(spec, version_2=recipe.data.version_2)
-    kind = kinds.get(spec.kind)
-    data = read_task_data(spec)
+    kind = spec.kind
+    options = recipe.options_for(kind)  # kinds.<kind> of the recipe, typed by the kind
+    data = read_task_data(spec, options)
     own = source_config(source)  # its family's config class (BertConfig, ModernBertConfig)
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
@@ -78,7 +77,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     tok = load_tokenizer(tok_dir)
     recipe = fit_max_length(recipe, own, source, log)
     d = recipe.data
-    featurize = lambda examples: kind.featurize(examples, tok, d.max_length, d.stride, d.max_query_length)
+    featurize = lambda examples: kind.featurize(examples, tok, d.max_length, options)
     train = featurize(data.train)[0]
     evals = {name: featurize(examples) for name, examples in data.evals.items()}
     cut = {"train": train.n_truncated, **{n: f.n_truncated for n, (f, _) in evals.items()}}
@@ -86,13 +85,12 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     log(f"{spec.name}: {len(data.train)} training examples ({len(train)} features), "
         + ", ".join(f"{n} {len(data.evals[n])}" for n in evals) + f" eval; {what}: "
         + ", ".join(f"{n} {c}" for n, c in cut.items()))
-    info = {"kind": spec.kind, "text_columns": list(spec.text_columns), "label_column": spec.label_column,
-            "max_length": d.max_length, "stride": d.stride, "max_query_length": d.max_query_length,
-            "version_2": d.version_2}
+    info = {"kind": kind.name, "text_columns": list(spec.text_columns), "label_column": spec.label_column,
+            "max_length": d.max_length, OPTIONS_KEY: dataclasses.asdict(options)}
     if spec.glue:  # predict reads files with the preset's columns
         preset = glue_task(spec.glue)
         info.update(glue=preset.name, text_columns=list(preset.text_columns), label_column=preset.label_column)
-    loaded = load_task_model(source, spec.kind, data.labels, scan_layers=recipe.model.scan_layers,
+    loaded = load_task_model(source, kind, data.labels, scan_layers=recipe.model.scan_layers,
                              dtype=recipe.model.param_dtype, seed=recipe.train.seed, task_info=info)
     cfg = loaded.config
     limit = position_limit(cfg)
@@ -157,7 +155,7 @@ class _Run:
     t0: float
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> kinds.Kind:
         return self.prep.data.kind
 
     @property
@@ -375,7 +373,7 @@ def evaluate(run: _Run, params, eval_fn) -> dict:
     prep, runner = run.prep, run.runner
     n_proc, pid = jax.process_count(), jax.process_index()
     rows = run.eval_batch // n_proc
-    d, out = prep.recipe.data, {}
+    out = {}
     for name, (features, windows) in prep.evals.items():
         collect, sums = Collector(len(features), features.length), {}
         for b in batches(features, run.eval_batch, buckets=buckets_for(features, run.eval_batch)):
@@ -387,9 +385,8 @@ def evaluate(run: _Run, params, eval_fn) -> dict:
                        "outputs": {k: v.reshape(-1, *v.shape[2:]) for k, v in got["outputs"].items()}}
             sums = {k: sums.get(k, 0.0) + float(v) for k, v in got["sums"].items()}
             collect.add(got["outputs"], index)
-        kind = kinds.get(run.kind)
-        decoded = kind.decode(collect.result(), features, windows, prep.data.labels, d.n_best, d.max_answer_length,
-                              d.version_2)
+        kind = run.kind
+        decoded = kind.decode(collect.result(), features, windows, prep.data.labels, prep.data.options)
         metrics = kind.score(prep.data.metrics, decoded["predictions"], prep.data.evals[name], prep.data.labels)
         metrics = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         metrics.update(summarize(sums))

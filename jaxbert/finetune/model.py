@@ -22,26 +22,31 @@ from jaxbert.convert.load import init_leaves
 from jaxbert.convert.pretrained import load_checkpoint
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
+from jaxbert.finetune.kinds.base import problem_type
 from jaxbert.model.config import BertConfig, read_config
 from jaxbert.model.families import family_of
 from jaxbert.workdir import is_workdir, read_run
 
 # Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
-# read a file the way training did.
+# read a file the way training did; under OPTIONS_KEY the kind's options training used.
 TASK_KEY = "jaxbert_task"
+OPTIONS_KEY = "options"
 
 
-def kind_of(config: BertConfig) -> str:
-    """The task kind of a fine-tuned model's config: the kind its task record names when that kind
-    recognises the head, else the first registered kind that recognises it (architectures, problem_type)."""
+def kind_of(config: BertConfig) -> kinds.Kind:
+    """The task kind of a fine-tuned model's config: among the registered kinds whose head and
+    problem_type it matches exactly, the one its task record names, else the first registered."""
+    found = kinds.recognising(config)
     recorded = (config.extra.get(TASK_KEY) or {}).get("kind")
-    if recorded in kinds.KINDS and kinds.KINDS[recorded].recognises(config):
-        return recorded
-    for name, kind in kinds.KINDS.items():
-        if kind.recognises(config):
-            return name
-    heads = ", ".join(dict.fromkeys(f"...{k.head}" for k in kinds.KINDS.values()))
-    raise InputError(f"config architectures {config.architectures} name no fine-tuned task class ({heads})")
+    for kind in found:
+        if kind.name == recorded:
+            return kind
+    if found:
+        return found[0]
+    heads = ", ".join(dict.fromkeys(f"...{k.head}" + (f" ({k.problem_type})" if k.problem_type else "")
+                                    for k in kinds.KINDS.values()))
+    raise InputError(f"config architectures {config.architectures} (problem_type {problem_type(config)!r}) "
+                     f"name no fine-tuned task class ({heads})")
 
 
 def source_config(src) -> BertConfig:
@@ -57,14 +62,15 @@ def source_config(src) -> BertConfig:
     raise InputError(f"{src}: no config.json or bert_config.json beside it; is it a model directory?")
 
 
-def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_info: dict | None = None) -> BertConfig:
+def task_config(base: BertConfig, kind: kinds.Kind | str, labels: Sequence[str] | None,
+                task_info: dict | None = None) -> BertConfig:
     """base with the task's head size, label names and problem_type; architectures = the task's class."""
-    k = kinds.get(kind)
+    k = kinds.resolve(kind)
     id2label = k.id2label(labels)
     extra = dict(base.extra)
     if task_info is not None:
         extra[TASK_KEY] = task_info
-    fields = {"problem_type": k.problem_type, "architectures": [head_class(base, kind)]}
+    fields = {"problem_type": k.problem_type, "architectures": [head_class(base, k)]}
     own = {f.name for f in dataclasses.fields(base)}  # a family's config may hold them as fields
     changes = {}
     for key, value in fields.items():
@@ -77,11 +83,11 @@ def task_config(base: BertConfig, kind: str, labels: Sequence[str] | None, task_
                         extra=extra, **changes)
 
 
-def head_class(config: BertConfig, kind: str) -> str:
+def head_class(config: BertConfig, kind: kinds.Kind | str) -> str:
     """The task's class in config's family: 'BertForSequenceClassification', 'RobertaForTokenClassification',
     'ModernBertForQuestionAnswering'."""
     family = family_of(config)
-    return config.class_name(family.class_prefix(config.model_type) + kinds.get(kind).head)
+    return config.class_name(family.class_prefix(config.model_type) + kinds.resolve(kind).head)
 
 
 @dataclass
@@ -103,9 +109,10 @@ class LoadedModel:
         return "\n".join(lines)
 
 
-def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype="float32", seed: int = 0,
+def load_task_model(src, kind: kinds.Kind | str, labels, *, scan_layers: bool = False, dtype="float32", seed: int = 0,
                     task_info: dict | None = None) -> LoadedModel:
     """SRC's encoder in the task's class, with a new head; InputError if more than the head is missing."""
+    kind = kinds.resolve(kind)
     own = source_config(src)
     config = task_config(own, kind, labels, task_info)
     name = head_class(config, kind)
@@ -113,7 +120,7 @@ def load_task_model(src, kind: str, labels, *, scan_layers: bool = False, dtype=
                                                    scan_layers=scan_layers, seed=seed)
     prefix = family_of(config).prefix
     note = (_fresh_head_for_other_labels(own, config, name, params, report, scan_layers, seed)
-            if kinds.get(kind).named_labels else [])  # a head without class names maps nothing onto them
+            if kind.named_labels else [])  # a head without class names maps nothing onto them
     body = [p for p in report.missing_paths if p.split("/")[0] == prefix and not p.startswith(f"{prefix}/pooler/")]
     if body:
         shown = ", ".join(body[:6]) + (" ..." if len(body) > 6 else "")

@@ -1,8 +1,9 @@
 """Predictions and scores from a fine-tuned Hugging Face directory (WORKDIR/best, or any such model).
 
-The class and labels come from the model's config.json (architectures, id2label, problem_type);
-how training read its files (text columns, max_length, QA windows) from the ``jaxbert_task``
-record written beside them. Both verbs read files with the task readers training uses (the
+The kind, class and labels come from the model's config.json (architectures, problem_type,
+id2label); how training read its files and decoded (text columns, max_length, the kind's
+options: QA's windows, n_best, max_answer_length, version_2) from the ``jaxbert_task`` record
+written beside them. Both verbs read files with the task readers training uses (the
 same checks; a GLUE model's files as its preset reads them): `predict_file` needs no labels
 in the file, `evaluate_file` reads labelled data and scores it with the task's metrics. The
 model's head decides the task; the data file is read and checked before the weights load.
@@ -10,6 +11,7 @@ model's head decides the task; the data file is read and checked before the weig
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +29,7 @@ from jaxbert.finetune.features import special_id
 from jaxbert.finetune.glue import glue_task, headerless
 from jaxbert.finetune.kinds import Kind
 from jaxbert.finetune.losses import MODEL_INPUTS
-from jaxbert.finetune.model import TASK_KEY, kind_of
+from jaxbert.finetune.model import OPTIONS_KEY, TASK_KEY, kind_of
 from jaxbert.finetune.scoring import Collector
 from jaxbert.finetune.tables import local_path
 from jaxbert.model.config import BertConfig, read_config
@@ -39,7 +41,7 @@ class FinetunedModel:
     module: object | None  # None until load_weights
     params: dict | None
     config: BertConfig
-    kind: str
+    kind: Kind  # the registered kind whose head and problem_type the config matches
     labels: tuple[str, ...] | None  # class / tag names in id order
     task: dict  # the jaxbert_task record (defaults when the model has none)
     tokenizer: object
@@ -49,9 +51,18 @@ class FinetunedModel:
         return self.task.get(key, default)
 
     @property
+    def options(self):
+        """The kind's options training used (the record's; an older record's flat keys; else the kind's defaults)."""
+        saved = self.task.get(OPTIONS_KEY)
+        if saved is None:  # exported before options were typed: QA's windows and version_2 beside max_length
+            own = {f.name for f in dataclasses.fields(self.kind.Options)}
+            saved = {k: v for k, v in self.task.items() if k in own}
+        return self.kind.options(saved, f"{self.path}: config.json {TASK_KEY}.{OPTIONS_KEY}.")
+
+    @property
     def task_kind(self) -> Kind:
-        """The registered Kind of the model's head."""
-        return kinds.get(self.kind)
+        """The model's Kind (the same object as `kind`)."""
+        return self.kind
 
     def load_weights(self) -> "FinetunedModel":
         if self.module is None:
@@ -59,7 +70,7 @@ class FinetunedModel:
         return self
 
 
-def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: bool = True) -> FinetunedModel:
+def load_finetuned(model_dir, kind: Kind | str | None = None, tokenizer=None, weights: bool = True) -> FinetunedModel:
     """A fine-tuned directory's config, kind, labels and tokenizer (and, with weights, module and params).
 
     The head in config.json decides the task: a `kind` that contradicts it is refused, before
@@ -78,8 +89,8 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
         raise InputError(f"{model_dir}: no config.json; is it a fine-tuned model directory?")
     config = read_config(path / "config.json")  # its family's config class
     found = kind_of(config)
-    if kind is not None and kinds.get(kind) is not kinds.get(found):
-        raise InputError(f"--task {kind}: {model_dir} has a {found} head ({config.architectures[0]}, "
+    if kind is not None and kinds.resolve(kind) is not found:
+        raise InputError(f"--task {kind}: {model_dir} has a {found.name} head ({config.architectures[0]}, "
                          f"{config.num_labels} output(s)); its head decides the task: leave --task out")
     tok_dir = tokenizer or tokenizer_path(model_dir)
     if tok_dir is None:
@@ -90,7 +101,7 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
     if tok.get_vocab_size() > config.vocab_size:
         raise InputError(f"{tok_dir}: its vocabulary ({tok.get_vocab_size()}) is larger than {model_dir}'s "
                          f"({config.vocab_size}); is it the model's tokenizer?")
-    labels = kinds.get(found).labels_of(config)
+    labels = found.labels_of(config)
     m = FinetunedModel(None, None, config, found, labels, dict(config.extra.get(TASK_KEY) or {}), tok, str(model_dir))
     return m.load_weights() if weights else m
 
@@ -98,7 +109,7 @@ def load_finetuned(model_dir, kind: str | None = None, tokenizer=None, weights: 
 def read_columns(m: FinetunedModel, path, text_columns=None, label_column=None) -> dict:
     """How to read a file for the model, as training read its files: text / label columns, and
     for a GLUE model the preset's (CoLA's headerless train / dev files, 0 / 1 for named classes)."""
-    if not m.task_kind.reads_columns:
+    if not m.kind.reads_columns:
         return {}
     preset = glue_task(m.task["glue"]) if m.task.get("glue") else None
     out = {"text_columns": tuple(text_columns or m.option("text_columns", None) or ["sentence"]),
@@ -114,14 +125,16 @@ def read_columns(m: FinetunedModel, path, text_columns=None, label_column=None) 
 def read_examples(m: FinetunedModel, path, labelled: bool, text_columns=None, label_column=None) -> list:
     """The file's examples, read by the task's reader with training's checks; labelled=False
     (predict) lets labels be absent, and checks those present."""
-    examples, _ = m.task_kind.read(path, m.labels, labelled=labelled, version_2=bool(m.option("version_2", False)),
-                                   **read_columns(m, path, text_columns, label_column))
+    examples, _ = m.kind.read(path, m.labels, labelled=labelled,
+                              table=read_columns(m, path, text_columns, label_column))
+    if labelled:
+        m.kind.check_scorable(path, examples, m.options)
     return examples
 
 
 def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
     """Per-feature outputs (logits, or start / end logits), one jitted call per bucket shape."""
-    outputs = m.task_kind.outputs
+    outputs = m.kind.outputs
     # pooled heads: the last layer at [CLS] alone (ModelOptions.first_token_only; other heads ignore it)
     module = m.module.clone(options=m.module.options.replace(first_token_only=True))
 
@@ -138,15 +151,14 @@ def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
 
 
 def _featurize(m: FinetunedModel, examples):
-    return m.task_kind.featurize(examples, m.tokenizer, int(m.option("max_length", 128)),
-                                 int(m.option("stride", 128)), int(m.option("max_query_length", 64)))
+    return m.kind.featurize(examples, m.tokenizer, int(m.option("max_length", 128)), m.options)
 
 
 def _decode(m: FinetunedModel, out, features, windows):
-    return m.task_kind.decode(out, features, windows, m.labels, version_2=bool(m.option("version_2", False)))
+    return m.kind.decode(out, features, windows, m.labels, m.options)
 
 
-def predict_file(model_dir, path, kind: str | None = None, text_columns=None, tokenizer=None,
+def predict_file(model_dir, path, kind: Kind | str | None = None, text_columns=None, tokenizer=None,
                  batch_size: int = 32) -> list[dict]:
     """One dict per example, its input beside the prediction: classification {id, <text columns>,
     label, score}, regression {id, <text columns>, value}, tokens {id, words, tags[, empty_words]},
@@ -160,7 +172,7 @@ def predict_file(model_dir, path, kind: str | None = None, text_columns=None, to
     features, windows = _featurize(m, examples)
     m.load_weights()
     decoded = _decode(m, run_model(m, features, batch_size), features, windows)
-    k = m.task_kind
+    k = m.kind
     return [{"id": e.id, **k.inputs(e, columns), **k.prediction(i, e, decoded, m.labels)}
             for i, e in enumerate(examples)]
 
@@ -170,7 +182,7 @@ def write_predictions(rows: list[dict], out) -> Path:
     return Path(str(out))
 
 
-def evaluate_file(model_dir, kind: str | None, path, text_columns=None, label_column=None, tokenizer=None,
+def evaluate_file(model_dir, kind: Kind | str | None, path, text_columns=None, label_column=None, tokenizer=None,
                   batch_size: int = 32, log=None) -> dict:
     """The task's metrics of the model on a labelled file (labels checked against the model's).
 
@@ -186,10 +198,10 @@ def evaluate_file(model_dir, kind: str | None, path, text_columns=None, label_co
     if log is not None and any(empty):
         log(f"note: {sum(map(len, empty))} word(s) in {sum(map(bool, empty))} sentence(s) of {path} have no "
             f"word pieces (e.g. a soft hyphen, a zero-width space, a byte-order mark, \"\"): tagged O")
-    names = m.task_kind.metrics(bool(m.option("version_2", False)))[0]
+    names = m.kind.metrics(m.options)[0]
     if m.task.get("glue"):  # a GLUE model is scored as its leaderboard scores it (CoLA: mcc)
         names = glue_task(m.task["glue"]).metrics
-    out = m.task_kind.score(names, decoded["predictions"], examples, m.labels)
+    out = m.kind.score(names, decoded["predictions"], examples, m.labels)
     return {k: float(v) for k, v in out.items()}
 
 

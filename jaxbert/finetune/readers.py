@@ -2,7 +2,7 @@
 
 `read_text`: one or two text columns and a label column (a class name, or a number with
 numeric=True); `read_tokens`: CoNLL text or JSONL with `tokens` / `tags`; `read_choice`:
-SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is jaxbert.finetune.squad's).
+SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is read by the qa kind, jaxbert.finetune.kinds.qa.squad).
 `read_task` reads a training file and its eval files with a kind's reader; the training file
 fixes the label set unless one is given.
 """
@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from jaxbert.finetune.squad import QAExample, read_squad
 from jaxbert.finetune.tables import (TaskDataError, cell, data_file, local_path, read_rows, require_columns, show,
                                      text_cell)
 
@@ -320,22 +319,31 @@ def read_choice(path, n_choices: int | None = None, labelled: bool = True):
 
 
 def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
-              labels: Sequence[str] | None = None, version_2: bool = True, **columns):
+              labels: Sequence[str] | None = None, options=None, table: Mapping | None = None, **more):
     """(train examples, {eval name: examples}, labels) read by `kind` (a jaxbert.finetune.kinds
-    Kind): the training file fixes the label set, and the kind checks it.
+    Kind): the training file fixes the label set, and the kind checks it; each eval file is
+    checked as scorable under the kind's options (QA without version_2: every question answered).
 
-    `columns` passes text_columns / label_column / columns / values on to the kind's `read`;
-    version_2=False refuses unanswerable questions in a QA eval file.
+    `table` (text_columns / label_column / columns / values) goes to the kind's `read`; so do
+    those keywords given one by one, as read_task took them before.
     """
     if labels is not None:
         labels = check_label_names(labels)
-    train_examples, labels = kind.read(train, labels, **columns)
+    table = {**(table or {}), **{k: more.pop(k) for k in ("text_columns", "label_column", "columns", "values")
+                                 if k in more}}
+    if "version_2" in more:  # the former keyword: version_2=False checked the eval files
+        options = kind.legacy_options(options, {"version_2": more.pop("version_2")}, "read_task", ("version_2",))
+    if more:
+        raise TypeError(f"read_task() got unexpected keyword argument(s) {sorted(more)}")
+    train_examples, labels = kind.read(train, labels, table=table)
     kind.check_labels(train, labels)
     eval_examples = {}
     for name, path in evals.items():
-        eval_examples[name], _ = kind.read(path, labels, version_2=version_2, **columns)
+        eval_examples[name], _ = kind.read(path, labels, table=table)
+        if options is not None:  # without options, as the former default version_2=True, nothing more is checked
+            kind.check_scorable(path, eval_examples[name], options)
     return train_examples, eval_examples, labels
 
 
-__all__ = ["TextExample", "TokenExample", "QAExample", "ChoiceExample", "label_list", "read_text",
-           "read_tokens", "read_squad", "read_choice", "read_task", "check_label_names", "TaskDataError"]
+__all__ = ["TextExample", "TokenExample", "ChoiceExample", "label_list", "read_text",
+           "read_tokens", "read_choice", "read_task", "check_label_names", "TaskDataError"]

@@ -1,16 +1,19 @@
-"""Fine-tuning recipes: a YAML file of six sections mapped onto typed dataclasses.
+"""Fine-tuning recipes: a YAML file of seven sections mapped onto typed dataclasses.
 
-Sections: model (compute options: dtype, remat, scan), data (sequence length, QA windows),
-optim (the pretraining OptimSection plus warmup_ratio), train (epochs or steps, batch,
-seed, evaluation cadence), parallel and checkpoint (the pretraining sections). Keys are
-checked by jaxbert.engine.recipe's machinery: an unknown key or a wrong type is a
-RecipeError naming it, and ``--set key=value`` overrides are checked the same way.
-Shipped recipes live in configs/finetune/ (``jaxbert finetune --list``).
+Sections: model (compute options: dtype, remat, scan), data (sequence length), kinds (each
+task kind's own options under its name, typed by its Kind.Options: kinds.qa's windows and
+decoding, kinds.tokens' stride; a recipe may carry several kinds' options), optim (the pretraining
+OptimSection plus warmup_ratio), train (epochs or steps, batch, seed, evaluation cadence),
+parallel and checkpoint (the pretraining sections). Keys are checked by
+jaxbert.engine.recipe's machinery: an unknown key or a wrong type is a RecipeError naming it,
+and ``--set key=value`` overrides are checked the same way. Shipped recipes live in
+configs/finetune/ (``jaxbert finetune --list``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Optional
 
 from jaxbert.engine import recipe as engine_recipe
@@ -18,6 +21,7 @@ from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, CheckpointSection, ComputeSection, ParallelSection,  # noqa: F401
                                    RecipeError, RunRecipe, check_ranges, check_sections,
                                    recipe_names)
+from jaxbert.finetune.kinds import KINDS
 
 FOLDER = "finetune"  # configs/finetune/
 DEFAULT_RECIPE = "finetune-glue"
@@ -36,18 +40,23 @@ class FinetuneModelSection(ComputeSection):
     first_token_only: bool = True
 
 
+# Former keys of the data section that are now kinds' options (QA's; a tagger's stride).
+MOVED_DATA_KEYS = ("stride", "max_query_length", "n_best", "max_answer_length", "version_2")
+
+
 @dataclasses.dataclass
 class FinetuneDataSection:
     max_length: int = 128  # tokens per sequence (QA: per window); batches are cut to lengths planned below it
-    stride: int = 128  # QA: tokens shared by consecutive windows of a long context
-    max_query_length: int = 64  # QA: question tokens kept
-    n_best: int = 20  # QA: start / end candidates per window
-    max_answer_length: int = 30  # QA: longest answer, in tokens
-    version_2: bool = False  # QA: SQuAD v2.0 (unanswerable questions; scored with squad_v2)
+    # Deprecated: kinds.<kind>.<key> now; a value here moves to every kind that has the key
+    # (with a DeprecationWarning).
+    stride: Optional[int] = None
+    max_query_length: Optional[int] = None
+    n_best: Optional[int] = None
+    max_answer_length: Optional[int] = None
+    version_2: Optional[bool] = None
 
     def check(self, prefix: str = "data.") -> None:
-        check_ranges(prefix, {k: (getattr(self, k), *POSITIVE) for k in (
-            "max_length", "stride", "max_query_length", "n_best", "max_answer_length")})
+        check_ranges(prefix, {"max_length": (self.max_length, *POSITIVE)})
 
 
 @dataclasses.dataclass
@@ -91,8 +100,40 @@ class FinetuneRecipe(RunRecipe):
     checkpoint: CheckpointSection = dataclasses.field(default_factory=lambda: CheckpointSection(every_steps=500, keep=2))
     model: FinetuneModelSection = dataclasses.field(default_factory=FinetuneModelSection)
     data: FinetuneDataSection = dataclasses.field(default_factory=FinetuneDataSection)
+    # task kind -> its own options (the fields of its Kind.Options), e.g. qa: {n_best: 20}; checked on load
+    kinds: dict = dataclasses.field(default_factory=dict)
     optim: FinetuneOptimSection = dataclasses.field(default_factory=FinetuneOptimSection)
     train: FinetuneTrainSection = dataclasses.field(default_factory=FinetuneTrainSection)
+
+    def __post_init__(self):
+        if not isinstance(self.kinds, dict):
+            raise RecipeError(f"kinds: expected a mapping of task kind -> its options, got {self.kinds!r}")
+        moved = {k: getattr(self.data, k) for k in MOVED_DATA_KEYS if getattr(self.data, k) is not None}
+        if moved:  # a former recipe: each kind that has the option takes the value
+            warnings.warn(f"recipe keys {', '.join(f'data.{k}' for k in moved)} are deprecated: they are task kinds' "
+                          f"options now, kinds.<kind>.<key> (e.g. kinds.qa.n_best)", DeprecationWarning, stacklevel=2)
+            merged = {name: dict(values) for name, values in self.kinds.items()}
+            for name, kind in KINDS.items():
+                own = {f.name for f in dataclasses.fields(kind.Options)} & set(moved)
+                if own:
+                    merged[name] = {**{k: moved[k] for k in sorted(own)}, **merged.get(name, {})}
+            self.kinds = merged
+            self.data = dataclasses.replace(self.data, **{k: None for k in moved})
+        for name, values in self.kinds.items():
+            if name not in KINDS:
+                raise RecipeError(f"kinds.{name}: unknown task kind; known: {', '.join(KINDS)}")
+            if not isinstance(values, dict):
+                raise RecipeError(f"kinds.{name}: expected a mapping of {name}'s options, got {values!r}")
+            KINDS[name].options(values, f"kinds.{name}.")  # refuses an unknown key or a bad value now
+
+    def options_for(self, kind):
+        """The task kind's typed options (its Kind.Options): kinds.<name>'s keys over the kind's defaults."""
+        return kind.options(self.kinds.get(kind.name), f"kinds.{kind.name}.")
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        out["data"] = {k: v for k, v in out["data"].items() if not (k in MOVED_DATA_KEYS and v is None)}
+        return out
 
     def optim_for(self, total_steps: int) -> OptimSection:
         """The OptimSection make_optimizer takes: optim.warmup_steps, or warmup_ratio x total_steps."""

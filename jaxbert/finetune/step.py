@@ -21,9 +21,9 @@ def _forward(params, apply_fn, batch, rng, deterministic: bool):
     return apply_fn({"params": params}, *(batch[k] for k in MODEL_INPUTS), deterministic=deterministic, rngs=rngs)
 
 
-def step_spec(kind: str) -> StepSpec:
-    """The StepSpec of the registered kind KIND (one per Kind object, so jitted steps are reused)."""
-    return _step_spec(kinds.get(kind))
+def step_spec(kind: Kind | str) -> StepSpec:
+    """The StepSpec of a task kind (one per Kind object, so jitted steps are reused)."""
+    return _step_spec(kinds.resolve(kind))
 
 
 @functools.cache
@@ -35,6 +35,6 @@ def _step_spec(k: Kind) -> StepSpec:
                     loss_sum=lambda sums: sums["loss_sum"])
 
 
-def eval_outputs(kind: str):
+def eval_outputs(kind: Kind | str):
     """model output -> what evaluation keeps per row (logits, or start / end logits)."""
-    return kinds.get(kind).outputs
+    return kinds.resolve(kind).outputs

@@ -46,6 +46,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None 
     resumes on the same schedule). The workdir is locked for the run: a second run on it is
     refused (WorkdirBusy).
     """
+    sources.check_data(recipe, workdir)  # a mixture's folders and resume: refused by name before anything is written
     workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
@@ -223,21 +224,46 @@ class MlmTask:
                             train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T),
                             peak_flops(jax.devices()[0].device_kind))
         self.last, self.last_eval = {}, {}
+        # a mixture's sources: the loader state after each step's batch (batches run ahead of the steps),
+        # and the sources already repeating (warned once, when their second pass begins)
+        self._mixture = getattr(source, "source_rows", lambda state=None: {})
+        self._states: dict[int, dict] = {}
+        now = self._mixture()  # {} but for a mixture
+        self._repeating = {name for name, (read, rows) in now.items() if read > rows} if now else None
 
     summarize = staticmethod(summarize)
 
     def batches(self, start: int):
-        accum = self.recipe.train.accum_steps
+        accum, step = self.recipe.train.accum_steps, start
         for b in self.source:
-            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, self.source.state()
+            state, step = self.source.state(), step + 1
+            if self._repeating is not None:
+                self._states[step] = state
+            yield {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}, state
 
     def throughput(self):
         return self._throughput
 
     def stepped(self, step: int) -> None:
         self.progress.step(step)
+        state = self._states.get(step)
+        for name, (read, rows) in (self._mixture(state) if state else {}).items():
+            if read > rows and name not in self._repeating:
+                self._repeating.add(name)
+                self.run.log(f"warning: source {name} repeats from step {step}: its {rows:,} rows were all read "
+                             f"and its second pass begins (a lower weight, or more data, keeps it fresh)")
+
+    def source_figures(self, step: int) -> dict:
+        """tokens/NAME and epochs/NAME of a mixture's sources after `step` (rows read x row length)."""
+        state = self._states.get(step)
+        T = self.recipe.data.seq_len
+        return {key: value for name, (read, rows) in (self._mixture(state) if state else {}).items()
+                for key, value in ((f"tokens/{name}", read * T), (f"epochs/{name}", round(read / rows, 4)))}
 
     def logged(self, step: int, scalars: dict) -> None:
+        scalars.update(self.source_figures(step))
+        for old in [s for s in self._states if s < step]:  # stepped() and logged() of earlier steps are done
+            del self._states[old]
         scalars["elapsed_s"] = round(time.time() - self.run.t0, 1)
         self.last = scalars
         self.progress.log_step(step, scalars)

@@ -66,6 +66,15 @@ def last_eval(workdir: str | Path) -> dict:
     return evals[-1] if evals else {}
 
 
+def _source_lines(workdir: Path) -> list[str]:
+    """A mixture's sources as the last logged row has them: tokens read and epochs (passes over the rows)."""
+    path = workdir_lib.path(workdir, workdir_lib.METRICS)
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    last = next((r for r in reversed(rows) if any(k.startswith("epochs/") for k in r)), {})
+    return [f"source {key[len('epochs/'):]}: {last.get('tokens/' + key[len('epochs/'):], 0):,} tokens, "
+            f"{value:.2f} epochs" for key, value in last.items() if key.startswith("epochs/")]
+
+
 def summary_block(recipe: Recipe, workdir: str | Path, ev: dict) -> str:
     """What a run left and where, and its held-out score: the last lines `jaxbert train` prints."""
     wd = as_path(workdir)
@@ -74,6 +83,7 @@ def summary_block(recipe: Recipe, workdir: str | Path, ev: dict) -> str:
     if ev:
         lines.append(f"held-out MLM accuracy {ev['eval_mlm_accuracy']:.4f}, loss {ev['eval_mlm_loss']:.4f} "
                      f"(step {ev.get('step', '?')}, {rate:.0%} of the tokens masked)")
+    lines += _source_lines(wd)
     lines.append(f"workdir {wd}")
     for name, what in workdir_lib.OUTPUTS.items():
         if (wd / name).exists():

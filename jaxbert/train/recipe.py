@@ -10,11 +10,14 @@ key=value`` overrides are parsed as YAML scalars and checked the same way.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
 from jaxbert import fs
+from jaxbert.data.loader import source_name
 from jaxbert.data.masking import masked_slots
 from jaxbert.data.prepare import PACKINGS
 from jaxbert.data.tokenizer import TOKENIZER_KINDS
@@ -33,6 +36,7 @@ DEFAULT_RECIPE = "tiny-demo"
 # The classes an MLM pretraining run trains, as the model families list them.
 PRETRAINING_CLASSES = pretraining_classes()
 BERT_FIELDS = {f.name for f in dataclasses.fields(BertConfig)} - {"extra"}
+_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a mixture source's name, a metric key's last part
 
 
 @dataclasses.dataclass
@@ -67,9 +71,14 @@ class DataSection:
     # documents: whole documents share rows, each attending only to itself with its own positions;
     # none: one document per padded row. Prepared data must have been made so (`data prepare --packing`).
     packing: str = "stream"
+    # a mixture, in place of dir: [{dir: FOLDER, weight: 3}, {dir: FOLDER, weight: 1}], each source's rows
+    # drawn in proportion to its weight (an optional name: keys the reports, default the folder's name)
+    sources: list = dataclasses.field(default_factory=list)
+    temperature: Optional[float] = None  # weights = each source's training rows ** temperature (no weight keys)
 
     def check(self, prefix: str = "data.") -> None:
         check_choice(f"{prefix}source", self.source, ("prepared", "synthetic"))
+        self._check_sources(prefix)
         check_choice(f"{prefix}packing", self.packing, PACKINGS)
         check_choice(f"{prefix}tokenizer_kind", self.tokenizer_kind, tuple(TOKENIZER_KINDS))
         trained = self.dir is None and self.tokenizer is None
@@ -84,6 +93,59 @@ class DataSection:
             "eval_mask_rate": (self.eval_mask_rate, lambda v: 0 < v <= 1, "in (0, 1]"),
             "max_predictions": (self.max_predictions, *AT_LEAST_1),
             "validation_fraction": (self.validation_fraction, *UNIT_OPEN)})
+
+    def _check_sources(self, prefix: str) -> None:
+        """data.sources and data.temperature: each source a folder with a weight > 0 (or the
+        temperature instead), distinct names; refused naming the key."""
+        check_ranges(prefix, {"temperature": (self.temperature, lambda v: 0 <= v <= 1, "in [0, 1]")})
+        if not self.sources:
+            if self.temperature is not None:
+                raise RecipeError(f"{prefix}temperature: weighs the folders of {prefix}sources, and there are none")
+            return
+        if self.dir is not None:
+            raise RecipeError(f"{prefix}sources: give {prefix}dir (one folder) or {prefix}sources (a mixture), "
+                              "not both")
+        if self.source != "prepared":
+            raise RecipeError(f"{prefix}sources: a mixture reads prepared folders; {prefix}source is {self.source}")
+        names = {}
+        for k, item in enumerate(self.sources):
+            where = f"{prefix}sources[{k}]"
+            if not isinstance(item, dict):
+                raise RecipeError(f"{where}: {item!r} is not a mapping like {{dir: FOLDER, weight: 3}}")
+            unknown = sorted(set(item) - {"dir", "weight", "name"})
+            if unknown:
+                raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has dir, weight and name")
+            if not isinstance(item.get("dir"), str) or not item["dir"]:
+                raise RecipeError(f"{where}.dir: missing; a source is a folder made by `jaxbert data prepare`")
+            weight = item.get("weight")
+            if self.temperature is not None:
+                if "weight" in item:
+                    raise RecipeError(f"{where}.weight: {prefix}temperature sets every weight from the sources' "
+                                      "sizes; give weights or a temperature, not both")
+            elif weight is None:
+                raise RecipeError(f"{where}.weight: missing; every source needs a weight > 0 "
+                                  f"(or set {prefix}temperature)")
+            elif isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
+                    or weight <= 0:
+                raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
+            name = item.get("name", source_name(item["dir"]))
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise RecipeError(f"{where}.name: {name!r} cannot key the run's reports (tokens/NAME); give a "
+                                  "name of letters, digits, '.', '_' or '-'")
+            if name in names:
+                raise RecipeError(f"{where}.name: {name!r} already names {prefix}sources[{names[name]}]; give each "
+                                  "source its own name")
+            names[name] = k
+
+    def source_dirs(self) -> list[str]:
+        return [item["dir"] for item in self.sources]
+
+    def source_names(self) -> list[str]:
+        return [item.get("name", source_name(item["dir"])) for item in self.sources]
+
+    def source_weights(self) -> list[float] | None:
+        """None when data.temperature sets them."""
+        return None if self.temperature is not None else [float(item["weight"]) for item in self.sources]
 
     def split_mask_rate(self, split: str = "train") -> float:
         """The masking rate of a split: eval_mask_rate for held-out batches when set."""
@@ -201,7 +263,7 @@ def _validate(r: Recipe) -> None:
     if r.data.packing != "stream" and not family_of(cfg).segment_ids:
         raise RecipeError(f"data.packing: {r.data.packing!r} gives the model segment ids, which "
                           f"{r.model.model_class} does not take yet; use packing stream")
-    if r.data.source == "prepared" and r.data.dir is None and r.data.validation_fraction == 0:
+    if r.data.source == "prepared" and r.data.dir is None and not r.data.sources and r.data.validation_fraction == 0:
         raise RecipeError("data.validation_fraction: 0 holds out no rows, but every run evaluates on held-out "
                           "rows (at least at its end); give a fraction > 0")
 

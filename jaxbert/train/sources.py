@@ -21,7 +21,7 @@ from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.data import prepare, tokenizer
 from jaxbert.data.tokenizer import special_token_ids, tokenizer_hash
-from jaxbert.data.loader import MLMLoader, check_compatible
+from jaxbert.data.loader import MLMLoader, check_compatible, check_mixture
 from jaxbert.data.masking import masked_slots
 from jaxbert.model.families import family_of
 from jaxbert.train.recipe import Recipe, RecipeError
@@ -101,10 +101,31 @@ class SyntheticMLM:
         return out
 
 
-def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str, str]:
-    """(data dir, tokenizer dir) for a 'prepared' recipe, building both in
-    WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset."""
+def check_data(recipe: Recipe, workdir: str | Path | None = None) -> None:
+    """What can be refused before a run writes anything: a mixture's folders exist and share one
+    tokenizer, row length, format and packing; a workdir's checkpoint resumes only on the mixture
+    (sources, weights, data) it was saved with (RecipeError or DataCompatibilityError naming the source)."""
     d = recipe.data
+    saved = workdir_lib.recorded_loader(workdir) if workdir is not None and fs.as_path(workdir).is_dir() else None
+    if not d.sources and not (isinstance(saved, dict) and "sources" in saved):
+        return
+    for k, folder in enumerate(d.source_dirs()):
+        if not fs.as_path(folder).is_dir():
+            raise RecipeError(f"data.sources[{k}].dir: {folder} does not exist; build it with `jaxbert data prepare`")
+    if d.sources:
+        check_mixture(d.source_dirs(), seq_len=d.seq_len, packing=d.packing)
+    if isinstance(saved, dict) and (d.sources or d.dir is not None):  # the loader's own resume checks, now
+        make_source(recipe, d.source_dirs() if d.sources else d.dir, 1).restore(saved)
+
+
+def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str | list[str], str]:
+    """(data dir, tokenizer dir) for a 'prepared' recipe, building both in
+    WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset.
+    A mixture's data dir is the list of its folders (the tokenizer: data.tokenizer or the first's)."""
+    d = recipe.data
+    if d.sources:
+        check_data(recipe)
+        return d.source_dirs(), tokenizer_dir(recipe, workdir)
     if d.dir is not None:
         if not fs.as_path(d.dir).is_dir():
             raise RecipeError(f"data.dir: {d.dir} does not exist; build it with `jaxbert data prepare` "
@@ -159,10 +180,12 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                             mask_rate=mask_rate, max_predictions=slots,
                             process_index=process_index, process_count=process_count,
                             nsp=d.nsp)
+    mixture = {"weights": d.source_weights(), "temperature": d.temperature, "names": d.source_names()} \
+        if d.sources else {}
     return MLMLoader(data_dir, batch_size, d.seq_len, seed=seed, split=split, mask_rate=mask_rate,
                      max_predictions=slots, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,
-                     fixed_masking=fixed_masking)
+                     fixed_masking=fixed_masking, **mixture)
 
 
 def check_fits(cfg, tok, data_dir, packing: str | None = None) -> None:
@@ -170,4 +193,5 @@ def check_fits(cfg, tok, data_dir, packing: str | None = None) -> None:
     if family_of(cfg).pad_is_position_origin and cfg.pad_token_id != special_token_ids(tok)["pad"]:  # positions count from [PAD]
         raise RecipeError(f"model.config.pad_token_id: {cfg.pad_token_id}, but the tokenizer's pad token "
                           f"is {special_token_ids(tok)['pad']}; a {cfg.model_type} model needs them equal")
-    check_compatible(data_dir, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok), packing=packing)
+    for folder in data_dir if isinstance(data_dir, list) else [data_dir]:  # every source of a mixture
+        check_compatible(folder, vocab_size=cfg.vocab_size, tokenizer_hash=tokenizer_hash(tok), packing=packing)

@@ -384,7 +384,7 @@ def test_unanswerable_questions_in_a_v1_eval_set_are_refused_when_read(models, s
     assert main(["finetune", "--task", "qa", "--model", str(src), "--train", str(tmp_path / "train.json"),
                  "--eval", str(tmp_path / "dev.json"), "--workdir", str(tmp_path / "run"),
                  "--config", "finetune-tiny"]) == 2
-    _one_line(capsys, "finetune", "dev.json: 2 question(s) without an answer", "data.version_2=true")
+    _one_line(capsys, "finetune", "dev.json: 2 question(s) without an answer", "kinds.qa.version_2=true")
     assert not (tmp_path / "run").exists()
     assert main(["evaluate", models("qa"), "--eval", str(tmp_path / "dev.json")]) == 2  # a v1.1 model
     _one_line(capsys, "evaluate", "dev.json: 2 question(s) without an answer")

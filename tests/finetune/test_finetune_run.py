@@ -12,6 +12,7 @@ import pytest
 
 from jaxbert.cli.main import main
 from jaxbert.engine import loop as engine_loop
+from jaxbert.finetune import kinds
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.predict import evaluate_file, load_finetuned, predict_file, run_model
 from jaxbert.finetune.recipe import load
@@ -200,4 +201,5 @@ def test_unknown_recipe_key_and_list(capsys):
     assert (glue.optim.learning_rate, glue.train.per_device_batch_size, glue.train.epochs,
             glue.optim.warmup_ratio, glue.data.max_length, glue.optim.weight_decay) == (2e-5, 32, 3, 0.1, 128, 0.01)
     squad = load("finetune-squad")
-    assert (squad.optim.learning_rate, squad.train.epochs, squad.data.max_length, squad.data.stride) == (3e-5, 2, 384, 128)
+    assert (squad.optim.learning_rate, squad.train.epochs, squad.data.max_length) == (3e-5, 2, 384)
+    assert squad.options_for(kinds.get("qa")).stride == 128

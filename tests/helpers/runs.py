@@ -99,6 +99,7 @@ SEEN_TRAIN = textwrap.dedent("""
             return next(s)
         def state(self): return self.inner.state()
         def restore(self, st): self.inner.restore(st)
+        def __getattr__(self, name): return getattr(self.inner, name)  # e.g. a mixture's source_rows
     def wrapped(*a, **k):
         src = make(*a, **k)
         return Seen(src) if k.get("split", "train") == "train" else src

@@ -1,20 +1,29 @@
 """The `Kind` protocol: everything about a fine-tuning task kind that differs from one kind to another.
 
-A kind is one object (one module under jaxbert/finetune/kinds/, registered in KINDS): how its
-files are read and its labels named, how examples become arrays, its loss sums and their
-weights, what evaluation keeps of the model's output, how that output becomes predictions and
-scores, the transformers head it trains and how a saved config is recognised as its own, and
-what `jaxbert predict` writes per example. The rest of the package asks the kind; it never
-branches on the kind's name. `Kind` holds the defaults most kinds share (a classifier's: the
-logits kept, cross-entropy over classes, the argmax decoded); a kind overrides what is its own.
+A kind is one object (one module, or one folder, under jaxbert/finetune/kinds/, registered in
+KINDS). It implements how its files are read and its labels named (`read_file`, `check_labels`,
+`check_scorable`), how examples become arrays (`make_features`), its loss sums and their weights,
+what evaluation keeps of the model's output, how that output becomes predictions and scores
+(`decode_outputs`, `metrics`, `score`), the transformers head it trains and how a saved config
+is recognised as its own (`head` + `problem_type`, exactly), what `jaxbert predict` writes per
+example, and its options: `Options`, a typed dataclass (QA's windows and decoding, a tagger's
+stride) that the recipe's `kinds.<name>` section sets and the exported model's task record
+keeps, so `jaxbert evaluate` / `predict` read, cut and decode as training did. The rest of the
+package asks the kind; it never branches on the kind's name, and the resolved Kind object
+travels (a TaskSpec, a FinetunedModel hold it), not its name. `Kind` holds the defaults most
+kinds share (a classifier's: the logits kept, cross-entropy over classes, the argmax decoded);
+a kind overrides what is its own.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+import warnings
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from jaxbert.engine.recipe import build
 from jaxbert.finetune.losses import class_sums, logits_output, valid_weights
 from jaxbert.finetune.metrics import compute
 from jaxbert.finetune.scoring import class_predictions
@@ -22,6 +31,21 @@ from jaxbert.finetune.scoring import class_predictions
 # Keys of a prediction row; an input column of the same name is written as input_<name>.
 OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empty_words", "question", "context",
                "endings")
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The options of a kind that has none of its own."""
+
+    def check(self, prefix: str = "") -> None:
+        pass
+
+
+# Keywords the kinds' methods took before options were typed per kind, by method.
+_OLD_READ = ("version_2",)
+_OLD_FEATURIZE = ("stride", "max_query_length")
+_OLD_DECODE = ("n_best", "max_answer_length", "version_2")
+_COLUMNS = ("text_columns", "label_column", "columns", "values")
 
 
 class Kind:
@@ -34,6 +58,10 @@ class Kind:
       reads_columns:  its reader takes text_columns / label_column (a table of texts and a label)
       recipe:         the shipped recipe it trains with by default
       metric_names:   the metrics scored on every eval set; main_metric picks the best checkpoint
+      Options:        its options' dataclass (fields with defaults, a `check(prefix)`); NoOptions by default
+
+    A saved model is the kind's when its head class ends with `head` and its problem_type
+    (`problem_type_of`) is exactly `problem_type`.
     """
 
     name: str = ""
@@ -44,24 +72,77 @@ class Kind:
     recipe: str = "finetune-glue"
     metric_names: tuple[str, ...] = ()
     main_metric: str = ""
+    Options: type = NoOptions
 
     def __repr__(self) -> str:
         return f"<task kind {self.name}>"
 
+    # A kind equals its registered name too: code that compared the name (`model.kind == "qa"`)
+    # keeps working now that the Kind object travels.
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            return other == self.name
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    # -- options ---------------------------------------------------------------------------
+    def options(self, values: Mapping | None = None, prefix: str = ""):
+        """The kind's typed options from a mapping (a recipe's kinds.<name>, a task record);
+        RecipeError naming prefix + key for an unknown key, a wrong type or a value out of range."""
+        opts = build(self.Options, dict(values or {}), prefix)
+        opts.check(prefix)
+        return opts
+
+    def legacy_options(self, options, old: dict, method: str, allowed: tuple):
+        """options, or the kind's defaults, with the keywords the kinds' methods took before options
+        were typed folded in (a DeprecationWarning); a keyword no kind took is a TypeError."""
+        options = self.Options() if options is None else options
+        if not old:
+            return options
+        unknown = sorted(set(old) - set(allowed))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.{method}() got unexpected keyword argument(s) {unknown}")
+        warnings.warn(f"Kind.{method}({', '.join(f'{k}=' for k in old)}) is deprecated: pass "
+                      f"options={type(options).__name__}(...) (the kind's own options)", DeprecationWarning,
+                      stacklevel=3)
+        own = {f.name for f in dataclasses.fields(options)}
+        return dataclasses.replace(options, **{k: v for k, v in old.items() if k in own})
+
     # -- reading ---------------------------------------------------------------------------
-    def read(self, path, labels: Sequence[str] | None = None, *, labelled: bool = True, version_2: bool = True,
-             text_columns: Sequence[str] = ("sentence",), label_column: str = "label",
-             columns: Sequence[str] | None = None, values: Sequence[str] | None = None):
+    def read(self, path, labels: Sequence[str] | None = None, *, labelled: bool = True, table: Mapping | None = None,
+             **old):
         """(examples, labels) of one file; labels None where the kind names none. labelled=False
-        reads a file to predict on (labels may be absent; those present are checked)."""
+        reads a file to predict on (labels may be absent; those present are checked). table: how
+        a table is read (text_columns, label_column; a GLUE preset's columns, values), for the
+        kinds that read tables (`reads_columns`); the former keywords of the same names still go there."""
+        table = {**(table or {}), **{k: old.pop(k) for k in _COLUMNS if k in old}}
+        checked = labelled and old.get("version_2") is False  # the former read(version_2=False) checked too
+        options = self.legacy_options(None, old, "read", _OLD_READ)
+        examples, labels = self.read_file(path, labels, labelled, table)
+        if checked:
+            self.check_scorable(path, examples, options)
+        return examples, labels
+
+    def read_file(self, path, labels: Sequence[str] | None, labelled: bool, table: dict):
+        """The kind's reader: (examples, labels) of one file."""
         raise NotImplementedError
 
     def check_labels(self, path, labels) -> None:
         """Refuses a training file's label set the kind cannot train on (TaskDataError)."""
 
+    def check_scorable(self, path, examples: list, options) -> None:
+        """Refuses a labelled eval file the kind's metric cannot score under these options (TaskDataError)."""
+
     # -- arrays ----------------------------------------------------------------------------
-    def featurize(self, examples, tok, max_length: int, stride: int = 128, max_query_length: int = 64):
+    def featurize(self, examples, tok, max_length: int, options=None, **old):
         """(Features, windows): windows is what decoding needs beyond the features (QA's), else None."""
+        options = self.legacy_options(options, old, "featurize", _OLD_FEATURIZE)
+        return self.make_features(examples, tok, max_length, options)
+
+    def make_features(self, examples, tok, max_length: int, options):
+        """The kind's featurizer: (Features, windows or None)."""
         raise NotImplementedError
 
     def truncation(self, max_length: int) -> str:
@@ -83,14 +164,18 @@ class Kind:
         return logits_output(out)
 
     # -- scoring ---------------------------------------------------------------------------
-    def metrics(self, version_2: bool = False) -> tuple[tuple[str, ...], str]:
-        """(metric names for metrics.compute, the metric key that picks the best checkpoint)."""
+    def metrics(self, options=None) -> tuple[tuple[str, ...], str]:
+        """(metric names for metrics.compute, the metric key that picks the best checkpoint) under these options."""
         return self.metric_names, self.main_metric
 
-    def decode(self, outputs: dict, features, windows=None, labels: Sequence[str] | None = None, n_best: int = 20,
-               max_answer_length: int = 30, version_2: bool = False) -> dict:
-        """{"predictions": one per example, "scores": per example or None[, more the kind keeps]};
-        by default the argmax class and its softmax probability."""
+    def decode(self, outputs: dict, features, windows=None, labels: Sequence[str] | None = None, options=None,
+               **old) -> dict:
+        """{"predictions": one per example, "scores": per example or None[, more the kind keeps]}."""
+        options = self.legacy_options(options, old, "decode", _OLD_DECODE)
+        return self.decode_outputs(outputs, features, windows, labels, options)
+
+    def decode_outputs(self, outputs: dict, features, windows, labels: Sequence[str] | None, options) -> dict:
+        """The kind's decoding; by default the argmax class and its softmax probability."""
         return class_predictions(outputs["logits"])
 
     def references(self, examples: list, labels: Sequence[str] | None = None):
@@ -114,8 +199,14 @@ class Kind:
         return {0: "LABEL_0", 1: "LABEL_1"}
 
     def recognises(self, config) -> bool:
-        """Whether a fine-tuned model's config (its architectures, problem_type) is this kind's head."""
-        return (config.architectures or [""])[0].endswith(self.head)
+        """Whether a fine-tuned model's config is this kind's: its head class ends with `head` and
+        its problem_type is exactly the kind's."""
+        head = (config.architectures or [""])[0]
+        return head.endswith(self.head) and self.problem_type_of(config) == self.problem_type
+
+    def problem_type_of(self, config) -> str | None:
+        """config.json's problem_type (a field of a family's own config class, else in BertConfig's extra)."""
+        return problem_type(config)
 
     def labels_of(self, config) -> tuple[str, ...] | None:
         """The class / tag names a fine-tuned config carries (None where the kind names none)."""
@@ -131,3 +222,8 @@ class Kind:
     def prediction(self, i: int, example, decoded: dict, labels: Sequence[str] | None) -> dict:
         """Example i's prediction, as `jaxbert predict` writes it beside the input."""
         raise NotImplementedError
+
+
+def problem_type(config) -> str | None:
+    """A config's problem_type as written (a field of a family's config class, else in BertConfig's extra)."""
+    return getattr(config, "problem_type", None) or config.extra.get("problem_type")

@@ -21,11 +21,10 @@ class Choice(Kind):
     metric_names = ("accuracy",)
     main_metric = "accuracy"
 
-    def read(self, path, labels=None, *, labelled=True, version_2=True, text_columns=("sentence",),
-             label_column="label", columns=None, values=None):
+    def read_file(self, path, labels, labelled, table):
         return read_choice(path, labelled=labelled)
 
-    def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
+    def make_features(self, examples, tok, max_length, options):
         return choice_features(examples, tok, max_length), None
 
     def inputs(self, example, columns: dict) -> dict:

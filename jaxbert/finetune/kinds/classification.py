@@ -4,7 +4,7 @@ Read by readers.read_text (class names from the training file, or given), featur
 features.text_features, trained with cross-entropy over the [B, K] logits, scored by accuracy
 and macro F1 (accuracy picks the best checkpoint), saved as ...ForSequenceClassification with
 problem_type single_label_classification and the class names in id2label. Regression reads
-the same tables: `text_inputs` and `regresses` are shared with it.
+the same tables and saves the same head: `text_inputs` and `sequence_problem_type` are shared with it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from jaxbert.finetune.features import text_features
-from jaxbert.finetune.kinds.base import OUTPUT_KEYS, Kind
+from jaxbert.finetune.kinds.base import OUTPUT_KEYS, Kind, problem_type
 from jaxbert.finetune.readers import read_text
 from jaxbert.finetune.tables import TaskDataError
 
@@ -33,19 +33,19 @@ class Classification(Kind):
     metric_names = ("accuracy", "macro_f1")
     main_metric = "accuracy"
 
-    def read(self, path, labels=None, *, labelled=True, version_2=True, text_columns=("sentence",),
-             label_column="label", columns=None, values=None):
-        return read_text(path, text_columns, label_column, labels, columns, labelled, values)
+    def read_file(self, path, labels, labelled, table):
+        return read_text(path, table.get("text_columns", ("sentence",)), table.get("label_column", "label"),
+                         labels, table.get("columns"), labelled, table.get("values"))
 
     def check_labels(self, path, labels) -> None:
         if len(labels) < 2:
             raise TaskDataError(f"{path}: {self.name} needs at least 2 labels, found {list(labels)}")
 
-    def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
+    def make_features(self, examples, tok, max_length, options):
         return text_features(examples, tok, max_length), None
 
-    def recognises(self, config) -> bool:
-        return super().recognises(config) and not regresses(config)
+    def problem_type_of(self, config) -> str | None:
+        return sequence_problem_type(config)
 
     def inputs(self, example, columns: dict) -> dict:
         return text_inputs(example, columns)
@@ -54,11 +54,14 @@ class Classification(Kind):
         return {"label": labels[int(decoded["predictions"][i])], "score": float(decoded["scores"][i])}
 
 
-def regresses(config) -> bool:
-    """A ...ForSequenceClassification config that regresses: problem_type regression, or one output.
-    problem_type is a field of a family's own config class (ModernBertConfig), else in BertConfig's extra."""
-    problem_type = getattr(config, "problem_type", None) or config.extra.get("problem_type")
-    return problem_type == "regression" or config.num_labels == 1
+def sequence_problem_type(config) -> str | None:
+    """A ...ForSequenceClassification config's problem_type; where it writes none, what transformers
+    takes it for: regression for one output, else single-label classification (transformers can
+    tell multi-label only from the labels' dtype at training time, so that one is always written)."""
+    written = problem_type(config)
+    if written is not None:
+        return written
+    return "regression" if config.num_labels == 1 else "single_label_classification"
 
 
 KIND = Classification()

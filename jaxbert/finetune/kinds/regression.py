@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxbert.finetune.features import text_features
 from jaxbert.finetune.kinds.base import Kind
-from jaxbert.finetune.kinds.classification import regresses, text_inputs
+from jaxbert.finetune.kinds.classification import sequence_problem_type, text_inputs
 from jaxbert.finetune.readers import read_text
 
 
@@ -27,11 +27,11 @@ class Regression(Kind):
     metric_names = ("pearson", "spearman")
     main_metric = "pearson"
 
-    def read(self, path, labels=None, *, labelled=True, version_2=True, text_columns=("sentence",),
-             label_column="label", columns=None, values=None):
-        return read_text(path, text_columns, label_column, labels, columns, labelled, values, numeric=True)
+    def read_file(self, path, labels, labelled, table):
+        return read_text(path, table.get("text_columns", ("sentence",)), table.get("label_column", "label"),
+                         labels, table.get("columns"), labelled, table.get("values"), numeric=True)
 
-    def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
+    def make_features(self, examples, tok, max_length, options):
         return text_features(examples, tok, max_length, regression=True), None
 
     def sums(self, out, batch: dict) -> dict:
@@ -39,15 +39,14 @@ class Regression(Kind):
         err = out.logits.astype(jnp.float32)[..., 0] - batch["labels"].astype(jnp.float32)
         return {"loss_sum": jnp.sum(err * err * w), "weight": jnp.sum(w)}
 
-    def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
-               version_2=False) -> dict:
+    def decode_outputs(self, outputs, features, windows, labels, options) -> dict:
         return {"predictions": outputs["logits"][:, 0].astype(np.float64), "scores": None}
 
     def id2label(self, labels) -> dict[int, str]:
         return {0: "LABEL_0"}
 
-    def recognises(self, config) -> bool:
-        return super().recognises(config) and regresses(config)
+    def problem_type_of(self, config) -> str | None:
+        return sequence_problem_type(config)
 
     def inputs(self, example, columns: dict) -> dict:
         return text_inputs(example, columns)

@@ -5,20 +5,30 @@ Read by readers.read_tokens (CoNLL text or JSONL), featurized by features.token_
 cross-entropy over labelled tokens only (the loss weight counts them), decoded back to one
 tag per word (a word in several windows takes the window where it sits furthest from an
 edge; a word without pieces is "O"), scored by seqeval-style entity F1, saved as
-...ForTokenClassification with the tag names in id2label.
+...ForTokenClassification with the tag names in id2label. Its option: the stride of the windows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
+from jaxbert.engine.recipe import POSITIVE, check_ranges
 from jaxbert.finetune.features import EMPTY_WORD_TAG, IGNORE, Features, token_features
 from jaxbert.finetune.kinds.base import Kind
 from jaxbert.finetune.losses import class_sums, valid_weights
 from jaxbert.finetune.readers import read_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class TokensOptions:
+    stride: int = 128  # pieces shared by consecutive windows of a long sentence (at most half a window)
+
+    def check(self, prefix: str = "") -> None:
+        check_ranges(prefix, {"stride": (self.stride, *POSITIVE)})
 
 
 class Tokens(Kind):
@@ -27,13 +37,13 @@ class Tokens(Kind):
     named_labels = True
     metric_names = ("entity",)
     main_metric = "entity_f1"
+    Options = TokensOptions
 
-    def read(self, path, labels=None, *, labelled=True, version_2=True, text_columns=("sentence",),
-             label_column="label", columns=None, values=None):
+    def read_file(self, path, labels, labelled, table):
         return read_tokens(path, labels, labelled)
 
-    def featurize(self, examples, tok, max_length, stride=128, max_query_length=64):
-        return token_features(examples, tok, max_length, stride), None
+    def make_features(self, examples, tok, max_length, options):
+        return token_features(examples, tok, max_length, options.stride), None
 
     def weights(self, batch: dict):
         """valid x labelled [..., B, L]: a token weighs 1 where it carries its word's tag."""
@@ -43,8 +53,7 @@ class Tokens(Kind):
         labels = jnp.where(batch["labels"] == IGNORE, 0, batch["labels"])  # ignored positions weigh 0
         return class_sums(out.logits, labels, self.weights(batch))
 
-    def decode(self, outputs, features, windows=None, labels=None, n_best=20, max_answer_length=30,
-               version_2=False) -> dict:
+    def decode_outputs(self, outputs, features, windows, labels, options) -> dict:
         """One tag name per word of every sentence, and "empty_words": per sentence the words without pieces."""
         return decode_tags(outputs["logits"], features, labels)
 

@@ -1,4 +1,4 @@
-"""Issue 34 ("Nothing lost, round three"), fine-tuning's reruns and first hour: `jaxbert glue` resumes
+"""Fine-tuning's reruns, workdirs and first hour: `jaxbert glue` resumes
 only its own protocol, outputs.downstream is checked when the recipe loads and keeps one folder
 per item, the demo's kept workdir is never written over, a workdir overlapping the model is
 refused, a resume with another batch says so, `export` of a fine-tuning workdir points at best/,

@@ -124,7 +124,7 @@ def check_answered(path, examples: list[QAExample]) -> None:
     if none:
         shown = ", ".join(repr(q) for q in none[:5]) + (f" and {len(none) - 5} more" if len(none) > 5 else "")
         raise TaskDataError(f"{path}: {len(none)} question(s) without an answer ({shown}), which SQuAD v1.1 "
-                            f"scoring cannot score; for SQuAD v2.0 data --set data.version_2=true")
+                            f"scoring cannot score; for SQuAD v2.0 data --set kinds.qa.version_2=true")
 
 
 def gold_answers(examples: list[QAExample]) -> dict[str, list[str]]:

@@ -19,7 +19,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from jaxbert.finetune.features import Features, bucket_for, bucket_lengths, pad_rows, pieces, special_id
-from jaxbert.finetune.squad import QAExample
+from jaxbert.finetune.kinds.qa.squad import QAExample
 from jaxbert.finetune.tables import TaskDataError
 
 
