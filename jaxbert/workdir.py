@@ -126,6 +126,14 @@ def task_record(meta: Mapping) -> dict:
     return dict((meta.get(_TASK_META) or {}).get("task") or {})
 
 
+def newest_task_record(workdir) -> dict:
+    """The task record of the workdir's newest readable checkpoint ({} when it has none)."""
+    try:
+        return task_record(_newest_meta(fs.as_path(workdir))[1])
+    except WorkdirError:
+        return {}
+
+
 def task_history(meta: Mapping) -> list:
     """The evaluation history a fine-tuning checkpoint was saved with."""
     return list((meta.get(_TASK_META) or {}).get("history") or [])

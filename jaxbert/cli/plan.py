@@ -54,6 +54,9 @@ def _recipe(args):
     if not args.preset or not args.seq_len:
         raise InputError("give --recipe, or --preset and --seq-len")
     data = {"name": f"plan-{args.preset}-{args.seq_len}", "model": {"dtype": "bfloat16"}}
+    model_class = recipes.preset_model_class(args.preset)  # the preset's family's class; --set may change it
+    if model_class is not None:
+        data["model"]["model_class"] = model_class
     for item in overrides:
         recipes.apply_override(data, item)
     return recipes.from_dict(data)

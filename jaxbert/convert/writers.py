@@ -120,8 +120,13 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
              max_shard_size: int | str = "5GB", add_pooling_layer: bool | None = None) -> list[Path]:
     """A transformers directory: config.json + model.safetensors, or shards and an index.
 
-    Tensors stream from the params to disk one at a time. Returns the weight files.
+    Tensors stream from the params to disk one at a time. Returns the weight files. A config that
+    transformers 4.x would read as another model (ModernBERT layer types beyond its every-n
+    pattern) is refused before anything is written.
     """
+    conflict = getattr(config, "transformers4_conflict", lambda: None)()
+    if conflict:
+        raise InputError(f"{conflict}; not writing a config.json that transformers 4.x loads as another model")
     directory = _empty_dir(directory)
     limit = parse_size(max_shard_size)
     table = _table(params, config, model_class, add_pooling_layer)

@@ -231,9 +231,6 @@ def save_bpe_tokenizer(tok: Tokenizer, output_dir: str | os.PathLike, model_max_
 def _train_bpe(inputs: list[str] | None, vocab_size: int, text_field: str, min_frequency: int) -> Tokenizer:
     """A byte-level BPE trained on `inputs`: the specials (ids 0-4 in SPECIAL_ROLES order), the 256 byte
     symbols, then the merges; template [CLS] $A [SEP] / [CLS] $A [SEP] $B [SEP], every type id 0."""
-    if vocab_size < len(SPECIAL_ROLES) + 256:
-        raise TokenizerError(f"vocab_size {vocab_size} is too small for a byte-level BPE: the special tokens "
-                             f"and the 256 byte symbols alone take {len(SPECIAL_ROLES) + 256}")
     specials = DEFAULT_SPECIAL_TOKENS
     tok = _byte_level_bpe()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
@@ -246,10 +243,44 @@ def _train_bpe(inputs: list[str] | None, vocab_size: int, text_field: str, min_f
     tok.train_from_iterator(docs, trainer, length=len(docs))
     tok.add_special_tokens(_bpe_specials(specials))  # the trainer adds them without lstrip
     cls, sep = specials["cls"], specials["sep"]
-    tok.post_processor = processors.TemplateProcessing(
+    template = processors.TemplateProcessing(
         single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:0 {sep}:0",
         special_tokens=[(t, tok.token_to_id(t)) for t in (cls, sep)])
+    # ByteLevel first trims each token's offsets of its leading space: "ĠLondon" spans "London",
+    # so an answer or entity cut from the text by offsets (here and in transformers' pipelines)
+    # carries no space.
+    tok.post_processor = processors.Sequence([processors.ByteLevel(trim_offsets=True, add_prefix_space=False),
+                                              template])
     return tok
+
+
+# The largest vocabulary trained: the BPE trainer reserves memory in proportion to vocab_size (2**31
+# asks for 140 GB and aborts the process), and token ids are int32 downstream.
+MAX_VOCAB_SIZE = 2**24
+_MAX_COUNT = 2**63 - 1  # the BPE trainer's min_frequency is an unsigned 64-bit count
+
+
+def _check_train_arguments(kind: str, vocab_size: int, text_field: str, min_frequency: int) -> None:
+    """Every argument of train_tokenizer, for both kinds, before anything is read or written."""
+    if kind not in TOKENIZER_KINDS:
+        raise TokenizerError(f"tokenizer kind {kind!r}: expected one of {', '.join(TOKENIZER_KINDS)}")
+    smallest, why = ((len(SPECIAL_ROLES) + 1, "the special tokens alone take 5")
+                     if TOKENIZER_KINDS[kind].word_pieces else
+                     (len(SPECIAL_ROLES) + 256, "the special tokens and the 256 byte symbols alone take "
+                                                f"{len(SPECIAL_ROLES) + 256}"))
+    if not _is_int(vocab_size) or vocab_size < smallest:
+        raise TokenizerError(f"vocab_size {vocab_size!r} is too small for a {TOKENIZER_KINDS[kind].name}: {why}")
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise TokenizerError(f"vocab_size {vocab_size}: at most {MAX_VOCAB_SIZE:,} tokens")
+    if not _is_int(min_frequency) or not 0 <= min_frequency <= _MAX_COUNT:
+        raise TokenizerError(f"min_frequency {min_frequency!r}: must be a count >= 0 (a word or merge seen fewer "
+                             f"times is left out)")
+    if not isinstance(text_field, str) or not text_field:
+        raise TokenizerError(f"text_field {text_field!r}: must name the jsonl/parquet field that holds the text")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str | os.PathLike,
@@ -264,11 +295,8 @@ def train_tokenizer(inputs: list[str] | None, vocab_size: int, output_dir: str |
     replaced only when it is an earlier jaxbert tokenizer and `overwrite` is set.
     Both kinds give the specials the same ids: [PAD] 0, [UNK] 1, [CLS] 2, [SEP] 3, [MASK] 4.
     """
-    if kind not in TOKENIZER_KINDS:
-        raise TokenizerError(f"tokenizer kind {kind!r}: expected one of {', '.join(TOKENIZER_KINDS)}")
+    _check_train_arguments(kind, vocab_size, text_field, min_frequency)
     word_pieces = TOKENIZER_KINDS[kind].word_pieces  # WordPiece; otherwise the byte-level BPE
-    if word_pieces and vocab_size < len(SPECIAL_ROLES) + 1:
-        raise TokenizerError(f"vocab_size {vocab_size} is too small: the special tokens alone take 5")
     check_destination(output_dir, TOKENIZER_KIND, overwrite, sources=tuple(inputs or ()))
     if word_pieces:
         tok = _train_wordpiece(inputs, vocab_size, lowercase, text_field, min_frequency)

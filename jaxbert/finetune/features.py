@@ -165,6 +165,14 @@ def pieces(n: int, width: int, overlap: int) -> list[tuple[int, int]]:
         start = end - overlap
 
 
+def running_text(words: Sequence[str]) -> list[str]:
+    """Words as they stand in running text, a space before each but the first (an empty word gets
+    none), so that a byte-level BPE encodes "Paris" mid-sentence as "ĠParis", as it does in the text
+    it was trained on and in a transformers pipeline given the joined sentence. WordPiece splits
+    the spaces off: its pieces are the same either way."""
+    return [w if i == 0 or not w else " " + w for i, w in enumerate(words)]
+
+
 def token_features(examples: Sequence[TokenExample], tok: Tokenizer, max_length: int,
                    stride: int = 128) -> Features:
     """Tagging: labels [N, L] hold each word's tag id on its first sub-token, IGNORE elsewhere.
@@ -178,7 +186,8 @@ def token_features(examples: Sequence[TokenExample], tok: Tokenizer, max_length:
     if max_length < 3:
         raise TaskDataError(f"max_length must be at least 3 for tagging, got {max_length}")
     cls, sep, pad = special_id(tok, "cls"), special_id(tok, "sep"), special_id(tok, "pad")
-    encodings = tok.encode_batch([list(e.words) for e in examples], is_pretokenized=True, add_special_tokens=False)
+    encodings = tok.encode_batch([running_text(e.words) for e in examples], is_pretokenized=True,
+                                 add_special_tokens=False)
     width = max_length - 2
     overlap = max(0, min(stride, width // 2))
     ids, labels, words, where = [], [], [], []

@@ -35,6 +35,8 @@ from jaxbert.finetune.model import OPTIONS_KEY, LoadedModel, load_task_model, so
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.finetune.evaluations import main_score, table, write_eval_json
 from jaxbert.finetune.scoring import Collector
+from jaxbert.finetune.source_identity import KEYS as SOURCE_KEYS
+from jaxbert.finetune.source_identity import source_identity
 from jaxbert.finetune.step import eval_outputs, step_spec
 from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
 from jaxbert.model.config import position_limit
@@ -58,6 +60,7 @@ class Prepared:
     loaded: LoadedModel
     train: object  # Features
     evals: dict  # eval set -> (Features, QAWindows | None)
+    identity: dict = dataclasses.field(default_factory=dict)  # SRC's path and fingerprint (source_identity)
 
 
 def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=print) -> Prepared:
@@ -95,7 +98,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
         raise InputError(f"{tok_dir}: its vocabulary ({tok.get_vocab_size()}) is larger than {source}'s "
                          f"({cfg.vocab_size}); is it the model's tokenizer?")
     log(loaded.describe(source))
-    return Prepared(recipe, data, str(source), Path(str(tok_dir)), loaded, train, evals)
+    return Prepared(recipe, data, str(source), Path(str(tok_dir)), loaded, train, evals, source_identity(source))
 
 
 def fit_max_length(recipe: FinetuneRecipe, cfg, source, log=print) -> FinetuneRecipe:
@@ -153,6 +156,10 @@ class _Run:
     def kind(self) -> kinds.Kind:
         return self.prep.data.kind
 
+    @property
+    def source(self) -> dict:
+        return self.prep.identity
+
 
 def _run(prep: Prepared, workdir: Path, stop_at, log, primary) -> dict:
     r, t0 = prep.recipe, time.time()
@@ -191,12 +198,13 @@ def prepare_runner(recipe: FinetuneRecipe, runner, class_name: str, config, tota
 
 
 def _task_record(run: _Run) -> dict:
-    """What a checkpoint must agree on to be resumed: the task, its labels, its epoch length and the
-    content of the data it trains on (a fingerprint of the featurized training arrays)."""
+    """What a checkpoint must agree on to be resumed: the task, its labels, its epoch length, the
+    content of the data it trains on (a fingerprint of the featurized training arrays) and the model
+    it was fine-tuned from (jaxbert.finetune.source_identity)."""
     data = run.prep.data
     return {"task": data.spec.name, "labels": None if data.labels is None else list(data.labels),
             "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch,
-            "train_fingerprint": _fingerprint(run.prep.train)}
+            "train_fingerprint": _fingerprint(run.prep.train), **run.source}
 
 
 def _fingerprint(features) -> str:
@@ -236,15 +244,36 @@ def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, list]:
     """(where the run starts, its evaluation history): the newest checkpoint's, or SRC's params at step 0."""
     recipe, runner = run.prep.recipe, run.runner
     now = _task_record(run)
+    if session.ckpt.steps():
+        _check_source(run, workdir_lib.newest_task_record(run.workdir))  # before the recipe: say the model first
 
     def accept(step: int, meta: dict) -> None:
-        if workdir_lib.task_record(meta) != now:
-            raise InputError(_resume_refusal(session.ckpt.directory / str(step), meta, now))
+        saved = workdir_lib.task_record(meta)
+        _check_source(run, saved)
+        current = {k: v for k, v in now.items() if k in saved or k not in SOURCE_KEYS}  # older records lack them
+        if saved != current:
+            raise InputError(_resume_refusal(session.ckpt.directory / str(step), meta, current))
 
     start = session.restore_or_initialise(
         runner, recipe.train.seed, recipe.to_dict(), run.total, accept=accept, save_recipe=lambda: _save_recipe(run),
         fresh=lambda: runner.create_state(runner.place_params(run.prep.loaded.params)))  # no random init to discard
     return start, ([] if start.meta is None else workdir_lib.task_history(start.meta))
+
+
+def _check_source(run: _Run, saved: dict) -> None:
+    """A workdir's checkpoints resume only from the model they were fine-tuned from: the same resolved
+    path with the same fingerprint. A record without one (an older jaxbert) is not checked."""
+    if "source" not in saved:
+        return
+    now = run.source
+    if saved["source"] != now["source"]:
+        raise InputError(f"{run.workdir} holds a fine-tune of {saved['source']}, not of {now['source']}: its "
+                         f"checkpoints and scores are that model's; pass a new --workdir, or --model "
+                         f"{saved['source']} to resume it")
+    if saved.get("source_fingerprint") != now["source_fingerprint"]:
+        raise InputError(f"{run.workdir} was fine-tuned from {now['source']} as it was then (fingerprint "
+                         f"{saved.get('source_fingerprint')}); its files have changed since "
+                         f"({now['source_fingerprint']} now): pass a new --workdir")
 
 
 def _save_recipe(run: _Run) -> None:

@@ -92,8 +92,8 @@ def torch_model(module, params, dtype: str = "float32"):
 
 
 def check_transformers_supports(config, version: str | None = None) -> None:
-    """transformers 5 dropped BERT's relative position embeddings: say so by name.
-    ``version`` defaults to the installed transformers'."""
+    """transformers 5 dropped BERT's relative position embeddings, and transformers 4 cannot express
+    every ModernBERT layer pattern: say so by name. ``version`` defaults to the installed transformers'."""
     if version is None:
         import transformers
         version = transformers.__version__
@@ -102,6 +102,10 @@ def check_transformers_supports(config, version: str | None = None) -> None:
         raise InputError(f"position_embedding_type {config.position_embedding_type!r} needs transformers < 5 "
                          f"as the reference (installed: {version}, which has only absolute positions); "
                          "pip install 'transformers<5'")
+    conflict = getattr(config, "transformers4_conflict", lambda: None)()  # a family whose 4.x spelling is narrower
+    if int(version.split(".")[0]) < 5 and conflict:
+        raise InputError(f"{conflict}: no reference to compare with (installed: transformers {version}); "
+                         "pip install 'transformers>=5'")
 
 
 def torch_inputs(model, inputs: dict) -> dict:

@@ -138,16 +138,32 @@ def as_float64(model):
 
 
 def float64_rotary(model):
-    """transformers takes RoPE's angles, cos and sin in float32 even in a float64 model (ModernBERT:
-    1 float32 ulp off at some angles, 1e-8 on the outputs). Its rotary modules (any submodule named
-    ``rotary_emb``) get float64 tables here, from the same float32 inverse frequencies, so a float64
-    comparison tests everything else to 1e-10. Returns the model (changed in place)."""
+    """transformers takes RoPE's inverse frequencies, angles, cos and sin in float32 even in a
+    float64 model (ModernBERT: 1 float32 ulp off at some angles, 1e-8 on the outputs). Its rotary
+    modules (any submodule named ``rotary_emb``) get float64 tables here, from inverse frequencies
+    taken in float64 from the module's rope_theta (as jaxbert's float64 path takes them), so a
+    float64 comparison tests everything else to 1e-10. Returns the model (changed in place)."""
+    import torch
+
     def forward(self, x, position_ids):
-        angles = position_ids[:, :, None].double() * self.inv_freq.double()[None, None, :]
+        angles = position_ids[:, :, None].double() * self._float64_inv_freq[None, None, :]
         angles = angles.repeat(1, 1, 2)  # (angles, angles): rotate-half's layout
         return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
 
     for name, sub in model.named_modules():
         if name.rsplit(".", 1)[-1] == "rotary_emb" and hasattr(sub, "inv_freq"):
+            sub._float64_inv_freq = _float64_inv_freq(sub, torch)
             sub.forward = types.MethodType(forward, sub)
     return model
+
+
+def _float64_inv_freq(rotary, torch):
+    """theta ** (-2i / D) in float64 from the module's config, when that reproduces its float32
+    buffer (the default RoPE); else the buffer widened (a scaled RoPE this does not rebuild)."""
+    buffer = rotary.inv_freq.double()
+    theta = getattr(getattr(rotary, "config", None), "rope_theta", None)
+    if not isinstance(theta, (int, float)):
+        return buffer
+    dim = 2 * buffer.shape[-1]
+    wide = 1.0 / (float(theta) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    return wide if torch.allclose(wide, buffer, rtol=1e-6, atol=0.0) else buffer

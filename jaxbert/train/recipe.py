@@ -321,6 +321,16 @@ def _check_downstream(items: list) -> None:
             raise RecipeError(f"{where}: set is a list of key=value strings")
 
 
+def preset_model_class(preset: str) -> str | None:
+    """The class a recipe that names only ``preset`` trains: its family's first pretraining class
+    (ModernBertForMaskedLM for "modernbert"); None when the preset cannot be read (the recipe's
+    own checks then name the fault)."""
+    try:
+        return family_of(build_config(preset, {})).pretraining_classes[0]
+    except (ConfigError, KeyError, IndexError, OSError):
+        return None
+
+
 def from_dict(data: dict) -> Recipe:
     return engine_recipe.from_dict(Recipe, data, _validate)
 

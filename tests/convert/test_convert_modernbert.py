@@ -15,6 +15,7 @@ import transformers
 from safetensors.numpy import load_file, save_file
 
 import jaxbert
+from jaxbert.cli.main import main
 from jaxbert.convert import ConversionError, params_to_state_dict, state_dict_to_params
 from jaxbert.model.modernbert import ModernBertConfig, build, dummy_inputs
 from jaxbert.model.options import ModelOptions
@@ -225,3 +226,31 @@ def test_the_class_comes_from_the_keys_when_config_names_none(tmp_path):
         del data["architectures"]
         path.write_text(json.dumps(data))
         assert jaxbert.convert.load_checkpoint(tmp_path / name)[1] == name
+
+
+def test_layer_types_beyond_transformers_4_are_refused_by_convert_and_parity(tmp_path, capsys):
+    """A transformers-5 config whose layer types follow no every-n pattern (full, full, sliding, full):
+    4.x would read global_attn_every_n_layers and build another model (it once got 3, a value the
+    source never had, and parity reported a numerical FAIL). convert refuses before writing; parity
+    names the cause. jaxbert itself builds the model."""
+    tiny_hf("ModernBertForMaskedLM", seed=9, num_hidden_layers=4).save_pretrained(tmp_path / "v4")
+    data = json.loads((tmp_path / "v4" / "config.json").read_text())
+    for key in ("global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta"):
+        del data[key]
+    data.update(layer_types=["full_attention", "full_attention", "sliding_attention", "full_attention"],
+                sliding_window=4, rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
+                                                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    (tmp_path / "v5").mkdir()
+    (tmp_path / "v5" / "config.json").write_text(json.dumps(data))
+    save_file(load_file(tmp_path / "v4" / "model.safetensors"), tmp_path / "v5" / "model.safetensors")
+    module, _ = jaxbert.from_pretrained(tmp_path / "v5")
+    assert module.config.layer_kinds == tuple(data["layer_types"])
+    cause = "layer_types ['full_attention', 'full_attention', 'sliding_attention', 'full_attention'] follow no every-n"
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "v5"), str(tmp_path / "out"), "--to", "hf"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and cause in err and "transformers 4.x" in err, err
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["v4", "v5"]
+    assert main(["parity", str(tmp_path / "v5")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and cause in err and "transformers>=5" in err, err

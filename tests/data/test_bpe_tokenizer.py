@@ -115,6 +115,11 @@ def test_a_short_modernbert_tiny_demo_run_trains_and_exports_the_bpe(tmp_path, c
         assert spec["model"]["type"] == "BPE"
     assert json.loads((run / "hf" / "tokenizer_config.json").read_text())["model_input_names"] == \
         ["input_ids", "attention_mask"]
+    # `jaxbert export` reads a ModernBERT workdir (it once looked for BERT's word_embeddings and refused)
+    assert main(["export", str(run), str(tmp_path / "exported")]) == 0
+    assert json.loads((tmp_path / "exported" / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
+    assert (tmp_path / "exported" / "model.safetensors").read_bytes() == (run / "hf" / "model.safetensors").read_bytes()
+    capsys.readouterr()
     # the workdir's tokenizer is the kind the recipe asks for
     assert main(["train", "--config", str(REPO / "configs" / "train" / "modernbert-tiny-demo.yaml"),
                  "--workdir", str(run), "--set", "data.tokenizer_kind=wordpiece", "--set", "train.steps=20"]) != 0
@@ -144,3 +149,23 @@ def test_fill_mask_shows_byte_level_tokens_as_text(bpe_dir):
     cafe = tok.encode(" café", add_special_tokens=False).ids
     assert "".join(tok.id_to_token(i) for i in cafe) != " café"  # byte-level spelling: not readable as is
     assert "".join(shown_token(tok, i) for i in cafe) == "café"
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("flag,value,named", [
+    ("--min-frequency", "-3", "min_frequency -3"),
+    ("--min-frequency", str(2**64), f"min_frequency {2**64}"),
+    ("--vocab-size", "-1", "vocab_size -1"),
+    ("--vocab-size", str(2**40), f"vocab_size {2**40}"),
+    ("--text-field", "", "text_field ''"),
+])
+def test_every_train_argument_is_checked_for_both_kinds(tmp_path, capsys, kind, flag, value, named):
+    """A bad --min-frequency, --vocab-size or --text-field: one line naming it, exit 2, nothing
+    written, for WordPiece and BPE alike (the BPE trainer once raised OverflowError on -3)."""
+    (tmp_path / "corpus.txt").write_text(TEXT, encoding="utf-8")
+    argv = {"--vocab-size": "400", "--min-frequency": "2", "--text-field": "text", flag: value}
+    rc = main(["tokenizer", "train", "--kind", kind, "--input", str(tmp_path / "corpus.txt"),
+               "--output", str(tmp_path / "tok"), *[x for kv in argv.items() for x in kv]])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and named in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]

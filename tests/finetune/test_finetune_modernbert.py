@@ -135,3 +135,39 @@ def test_mean_pooling_differs_from_cls_pooling_on_the_same_weights(sources, tmp_
         {"params": a.params}, ids[0], None, ids[1]).logits
     assert not np.allclose(np.asarray(mean), np.asarray(cls), atol=1e-6)
     assert not any(p.startswith("model.") for p in a.fresh) and "classifier.kernel" in a.fresh
+
+
+@pytest.fixture(scope="module")
+def bpe_source(tmp_path_factory):
+    """A tiny ModernBERT with the project's byte-level BPE: a word mid-sentence is "Ġword" there."""
+    return make_modernbert_source(tmp_path_factory.mktemp("mb-bpe"), tokenizer_kind="bpe")
+
+
+@pytest.mark.parametrize("kind", ["tokens", "qa"])
+def test_a_bpe_model_s_export_pipelines_give_predict_s_tags_and_answers_exactly(bpe_source, tmp_path, kind):
+    """Fine-tuned with the byte-level BPE, the export's transformers pipeline (given the sentence as
+    text) tags every word as `jaxbert predict` does, at the word's own first character, and answers
+    with predict's exact text (no leading space). Words once went in without their space marker, so
+    jaxbert trained on "ma rker" while the pipeline saw "Ġmarker"."""
+    transformers = pytest.importorskip("transformers")
+    _, metric, least = SHORT[kind]
+    train, dev = write_kind(tmp_path / "data", kind, n_train=160, n_eval=32)
+    summary = loop_lib.finetune(load("finetune-tiny", ["train.epochs=2"]), parse_task(kind, train, [dev]), bpe_source,
+                                tmp_path / "run", log=QUIET)
+    assert summary["best"]["evals"]["dev"][metric] >= least, summary["history"]
+    best = tmp_path / "run" / "best"
+    preds = predict_file(best, dev)
+    examples = read_examples(load_finetuned(best, weights=False), dev, labelled=False)
+    assert len(preds) == len(examples) == 32
+    if kind == "tokens":
+        pipe = transformers.pipeline("token-classification", model=str(best), device="cpu", ignore_labels=[])
+        for e, p in zip(examples, preds):
+            starts = [len(" ".join(e.words[:i])) + (i > 0) for i in range(len(e.words))]
+            by_start = {r["start"]: r["entity"] for r in pipe(" ".join(e.words))}
+            assert [by_start.get(s) for s in starts] == p["tags"], (e.words, p["tags"])
+        assert sum(t != "O" for p in preds for t in p["tags"]) >= 16  # the pattern was learnt: tags to agree on
+    else:
+        pipe = transformers.pipeline("question-answering", model=str(best), device="cpu")
+        answers = [pipe(question=e.question, context=e.context, max_answer_len=30)["answer"] for e in examples]
+        assert answers == [p["answer"] for p in preds]
+        assert all(a and a == a.strip() for a in answers)

@@ -129,3 +129,24 @@ def test_optim_warmup_steps_is_the_warmup_a_run_takes(src, tmp_path):
     # the learning rate of update k (schedule at count k-1): a linear warmup over 4 updates, then the decay
     assert lr[1] == pytest.approx(0.0) and lr[3] == pytest.approx(5e-4, rel=1e-5)
     assert lr[5] == pytest.approx(1e-3, rel=1e-5)
+
+
+def test_a_workdir_resumes_only_from_the_model_it_was_fine_tuned_from(src, tmp_path):
+    """Another model into a finished workdir: refused in one line naming both models (it once resumed
+    and reported the first model's score); the same path after its files changed: refused too."""
+    train = write_jsonl(tmp_path / "train.jsonl", classification_rows(32, seed=4))
+    spec = parse_task("classification", train, [train])
+    recipe = load("finetune-tiny", ["train.steps=2"])
+    mine = tmp_path / "mine"
+    shutil.copytree(src, mine)
+    assert loop_lib.finetune(recipe, spec, mine, tmp_path / "wd", log=QUIET)["status"] == "finished"
+    (tmp_path / "other").mkdir()
+    other = make_source(tmp_path / "other", dropout=0.0)  # the same shapes, another config
+    with pytest.raises(InputError) as e:
+        loop_lib.finetune(recipe, spec, other, tmp_path / "wd", log=QUIET)
+    message = str(e.value)
+    assert "\n" not in message and f"a fine-tune of {mine}, not of {other}" in message
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(other / name, mine / name)
+    with pytest.raises(InputError, match=r"fine-tuned from .*mine as it was then .*its files have changed"):
+        loop_lib.finetune(recipe, spec, mine, tmp_path / "wd", log=QUIET)

@@ -208,17 +208,20 @@ def write_glue_dir(root: Path, n_train: int = 32, n_dev: int = 16, skip: tuple[s
     return root
 
 
-def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, layers: int = 2) -> Path:
-    """A ModernBertForMaskedLM (random weights, jaxbert's init) with the made WordPiece tokenizer, saved
-    as a Hugging Face directory: model_type modernbert, its [CLS] / [SEP] / [PAD] ids in the config, a
-    global then a local layer (window 16), classifier_pooling `pooling`, no token types in the tokenizer."""
+def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, layers: int = 2,
+                           tokenizer_kind: str = "wordpiece") -> Path:
+    """A ModernBertForMaskedLM (random weights, jaxbert's init) with the made WordPiece tokenizer (or with
+    tokenizer_kind "bpe" a byte-level BPE, as ModernBERT's own), saved as a Hugging Face directory:
+    model_type modernbert, its [CLS] / [SEP] / [PAD] ids in the config, a global then a local layer
+    (window 16), classifier_pooling `pooling`, no token types in the tokenizer."""
     from jaxbert.model.heads import build_model
     from jaxbert.model.modernbert import ModernBertConfig
     rng = random.Random(0)
     root.mkdir(parents=True, exist_ok=True)
     text = root / "corpus.txt"
     text.write_text("\n".join(" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(400)) + "\n")
-    tok_dir = train_tokenizer([str(text)], 200, root / "tok", overwrite=True)
+    tok_dir = train_tokenizer([str(text)], 200 if tokenizer_kind == "wordpiece" else 400, root / "tok",
+                              overwrite=True, kind=tokenizer_kind)
     tok = load_tokenizer(tok_dir)
     ids = {t: tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
     cfg = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden, intermediate_size=2 * hidden,

@@ -6,7 +6,6 @@ jaxbert cannot honour are refused by name; mmBERT- and Ettin-shaped models size 
 """
 
 import json
-import types
 
 import jax
 import jax.numpy as jnp
@@ -18,9 +17,11 @@ from scipy.stats import truncnorm
 
 from jaxbert.model.config import ConfigError
 from jaxbert.model.modernbert import ModernBertConfig, build
+from jaxbert.model.modernbert.attention import inverse_frequencies, rope_tables
 from jaxbert.model.modernbert.config import FULL, SLIDING
 from jaxbert.model.modernbert.table import Table, param_count
 from jaxbert.model.options import ModelOptions
+from jaxbert.parity.grad import float64_rotary
 from tests.helpers.modernbert import CLASSES, LENGTH, TINY, config_of, padded_inputs, params_of, tiny_hf
 
 HEAD_OUTPUTS = ("logits", "start_logits", "end_logits")
@@ -90,16 +91,10 @@ def test_a_config_with_every_bias_untied_decoder_and_one_rope_theta_matches_tran
 
 
 def _float64_rope(hf):
-    """transformers takes RoPE's angles, cos and sin in float32 even in a float64 model (1 ulp off
-    XLA's float32 cos at some angles); give it float64 tables from the same float32 inverse
-    frequencies, so the comparison below tests everything else to 1e-10."""
-    def forward(self, x, position_ids):
-        angles = position_ids[:, :, None].double() * self.inv_freq.double()[None, None, :]
-        angles = torch.cat((angles, angles), dim=-1)
-        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-
-    for layer in hf.model.layers if hasattr(hf, "model") else hf.layers:
-        layer.attn.rotary_emb.forward = types.MethodType(forward, layer.attn.rotary_emb)
+    """transformers takes RoPE's inverse frequencies, angles, cos and sin in float32 even in a
+    float64 model; give it float64 tables (parity's own patch), so the comparison below tests
+    everything else to 1e-10."""
+    float64_rotary(hf)
 
 
 @pytest.mark.parametrize("name,pooling", [("ModernBertForMaskedLM", "cls"),
@@ -403,3 +398,24 @@ def test_attention_probabilities_match_transformers_eager_and_bf16_runs_close():
     real = mask.astype(bool)
     err = np.abs(np.asarray(low, np.float32) - ref.last_hidden_state.numpy())[real]
     assert err.max() < 0.25 and err.mean() < 0.02, (err.max(), err.mean())
+
+
+def test_rope_tables_are_float64_on_the_float64_path_and_the_same_under_jit():
+    """float64 tables from float64 inverse frequencies (they were float32 ones, 6e-8 off, which put
+    float64 parity on trained weights 1e-7 out), equal under jit and eagerly (jit once folded the
+    float32 power into a constant rounded another way); float32 ones follow transformers' recipe."""
+    positions = jnp.arange(512)[None]
+    for theta in (10000.0, 160000.0):
+        want = np.arange(512)[:, None] * (1.0 / theta ** (np.arange(0, 64, 2) / 64))
+        with jax.enable_x64(True):
+            eager = rope_tables(positions, 64, theta, jnp.float64)
+            jitted = jax.jit(rope_tables, static_argnums=(1, 2, 3))(positions, 64, theta, jnp.float64)
+            for cos, sin in (eager, jitted):
+                np.testing.assert_allclose(np.asarray(cos)[0, :, :32], np.cos(want), rtol=0, atol=1e-12)
+                np.testing.assert_allclose(np.asarray(sin)[0, :, 32:], np.sin(want), rtol=0, atol=1e-12)
+        eager = rope_tables(positions, 64, theta, jnp.float32)
+        jitted = jax.jit(rope_tables, static_argnums=(1, 2, 3))(positions, 64, theta, jnp.float32)
+        np.testing.assert_array_equal(np.asarray(eager[0]), np.asarray(jitted[0]))
+        torch_inv = (1.0 / (theta ** (torch.arange(0, 64, 2, dtype=torch.int64).float() / 64))).numpy()
+        ours = inverse_frequencies(64, theta, np.float32)
+        assert ours.dtype == np.float32 and np.abs(ours / torch_inv - 1).max() <= 2 ** -23  # within an ulp

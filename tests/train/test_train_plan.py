@@ -336,3 +336,23 @@ def test_plan_without_a_recipe_recommends_once(monkeypatch, capsys):
     out = capsys.readouterr().out
     recommended = [line for line in out.splitlines() if line.startswith("recommended")]
     assert len(recommended) == 1 and "per_device_batch_size=4" in recommended[0]
+
+
+def test_plan_from_a_family_preset_trains_that_family_s_class(monkeypatch, capsys):
+    """`plan --preset modernbert`: the recipe built from the preset alone trains ModernBertForMaskedLM
+    (no complaint about BertForMaskedLM, a class the user never named). The search itself is
+    stubbed: what is checked is the recipe and config it is handed."""
+    seen = []
+
+    def search(r, cfg, *rest, **kw):
+        seen.append((r.model.model_class, type(cfg).__name__, list(cfg.architectures)))
+        raise InputError("stop here")
+
+    monkeypatch.setattr(plan, "plan", search)
+    assert main(["plan", "--preset", "modernbert", "--seq-len", "64", "--hbm", "1"]) == 2
+    assert capsys.readouterr().err.strip() == "jaxbert plan: error: stop here"
+    assert seen == [("ModernBertForMaskedLM", "ModernBertConfig", ["ModernBertForMaskedLM"])]
+    # a class named with --set still wins, and is checked against the family
+    assert main(["plan", "--preset", "modernbert", "--seq-len", "64", "--hbm", "1",
+                 "--set", "model.model_class=BertForMaskedLM"]) == 2
+    assert "architectures names 'BertForMaskedLM'" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxbert.model.attention import masked_softmax
 from jaxbert.model import fused
@@ -18,17 +19,32 @@ from jaxbert.model.modernbert.base import ModernBertModule
 Array = jax.Array
 
 
+def inverse_frequencies(head_dim: int, theta: float, dtype) -> np.ndarray:
+    """RoPE's inverse frequencies theta ** (-2i / D), i < D / 2, computed on the host.
+
+    In float64 they are taken in float64 throughout. Otherwise they follow transformers' float32
+    recipe: the exponent rounded to float32, the power rounded to float32, then its reciprocal in
+    float32. They are computed with NumPy, not jnp, because XLA folds the jnp expression into a
+    constant under jit and rounds it differently from an eager call (a float32 ulp apart in 3 of 8
+    entries at D = 16, theta 10,000), which puts a float64 model's tables 6e-8 off.
+    """
+    if np.dtype(dtype) == np.float64:
+        return 1.0 / (float(theta) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    exponent = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)
+    power = (np.float64(theta) ** exponent.astype(np.float64)).astype(np.float32)
+    return np.float32(1.0) / power
+
+
 def rope_tables(positions: Array, head_dim: int, theta: float, dtype) -> tuple[Array, Array]:
     """cos, sin [B or 1, T, D] of rotate-half RoPE at positions [B or 1, T].
 
-    The inverse frequencies are rounded to float32, as transformers builds them; the angles
-    and their cos / sin are taken in float32, or float64 when that is the compute dtype
+    The angles and their cos / sin are taken in float32, or float64 when that is the compute dtype
     (transformers takes them in float32 whatever the dtype: its float64 model is then only
-    float32-exact, and tests give it float64 tables too), and cast to the compute dtype.
+    float32-exact, and parity gives it float64 tables too), and cast to the compute dtype.
     """
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
     wide = jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
-    angles = positions.astype(wide)[..., None] * inv_freq.astype(wide)  # [B, T, D / 2]
+    inv_freq = jnp.asarray(inverse_frequencies(head_dim, theta, wide), wide)
+    angles = positions.astype(wide)[..., None] * inv_freq  # [B, T, D / 2]
     angles = jnp.concatenate([angles, angles], axis=-1)
     return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
 

@@ -168,6 +168,16 @@ class ModernBertConfig(HFConfig):
         n = self.global_attn_every_n_layers
         return tuple(FULL if i % n == 0 else SLIDING for i in range(self.num_hidden_layers))
 
+    def transformers4_conflict(self) -> str | None:
+        """Why transformers 4.x would build another model from this config's file, or None: 4.x reads
+        global_attn_every_n_layers, not layer_types, so layer types that follow no every-n pattern
+        (full, full, sliding, full) are beyond it."""
+        n = self.global_attn_every_n_layers
+        if self.layer_kinds == tuple(FULL if i % n == 0 else SLIDING for i in range(self.num_hidden_layers)):
+            return None
+        return (f"layer_types {list(self.layer_kinds)} follow no every-n pattern: transformers 4.x reads "
+                f"global_attn_every_n_layers ({n}) instead and would build another model")
+
     @property
     def half_window(self) -> int:
         """A sliding layer's query attends to keys at most this far away on either side."""

@@ -50,6 +50,17 @@ def _answer_tokens(example: QAExample, offsets, a: int, b: int) -> tuple[int, in
     return None if first is None or last is None or first > last else (first, last)
 
 
+def _trimmed(context: str, offsets) -> list[tuple[int, int]]:
+    """Token spans without the whitespace they start with: a byte-level BPE's token for " London"
+    spans the space, which an answer cut from the context must not carry."""
+    out = []
+    for s, e in offsets:
+        while s < e and context[s].isspace():
+            s += 1
+        out.append((s, e))
+    return out
+
+
 def qa_features(examples: Sequence[QAExample], tok: Tokenizer, max_length: int = 384, stride: int = 128,
                 max_query_length: int = 64) -> tuple[Features, QAWindows]:
     """Windows of every question: input_ids / token_type_ids / attention_mask [W, L],
@@ -63,6 +74,7 @@ def qa_features(examples: Sequence[QAExample], tok: Tokenizer, max_length: int =
     questions = tok.encode_batch([e.question for e in examples], add_special_tokens=False)
     contexts = list(dict.fromkeys(e.context for e in examples))  # SQuAD repeats a paragraph per question
     encoded = dict(zip(contexts, tok.encode_batch(contexts, add_special_tokens=False)))
+    spans_of = {c: _trimmed(c, enc.offsets) for c, enc in encoded.items()}
     ids, types, starts, ends, where, spans, n_cut = [], [], [], [], [], [], 0
     for k, (example, q) in enumerate(zip(examples, questions)):
         q_ids = q.ids[:max_query_length]
@@ -76,11 +88,11 @@ def qa_features(examples: Sequence[QAExample], tok: Tokenizer, max_length: int =
             head = len(q_ids) + 2  # [CLS] question [SEP]
             ids.append([cls, *q_ids, sep, *ctx.ids[a:b], sep])
             types.append([0] * head + [1] * (b - a + 1))
-            answer = _answer_tokens(example, ctx.offsets, a, b)
+            answer = _answer_tokens(example, spans_of[example.context], a, b)
             starts.append(0 if answer is None else head + answer[0] - a)
             ends.append(0 if answer is None else head + answer[1] - a)
             where.append(k)
-            spans.append((head, ctx.offsets[a:b]))
+            spans.append((head, spans_of[example.context][a:b]))
     lengths = np.array([len(r) for r in ids], dtype=np.int32)
     length = bucket_for(int(lengths.max()), bucket_lengths(max_length))
     offsets = np.full((len(ids), length, 2), -1, dtype=np.int32)
