@@ -120,6 +120,20 @@ def saved_recipe(meta: Mapping) -> dict:
 
 
 _TASK_META = "finetune"  # the meta key of a fine-tuning run's task record and history
+_WINDOW_META = "metric_window"  # the metric sums of the steps after the last log row, up to the saved step
+
+
+def with_metric_window(meta: dict, window: dict | None) -> dict:
+    """meta with the unlogged steps' metric sums (``MetricWindow.carry``): a run resumed from this step
+    logs the rows a run that never stopped writes."""
+    if window is not None:
+        meta[_WINDOW_META] = window
+    return meta
+
+
+def metric_window(meta: Mapping | None) -> dict | None:
+    """The metric sums ``with_metric_window`` recorded; None for a checkpoint without them."""
+    return (meta or {}).get(_WINDOW_META)
 
 
 def task_record(meta: Mapping) -> dict:
@@ -191,6 +205,7 @@ class Checkpoints:
         self.every_steps = every_steps
         self.log = log
         self._differs: list[str] = []  # key paths where the last step _fits looked at differs
+        self.restored_meta: dict | None = None  # the meta of the checkpoint restore_latest returned
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._mngr = self._open()
@@ -235,6 +250,7 @@ class Checkpoints:
                                       meta=ocp.args.JsonRestore())
             try:
                 restored = self._mngr.restore(step, args=args)
+                self.restored_meta = dict(restored.meta)
                 return step, restored.state, restored.meta
             except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
