@@ -367,6 +367,48 @@ def claim(workdir, what: str) -> None:
         atomic_write_text(p / KIND_FILE, json.dumps({"kind": what}) + "\n")
 
 
+@contextlib.contextmanager
+def claimed(workdir, what: str, active: bool = True):
+    """``claim`` for the block of a run. A run refused before it wrote anything (an exception while the
+    folder it claimed afresh holds only the kind marker and a released lock) leaves nothing behind:
+    the marker, the lock file and the folders the claim created are removed. active: False in the
+    processes that do not write (multi-host)."""
+    if not active or fs.is_url(workdir):  # a bucket path: nothing to undo that a refusal leaves behind
+        if active:
+            claim(workdir, what)
+        yield
+        return
+    p = Path(workdir)
+    made = []  # the folders the claim creates, deepest first
+    q = p.absolute()
+    while not q.exists():
+        made.append(q)
+        q = q.parent
+    fresh = not (p / KIND_FILE).exists()
+    claim(workdir, what)
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            _unclaim(p, made)
+        raise
+
+
+def _unclaim(p: Path, made: list[Path]) -> None:
+    """Removes what ``claim`` and the lock wrote in p, and the folders in made, when nothing else is there."""
+    try:
+        entries = {e.name for e in p.iterdir()}
+        lock = p / LOCK
+        if not entries <= {KIND_FILE, LOCK} or (lock.exists() and lock.stat().st_size):
+            return  # the run wrote something, or a lock is held: all stays
+        for name in entries:
+            (p / name).unlink()
+        for folder in made:
+            folder.rmdir()
+    except OSError:
+        pass  # a folder something else wrote into meanwhile stays
+
+
 def check_placement(workdir) -> None:
     """WorkdirError when a training workdir would lie in a folder that jaxbert published (prepared
     data, a model, a tokenizer): replacing that output (--overwrite) would take the run with it."""
