@@ -11,11 +11,13 @@ from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
-from jaxbert.finetune.demo import resolve_model
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import finetune_recipe_names, load
 from jaxbert.finetune.task import parse_task
+
+
+MODEL_ARGUMENTS = {"model": "--model"}  # a short name (minilm) resolved by jaxbert.cli.main
 
 
 def add_arguments(parser) -> None:
@@ -77,7 +79,7 @@ def run(args) -> int:
                       **({} if (args.task or "").startswith("glue/") else {
                           "text_columns": tuple(args.text_columns), "label_column": args.label_column,
                           "labels": tuple(args.labels.split(",")) if args.labels else None}))
-    model = resolve_model(args.model)
+    model = args.model
     found = fs.as_path(model)  # a TF checkpoint is named by its prefix (model.ckpt -> model.ckpt.index)
     if not (found.exists() or found.parent.joinpath(found.name + ".index").exists()):
         raise InputError(f"--model {args.model}: not found (no such file or folder)")

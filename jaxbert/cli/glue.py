@@ -12,8 +12,10 @@ from pathlib import Path
 
 from jaxbert.finetune.glue_run import GLUE_EIGHT, SEED_COUNTS, glue_table, parse_tasks, run_glue, write_report
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.demo import resolve_model
 from jaxbert.fs import check_apart, check_new_file
+
+
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
 
 
 def add_arguments(parser) -> None:
@@ -38,7 +40,7 @@ def run(args) -> int:
     if args.json:
         check_new_file(args.json, "--json")
     tasks = parse_tasks(args.tasks)
-    model = resolve_model(args.model, "MODEL")
+    model = args.model
     check_apart(args.workdir, model, "--workdir", "MODEL")
     recipe = load(args.config, args.overrides)
     report = run_glue(model, args.data, recipe, tasks, args.seeds, args.workdir, args.tokenizer)
