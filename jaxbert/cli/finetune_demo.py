@@ -69,6 +69,8 @@ def run(args) -> int:
     log = (lambda m: None) if args.quiet else print
     log(f"finetune-demo: three models, {n_train} train and {n_test} held-out docstrings per kind; expected "
         f"{demo_estimate(n_train)}")
+    log(f"runs kept in {args.workdir}" if args.workdir is not None else
+        "runs in a temporary folder, removed at the end (--workdir DIR keeps them)")
     with tempfile.TemporaryDirectory(prefix="jaxbert-fresh-") as tmp:
         fresh = fresh_copy(args.tiny_demo, tiny_tok, Path(tmp) / "tiny-demo-random", seed=recipe.train.seed)
         contenders = [Contender(NAMES[0], pretrained),

@@ -46,6 +46,8 @@ def run(args) -> int:
     model = args.model
     check_apart(args.workdir, model, "--workdir", "MODEL")
     recipe = load(args.config or default_recipe("classification", model), args.overrides)
+    print(f"glue: {len(tasks)} task(s) x {args.seeds} seed(s) into {args.workdir}/<task>/seed-<n> (--workdir DIR "
+          f"for another folder)")
     report = run_glue(model, args.data, recipe, tasks, args.seeds, args.workdir, args.tokenizer)
     print(glue_table(report))
     if args.json:

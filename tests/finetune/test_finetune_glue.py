@@ -81,7 +81,9 @@ def test_glue_and_finetune_choose_the_recipe_for_a_model_by_one_rule_and_say_so(
     quick = ["--set", "data.max_length=32", "--set", "train.steps=1"]
     assert main(["glue", str(src), "--data", str(data), "--tasks", "sst2", "--workdir", str(tmp_path / "g"),
                  "--json", str(tmp_path / "g.json"), *quick]) == 0
-    glue_said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("recipe ")]
+    out = capsys.readouterr().out
+    assert f"glue: 1 task(s) x 1 seed(s) into {tmp_path / 'g'}/<task>/seed-<n>" in out  # where it writes
+    glue_said = [line for line in out.splitlines() if line.startswith("recipe ")]
     assert main(["finetune", "--task", "glue/sst2", "--model", str(src), "--data", str(data),
                  "--workdir", str(tmp_path / "f"), *quick]) == 0
     finetune_said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("recipe ")]
