@@ -90,7 +90,8 @@ def test_the_missing_extra_messages_are_the_ones_readme_quotes(monkeypatch, modu
 
 
 @pytest.mark.parametrize("argv,listed", [("jaxbert train --list", "tiny-demo"),
-                                         ("jaxbert finetune --list", "finetune-tiny")])
+                                         ("jaxbert finetune --list", "finetune-tiny"),
+                                         ("jaxbert demo", "-> logits (2, 16, 30522)")])
 def test_readmes_cheap_commands_run(argv, listed, capsys):
     assert argv in readme_commands(README.read_text())
     assert main(shlex.split(argv)[1:]) == 0
