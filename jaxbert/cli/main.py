@@ -14,8 +14,8 @@ import importlib
 import importlib.util
 import sys
 
-from jaxbert.packaged import resolve_model
 from jaxbert.errors import EXIT_BAD_INPUT, EXIT_CODES_HELP, JaxbertError
+from jaxbert.packaged import resolve_model
 
 VERBS = {
     "demo": ("jaxbert.cli.demo", "run a tiny BertForMaskedLM on a sentence and print its shapes"),
