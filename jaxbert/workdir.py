@@ -119,6 +119,20 @@ def saved_recipe(meta: Mapping) -> dict:
 
 
 _TASK_META = "finetune"  # the meta key of a fine-tuning run's task record and history
+_WINDOW_META = "metric_window"  # the metric sums of the steps after the last log row, up to the saved step
+
+
+def with_metric_window(meta: dict, window: dict | None) -> dict:
+    """meta with the unlogged steps' metric sums (``MetricWindow.carry``): a run resumed from this step
+    logs the rows a run that never stopped writes."""
+    if window is not None:
+        meta[_WINDOW_META] = window
+    return meta
+
+
+def metric_window(meta: Mapping | None) -> dict | None:
+    """The metric sums ``with_metric_window`` recorded; None for a checkpoint without them."""
+    return (meta or {}).get(_WINDOW_META)
 
 
 def task_record(meta: Mapping) -> dict:
@@ -198,6 +212,7 @@ class Checkpoints:
         self.every_steps = every_steps
         self.log = log
         self._differs: list[str] = []  # key paths where the last step _fits looked at differs
+        self.restored_meta: dict | None = None  # the meta of the checkpoint restore_latest returned
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self._mngr = self._open()
@@ -242,6 +257,7 @@ class Checkpoints:
                                       meta=ocp.args.JsonRestore())
             try:
                 restored = self._mngr.restore(step, args=args)
+                self.restored_meta = dict(restored.meta)
                 return step, restored.state, restored.meta
             except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -356,6 +372,48 @@ def claim(workdir, what: str) -> None:
     p.mkdir(parents=True, exist_ok=True)
     if not (p / KIND_FILE).exists():
         atomic_write_text(p / KIND_FILE, json.dumps({"kind": what}) + "\n")
+
+
+@contextlib.contextmanager
+def claimed(workdir, what: str, active: bool = True):
+    """``claim`` for the block of a run. A run refused before it wrote anything (an exception while the
+    folder it claimed afresh holds only the kind marker and a released lock) leaves nothing behind:
+    the marker, the lock file and the folders the claim created are removed. active: False in the
+    processes that do not write (multi-host)."""
+    if not active or fs.is_url(workdir):  # a bucket path: nothing to undo that a refusal leaves behind
+        if active:
+            claim(workdir, what)
+        yield
+        return
+    p = Path(workdir)
+    made = []  # the folders the claim creates, deepest first
+    q = p.absolute()
+    while not q.exists():
+        made.append(q)
+        q = q.parent
+    fresh = not (p / KIND_FILE).exists()
+    claim(workdir, what)
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            _unclaim(p, made)
+        raise
+
+
+def _unclaim(p: Path, made: list[Path]) -> None:
+    """Removes what ``claim`` and the lock wrote in p, and the folders in made, when nothing else is there."""
+    try:
+        entries = {e.name for e in p.iterdir()}
+        lock = p / LOCK
+        if not entries <= {KIND_FILE, LOCK} or (lock.exists() and lock.stat().st_size):
+            return  # the run wrote something, or a lock is held: all stays
+        for name in entries:
+            (p / name).unlink()
+        for folder in made:
+            folder.rmdir()
+    except OSError:
+        pass  # a folder something else wrote into meanwhile stays
 
 
 def check_placement(workdir) -> None:

@@ -7,6 +7,9 @@ import argparse
 from jaxbert.convert import convert
 
 
+MODEL_ARGUMENTS = {"src": "SRC"}  # a short name (minilm) resolved by jaxbert.cli.main
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("src", help="a Hugging Face or jaxbert directory, or a .safetensors/.bin/.pt/"
                                     ".msgpack file (with config.json beside it or --config)")

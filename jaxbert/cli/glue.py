@@ -11,9 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from jaxbert.finetune.glue_run import GLUE_EIGHT, SEED_COUNTS, glue_table, parse_tasks, run_glue, write_report
+from jaxbert.finetune.model import default_recipe
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.demo import resolve_model
 from jaxbert.fs import check_apart, check_new_file
+
+
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
 
 
 def add_arguments(parser) -> None:
@@ -24,7 +27,9 @@ def add_arguments(parser) -> None:
                         help=f"comma-separated subset (default all eight: {','.join(GLUE_EIGHT)})")
     parser.add_argument("--seeds", type=int, default=1, choices=SEED_COUNTS,
                         help="runs per task (seeds train.seed, +1, ...); several: the median run is reported")
-    parser.add_argument("--config", default="finetune-glue", help="fine-tuning recipe (name or YAML path)")
+    parser.add_argument("--config", default=None,
+                        help="fine-tuning recipe (name or YAML path); default as `finetune` chooses: finetune-glue, "
+                             "or finetune-tiny for a model of hidden size 128 or less")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe key for every task (repeatable)")
     parser.add_argument("--workdir", default="runs/glue",
@@ -38,9 +43,11 @@ def run(args) -> int:
     if args.json:
         check_new_file(args.json, "--json")
     tasks = parse_tasks(args.tasks)
-    model = resolve_model(args.model, "MODEL")
+    model = args.model
     check_apart(args.workdir, model, "--workdir", "MODEL")
-    recipe = load(args.config, args.overrides)
+    recipe = load(args.config or default_recipe("classification", model), args.overrides)
+    print(f"glue: {len(tasks)} task(s) x {args.seeds} seed(s) into {args.workdir}/<task>/seed-<n> (--workdir DIR "
+          f"for another folder)")
     report = run_glue(model, args.data, recipe, tasks, args.seeds, args.workdir, args.tokenizer)
     print(glue_table(report))
     if args.json:

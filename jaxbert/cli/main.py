@@ -2,7 +2,9 @@
 
 Each verb lives in its own module, imported only when the verb is named (``jaxbert --help``
 imports none), with ``add_arguments(parser)`` and ``run(args) -> int``; a verb's module imports
-what its options need at the top and the rest in ``run``.
+what its options need at the top and the rest in ``run``. A verb that takes a model lists that
+argument in ``MODEL_ARGUMENTS`` ({dest: the name its errors use}): its short names (``minilm``)
+are resolved here, the same way for every verb (jaxbert.packaged).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 
 from jaxbert.errors import EXIT_BAD_INPUT, EXIT_CODES_HELP, JaxbertError
 from jaxbert.model.families import FAMILIES  # the registry alone: data, no model code
+from jaxbert.packaged import resolve_model
 
 VERBS = {
     "demo": ("jaxbert.cli.demo", "run a tiny BertForMaskedLM on a sentence and print its shapes"),
@@ -76,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        module = importlib.import_module(args._module)
+        for dest, flag in getattr(module, "MODEL_ARGUMENTS", {}).items():
+            setattr(args, dest, resolve_model(getattr(args, dest), flag))
+        return int(module.run(args) or 0)
     except JaxbertError as e:
         return _fail(args.verb, e, e.exit_code)
     except OSError as e:  # a missing or unreadable input, a read-only or full destination

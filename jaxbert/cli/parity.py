@@ -19,6 +19,9 @@ from jaxbert.train.recipe import OptimSection, position_limit
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
 
 
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
+
+
 def add_arguments(p):
     p.add_argument("model", help="anything jaxbert.from_pretrained reads")
     p.add_argument("--text", action="append", default=None,

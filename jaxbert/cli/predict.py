@@ -15,6 +15,9 @@ from jaxbert.fs import check_new_file
 from jaxbert.finetune.kinds import KINDS
 
 
+MODEL_ARGUMENTS = {"model": "MODEL"}  # a short name (minilm) resolved by jaxbert.cli.main
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("model", help="a fine-tuned Hugging Face directory (e.g. WORKDIR/best)")
     parser.add_argument("file", help="examples to predict (labels not needed)")

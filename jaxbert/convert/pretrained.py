@@ -159,8 +159,12 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
         config = BertConfig.from_pretrained(config) if str(config) in PRESETS else read_config(config)
     keys = src.keys()
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
-    if spec_of(name, config).decoder and not config.is_decoder:
-        raise ConversionError(f"{path}: {name} needs is_decoder=true in its config")
+    if spec_of(name, config).decoder and not config.is_decoder:  # generate's model class: say what this one is
+        own = src.meta.get("model_class") or infer_class(config, keys)
+        raise ConversionError(
+            f"{path}: a masked-LM model ({own}, is_decoder false in its config): it fills in masked words "
+            f"(`jaxbert fill-mask {path} 'text with [MASK]'`) and does not continue text; generating needs a "
+            f"decoder, a {name} whose config has is_decoder: true")
     if add_pooling_layer is None and _is_base(name):
         add_pooling_layer = src.meta.get("add_pooling_layer")
     params, report = state_dict_to_params(

@@ -49,7 +49,8 @@ def run(task, runner, ckpt, writer, state, rng, start: int, log, stop_at: int | 
     total, every = task.total, task.log_every
     train_fn = per_shape(runner.compile_train(make_train_step(task.step)), "train")
     stop = SigtermFlag()
-    window, status, step = MetricWindow(task.summarize), "finished", start
+    carried = workdir_lib.metric_window(ckpt.restored_meta) if start else None
+    window, status, step = MetricWindow(task.summarize, carried), "finished", start
     try:
         log("compiling the train step (the first step waits for it) ...")
         batches = device_batches(task.batches(start), runner)
@@ -84,7 +85,7 @@ def run(task, runner, ckpt, writer, state, rng, start: int, log, stop_at: int | 
                 writer.flush()  # a URL workdir shows the metrics up to every checkpoint
                 saved = runner.to_saved(state)
                 ckpt.save(step, workdir_lib.state_tree(saved.step, saved.params, saved.opt_state, rng),
-                          task.checkpoint_meta(step, loader_state))
+                          workdir_lib.with_metric_window(task.checkpoint_meta(step, loader_state), window.carry()))
             if stopping and step < total:
                 status = "preempted" if preempted else "stopped"
                 log(f"SIGTERM: saved step {step} to {ckpt.directory}; exiting" if preempted else

@@ -120,11 +120,21 @@ LATEST = ("grad_norm", "update_norm", "param_norm", "learning_rate")
 
 class MetricWindow:
     """Metric sums over the steps since the last log line; ``summarize`` (the task's) turns them
-    into figures."""
+    into figures. carried: a checkpoint's ``carry()``, the sums of the steps it saved after its last log
+    row, so that a resumed run's next row covers them as an uninterrupted run's does."""
 
-    def __init__(self, summarize):
+    def __init__(self, summarize, carried: dict | None = None):
         self.summarize = summarize
         self.sums, self.n, self.t = {}, 0, None
+        if carried:
+            self.sums = {k: (dict(v) if isinstance(v, dict) else v) for k, v in carried["sums"].items()}
+            self.n = int(carried["n"])
+
+    def carry(self) -> dict | None:
+        """The sums not yet flushed, as JSON for a checkpoint's meta; None when the window is empty."""
+        if not self.n:
+            return None
+        return {"sums": {k: (dict(v) if isinstance(v, dict) else v) for k, v in self.sums.items()}, "n": self.n}
 
     def add(self, step: int, m: dict):
         """m: one step's metric sums on the host; raises Diverged if they are not finite."""

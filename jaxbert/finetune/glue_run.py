@@ -1,7 +1,8 @@
 """run_glue(model, GLUE_DIR): the eight GLUE tasks under one stated protocol, and their average.
 
-The protocol: every task fine-tunes MODEL with the same recipe (default finetune-glue: batch 32,
-3 epochs, peak lr 2e-5, 10% warmup, max length 128; `--set` changes it for every task alike),
+The protocol: every task fine-tunes MODEL with the same recipe (by default the one `finetune` picks:
+finetune-glue, batch 32, 3 epochs, peak lr 2e-5, 10% warmup, max length 128, or finetune-tiny for a
+small model; `--set` changes it for every task alike),
 one run per seed (seed k of n uses train.seed + k), and a task's dev score is the evaluation at
 the end of training (no checkpoint picked on dev). With several seeds a task reports the run
 whose main metric is the median (the lower middle one for an even count), all of that run's

@@ -123,11 +123,11 @@ def finetune(recipe: FinetuneRecipe, spec: TaskSpec, source, workdir, tokenizer=
     primary = jax.process_index() == 0
     log = log if primary else (lambda msg: None)
     prep = prepare(recipe, spec, source, tokenizer, log)
-    if primary:
-        workdir_lib.claim(workdir, workdir_lib.FINETUNING)
-        _check_best(workdir)
-    with workdir_lock(workdir, active=primary, log=log):
-        return _run(prep, fs.as_path(workdir), stop_at, log, primary)
+    with workdir_lib.claimed(workdir, workdir_lib.FINETUNING, active=primary):
+        if primary:
+            _check_best(workdir)
+        with workdir_lock(workdir, active=primary, log=log):
+            return _run(prep, fs.as_path(workdir), stop_at, log, primary)
 
 
 def _check_best(workdir) -> None:

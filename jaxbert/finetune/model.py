@@ -25,7 +25,7 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune.kinds.base import problem_type
 from jaxbert.model.config import BertConfig, read_config
 from jaxbert.model.families import family_of, root_of
-from jaxbert.workdir import is_workdir, read_run
+from jaxbert.workdir import is_workdir, read_run, recorded_config
 
 # Kept in config.json beside transformers' keys (it ignores them): what `jaxbert predict` needs to
 # read a file the way training did; under OPTIONS_KEY the kind's options training used.
@@ -60,6 +60,36 @@ def source_config(src) -> BertConfig:
         if (folder / name).is_file():
             return read_config(folder / name)
     raise InputError(f"{src}: no config.json or bert_config.json beside it; is it a model directory?")
+
+
+SMALL_HIDDEN = 128  # a model this narrow (the tiny-demo's 128) gets finetune-tiny by default
+
+
+def default_recipe(kind: kinds.Kind | str, src, log=print) -> str:
+    """The recipe for fine-tuning SRC on a task of this kind when none is named (`finetune` and `glue`
+    alike), said in the log: the kind's BERT-base recipe (finetune-glue, finetune-squad for qa), or for a
+    model of hidden size SMALL_HIDDEN or less finetune-tiny (lr 2e-5 barely moves a model of the
+    tiny-demo's size)."""
+    k = kinds.resolve(kind)
+    base = k.recipe
+    hidden = _hidden_size(src)
+    if hidden is not None and hidden <= SMALL_HIDDEN:
+        log(f"recipe finetune-tiny: {src} is a small model (hidden size {hidden}); {base}'s learning rate is "
+            f"made for BERT-base and barely moves it (--config {base} to use it anyway)")
+        return "finetune-tiny"
+    size = f"hidden size {hidden}" if hidden is not None else "hidden size unknown"
+    log(f"recipe {base}: the {k.name} default for {src} ({size}; --config NAME for another)")
+    return base
+
+
+def _hidden_size(src) -> int | None:
+    """SRC's hidden size from its recorded config (a workdir's newest checkpoint, or config.json); None if unknown."""
+    try:
+        if is_workdir(src):
+            return recorded_config(src).get("hidden_size")
+        return source_config(src).hidden_size
+    except Exception:  # noqa: BLE001 - unreadable here: the run reports it by name
+        return None
 
 
 def task_config(base: BertConfig, kind: kinds.Kind | str, labels: Sequence[str] | None,

@@ -50,9 +50,9 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None 
     workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
         parallel.initialize_distributed(recipe.parallel)
-    if jax.process_index() == 0:
-        workdir_lib.claim(workdir, workdir_lib.PRETRAINING)
-    with workdir_lock(workdir, active=jax.process_index() == 0, log=lambda m: tqdm.write(str(m))):
+    primary = jax.process_index() == 0
+    with workdir_lib.claimed(workdir, workdir_lib.PRETRAINING, active=primary), \
+            workdir_lock(workdir, active=primary, log=lambda m: tqdm.write(str(m))):
         return _train_and_evaluate(recipe, workdir, stop_at)
 
 

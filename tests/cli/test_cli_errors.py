@@ -189,3 +189,20 @@ def test_a_report_file_that_exists_is_refused_before_any_work(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{flag} {mine}: exists" in err[0], err
     assert mine.read_text() == "a user's file"
+
+
+def test_generate_on_a_masked_lm_says_what_the_model_is_and_what_generates(tmp_path, capsys):
+    from tests.helpers.hf_models import TINY, tiny_hf_model
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(TINY["vocab_size"] - 5)]
+    for name, folder in (("BertForMaskedLM", tmp_path / "mlm"), ("BertLMHeadModel", tmp_path / "decoder")):
+        tiny_hf_model(name).save_pretrained(folder)
+        (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    code = main(["generate", str(tmp_path / "mlm"), "w1 w2", "--max-new-tokens", "2"])
+    captured = capsys.readouterr()
+    _check("generate", code, captured.out, captured.err, "a masked-LM model (BertForMaskedLM")
+    assert "jaxbert fill-mask" in captured.err and "is_decoder: true" in captured.err
+    assert "needs is_decoder=true" not in captured.err
+    # a decoder still generates: two new tokens after the prompt
+    assert main(["generate", str(tmp_path / "decoder"), "w1 w2", "--max-new-tokens", "2"]) == 0
+    words = capsys.readouterr().out.splitlines()[0].split()
+    assert words[:2] == ["w1", "w2"] and len(words) == 4

@@ -105,3 +105,23 @@ def test_a_users_own_best_folder_is_refused_before_any_step(src, train_file, tmp
         ft_loop.finetune(load_ft("finetune-tiny", ["train.steps=4"]), spec, src, wd, log=QUIET)
     assert (wd / "best" / "my_model.txt").read_text() == "mine"
     assert (wd / "metrics.jsonl").read_bytes() == metrics  # nothing appended: refused before training
+
+
+def test_a_refused_train_leaves_no_folder_marker_or_lock(tmp_path, monkeypatch, capsys):
+    from jaxbert.cli.main import main
+    monkeypatch.chdir(tmp_path)  # the recipe's default workdir, runs/bert-base-phase1, is under the cwd
+    assert main(["train", "--config", "bert-base-phase1"]) == 2
+    assert "data.dir: data/bert-128 does not exist" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # not runs/, not runs/bert-base-phase1/.jaxbert-workdir, no lock
+
+
+def test_a_refused_run_in_the_users_empty_folder_leaves_the_folder_empty(tmp_path):
+    data = json.loads(json.dumps(TINY))
+    data["data"] = {"source": "prepared", "dir": str(tmp_path / "no-such-data"), "seq_len": 16}
+    wd = tmp_path / "mine"
+    wd.mkdir()
+    with pytest.raises(InputError, match="no-such-data does not exist"):
+        train_and_evaluate(R.from_dict(data), wd)
+    assert wd.is_dir() and list(wd.iterdir()) == []  # the user's folder stays, as it was
+    train_and_evaluate(_tiny(2), wd)  # a run that works keeps its marker
+    assert workdir_lib.kind(wd) == workdir_lib.PRETRAINING and (wd / workdir_lib.KIND_FILE).exists()

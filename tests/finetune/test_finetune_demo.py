@@ -59,3 +59,28 @@ def test_the_demo_without_a_tiny_demo_says_how_to_make_it(tmp_path, capsys):
     rc = main(["finetune-demo", "--tiny-demo", str(tmp_path / "nothing")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "jaxbert train" in err[0]
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["temporary", "kept"])
+def test_the_demo_says_where_its_runs_go(tmp_path, capsys, monkeypatch, keep):
+    from jaxbert.cli import finetune_demo as cli
+    seen = {}
+
+    def fake_run_demo(contenders, recipe, train, test, workdir, log):  # the three runs, not trained here
+        seen["workdir"] = workdir
+        return [{"name": c.name, "accuracy": 0.5, "macro_f1": 0.5, "seconds": 1.0} for c in contenders]
+    monkeypatch.setattr(cli, "run_demo", fake_run_demo)
+    monkeypatch.setattr(cli, "fresh_copy", lambda *a, **k: tmp_path / "fresh")
+    monkeypatch.setattr(cli.workdir_lib, "is_workdir", lambda p: True)
+    monkeypatch.setattr(cli.workdir_lib, "tokenizer_path", lambda p: tmp_path)
+    monkeypatch.setattr(cli, "docstring_task", lambda n_train, n_test: ([], []))  # the stdlib scan takes a while
+    argv = ["finetune-demo", "--pretrained", str(tmp_path), "--per-kind", "2", "1"]
+    if keep:
+        argv += ["--workdir", str(tmp_path / "kept")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    if keep:
+        assert f"runs kept in {tmp_path / 'kept'}" in out and seen["workdir"] == str(tmp_path / "kept")
+    else:
+        assert "runs in a temporary folder, removed at the end (--workdir DIR keeps them)" in out
+        assert seen["workdir"] is None

@@ -74,3 +74,21 @@ def test_tasks_subset_and_wnli():
     assert parse_tasks("SST-2,cola") == ("cola", "sst2")
     with pytest.raises(Exception, match="WNLI"):
         parse_tasks("wnli")
+
+
+def test_glue_and_finetune_choose_the_recipe_for_a_model_by_one_rule_and_say_so(src, tmp_path, capsys, compile_cache):
+    data = write_glue_dir(tmp_path / "glue_data", n_train=8, n_dev=4)
+    quick = ["--set", "data.max_length=32", "--set", "train.steps=1"]
+    assert main(["glue", str(src), "--data", str(data), "--tasks", "sst2", "--workdir", str(tmp_path / "g"),
+                 "--json", str(tmp_path / "g.json"), *quick]) == 0
+    out = capsys.readouterr().out
+    assert f"glue: 1 task(s) x 1 seed(s) into {tmp_path / 'g'}/<task>/seed-<n>" in out  # where it writes
+    glue_said = [line for line in out.splitlines() if line.startswith("recipe ")]
+    assert main(["finetune", "--task", "glue/sst2", "--model", str(src), "--data", str(data),
+                 "--workdir", str(tmp_path / "f"), *quick]) == 0
+    finetune_said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("recipe ")]
+    # the model has hidden size 32: both verbs pick finetune-tiny (not finetune-glue's lr 2e-5), in the same words
+    assert glue_said == finetune_said == [f"recipe finetune-tiny: {src} is a small model (hidden size 32); "
+                                          "finetune-glue's learning rate is made for BERT-base and barely moves "
+                                          "it (--config finetune-glue to use it anyway)"]
+    assert json.loads((tmp_path / "g.json").read_text())["protocol"]["recipe"] == "finetune-tiny"

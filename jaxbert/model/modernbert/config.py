@@ -12,9 +12,6 @@ modules read. Anything jaxbert cannot honour is refused by name when the config 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-from pathlib import Path
 from typing import Any, Mapping
 
 from jaxbert.errors import ConfigError
