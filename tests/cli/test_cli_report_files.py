@@ -1,4 +1,4 @@
-"""Issue 34 ("Nothing lost, round three"), the report files and argument checks: `plan --json`,
+"""Report files and argument checks: `plan --json`,
 `parity --json` and `plot --out` refuse an existing file before any work (with --overwrite only
 for a report the verb wrote), `predict --out` into a missing folder is refused before work,
 `finetune-demo` refuses nonsense sizes and a kept --workdir holding files before writing, `plan`
