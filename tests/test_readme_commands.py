@@ -46,8 +46,10 @@ def _parser(words: list[str]) -> tuple[argparse.ArgumentParser, str]:
 
 
 def _flags(command: str) -> list[str]:
-    """The --flags a command (or a usage line: `[--seeds 1|3|5]`, `(--recipe R | --preset P)`) names."""
-    return re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", command)
+    """The --flags a command (or a usage line: `[--seeds 1|3|5]`, `(--recipe R | --preset P)`) names; a
+    quoted value is the flag's, not the verb's (`--pipeline-options="--project=P --region=R"`)."""
+    unquoted = re.sub(r"\"[^\"]*\"|'[^']*'", "", command)
+    return re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", unquoted)
 
 
 def test_readme_finds_the_commands_it_should():
@@ -75,6 +77,8 @@ def test_the_check_catches_a_flag_the_verb_lacks():
     assert "--recipe" in parser._option_string_actions and "--config" not in parser._option_string_actions
     assert _flags("jaxbert plan (--recipe R | --preset P --seq-len T) [--target TOPOLOGY]") == [
         "--recipe", "--preset", "--seq-len", "--target"]
+    assert _flags('jaxbert data prepare --runner dataflow --pipeline-options="--project=P --region=R"') == [
+        "--runner", "--pipeline-options"]
 
 
 @pytest.mark.parametrize("module,extra,name", [("pyarrow", "data", "pyarrow"), ("torch", "torch", "torch")])
