@@ -19,17 +19,16 @@ the layers are scanned.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Iterator
 
 from jaxbert.convert.result import ConversionError
 from jaxbert.model.config import BertConfig, bert_class_name
 from jaxbert.model.families import family_of, family_of_class, root_of
+from jaxbert.model.keys import COPY, TRANSPOSE, Entry
 from jaxbert.model.registry import for_config, head
 
-LINEAR = "transpose"  # [out, in] <-> [in, out]
-COPY = "copy"
+LINEAR = TRANSPOSE  # [out, in] <-> [in, out]
 
 # kind -> ((torch leaf, flax leaf, transform, shape from the row's dims), ...)
 _LEAVES = {
@@ -69,23 +68,6 @@ def _layer(c: BertConfig, cross: bool) -> list:
     return rows + [("intermediate.dense", "dense", (H, I)),
                    ("output.dense", "dense", (I, H)),
                    ("output.LayerNorm", "norm", (H,))]
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One tensor. ``key``: state-dict key; ``path``: param path (scanned paths
-    have no layer level); ``shape``: the Flax shape of one layer's slice;
-    ``layer``: its index on the leading axis when scanned, else None."""
-
-    key: str
-    path: tuple
-    transform: str
-    shape: tuple
-    layer: int | None = None
-
-    @property
-    def torch_shape(self) -> tuple:
-        return self.shape[::-1] if self.transform == LINEAR else self.shape
 
 
 class Table:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from jaxbert.model.keys import COPY, TRANSPOSE, Entry
 from jaxbert.model.modernbert.config import CLASS_NAMES, ModernBertConfig
 from jaxbert.model.modernbert.modules import SCAN
 
-TRANSPOSE, COPY = "transpose", "copy"  # the values of jaxbert.convert.table.LINEAR and COPY
 PREFIX = "model"  # the encoder's name in the head classes
 
 
@@ -68,22 +68,6 @@ def head_rows(c: ModernBertConfig, class_name: str) -> list:
         return rows + [("decoder", "linear" if c.decoder_bias else "linear_nobias", (H, c.vocab_size), None)]
     labels = 1 if class_name == "ModernBertForMultipleChoice" else c.num_labels
     return rows + [("classifier", "linear", (H, labels), None)]
-
-
-@dataclasses.dataclass(frozen=True)
-class Entry:
-    """One tensor: state-dict key, param path (no layer level when scanned), Flax shape of one
-    layer's slice, and its index on the stacked axis when scanned (else None)."""
-
-    key: str
-    path: tuple
-    transform: str
-    shape: tuple
-    layer: int | None = None
-
-    @property
-    def torch_shape(self) -> tuple:
-        return self.shape[::-1] if self.transform == TRANSPOSE else self.shape
 
 
 @dataclasses.dataclass(frozen=True)
