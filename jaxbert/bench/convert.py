@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxbert.convert.safetensors_io import write_safetensors
-from jaxbert.convert.table import Table
+from jaxbert.model.table import Table
 from jaxbert.convert.writers import hf_config
 from jaxbert.model.config import preset as get_preset
 

@@ -24,7 +24,8 @@ from jaxbert.model.registry import head
 from jaxbert.convert.readers import tensor_to_numpy
 from jaxbert.convert.result import ConversionError, ConversionReport
 from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
-from jaxbert.convert.table import LEGACY_LEAVES, Table, table_for, to_flax
+from jaxbert.convert.table import LEGACY_LEAVES, table_for, to_flax
+from jaxbert.model.table import Table
 
 # A load that finds fewer of the model's tensors than this share is refused: the
 # checkpoint is of another architecture (a head or two may be missing, not the body).

@@ -14,14 +14,14 @@ from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.workdir import WorkdirError, is_workdir, read_run, recorded_config
-from jaxbert.model.config import PRESETS, BertConfig, ConfigError, bert_class_name, config_classes
+from jaxbert.model.config import PRESETS, BertConfig, bert_class_name, config_classes
 from jaxbert.model.config import read_config as _read_config
 from jaxbert.model.config import read_config_dict
 from jaxbert.model.families import family_of
 from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, unflatten
-from jaxbert.model.registry import HEADS, for_config, head, spec_of
+from jaxbert.model.registry import HEADS, head, spec_of
 from jaxbert.convert.load import state_dict_to_params
 from jaxbert.convert.readers import TreeSource, open_source
 from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
@@ -65,39 +65,14 @@ def _is_base(name: str) -> bool:
 
 
 def infer_class(config: BertConfig, keys: list[str]) -> str:
-    """The class a checkpoint was saved from: config ``architectures``, else its keys."""
+    """The class a checkpoint was saved from, as its config's family says (``Family.infer_class``:
+    config ``architectures``, else its keys)."""
     family = family_of(config)
-    if family.infer_class is not None:  # a family with classes of its own says
-        name = family.infer_class(config, keys)
-        if name is None:
-            raise ConversionError(f"config architectures {list(config.architectures)} name no {family.name} class; "
-                                  f"pass model_class= one of {family.class_names()}")
-        return name
-    for arch in config.architectures or ():
-        if arch in ALL_MODEL_CLASSES:
-            return arch
-    if config.architectures:
-        raise ConversionError(f"config architectures {config.architectures} name no jaxbert class; "
-                              f"pass model_class= one of {sorted(ALL_MODEL_CLASSES)}")
-    modules = {k.rpartition(".")[0] for k in keys}
-
-    def score(spec):  # (all its head modules present, how many, decoder and pooler as in the checkpoint)
-        spec = for_config(spec, config)
-        wanted = {m for m, _, _ in spec.rows(config)}
-        pooler = any(m.endswith("pooler.dense") for m in modules)
-        return (wanted <= modules, len(wanted), spec.decoder == config.is_decoder, spec.pooler == pooler)
-
-    # Registry order breaks ties: multiple choice looks like sequence classification; name it if so.
-    best = max((h for h in HEADS.values() if _in_family(config, h.name)), key=score)  # max keeps the first
-    return config.class_name(best.name)
-
-
-def _in_family(config: BertConfig, name: str) -> bool:
-    try:
-        config.class_name(name)
-    except ConfigError:
-        return False  # RoBERTa has no NSP / pretraining / decoder heads
-    return True
+    name = family.infer_class(config, keys)
+    if name is None:
+        raise ConversionError(f"config architectures {list(config.architectures)} name no {family.name} class; "
+                              f"pass model_class= one of {family.class_names()}")
+    return name
 
 
 def _open(path, step: int | None):

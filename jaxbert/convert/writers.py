@@ -22,7 +22,8 @@ from jaxbert.model.registry import spec_of
 from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
-from jaxbert.convert.table import Table, table_for, to_torch
+from jaxbert.convert.table import table_for, to_torch
+from jaxbert.model.table import Table
 
 SAFE_NAME = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"

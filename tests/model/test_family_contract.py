@@ -199,6 +199,38 @@ def test_a_family_on_bert_modules_registered_from_outside_is_read_built_converte
     assert "camembert" not in jaxbert.MODEL_TYPES
 
 
+
+def test_every_family_names_its_key_table_and_class_inference():
+    """BERT's table and class inference are its entry's members, as ModernBERT's are its own."""
+    from jaxbert.model.config import BertConfig
+    from jaxbert.model.table import Table, infer_class
+    assert (FAMILIES["bert"].table, FAMILIES["bert"].infer_class) == (Table, infer_class)
+    assert (FAMILIES["roberta"].table, FAMILIES["roberta"].infer_class) == (Table, infer_class)
+    config = BertConfig(model_type="roberta", vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=24, max_position_embeddings=40, pad_token_id=1)
+    keys = Table(config, "RobertaForMaskedLM").by_key
+    assert "lm_head.dense.weight" in keys and FAMILIES["roberta"].infer_class(config, list(keys)) == "RobertaForMaskedLM"
+    gpt2 = BertConfig.from_dict({**config.to_dict(), "architectures": ["GPT2LMHeadModel"]})
+    assert FAMILIES["roberta"].infer_class(gpt2, list(keys)) is None
+
+
+def test_a_family_that_names_no_table_takes_its_bases_with_a_warning_or_is_refused():
+    import dataclasses
+
+    from jaxbert.model import families
+    from jaxbert.model.table import Table
+    unsaid = dataclasses.replace(FAMILIES["roberta"], name="camembert", model_types=("camembert",),
+                                 class_prefixes={"camembert": "Camembert"}, builds_on="roberta", table=None,
+                                 infer_class=None)
+    with pytest.warns(DeprecationWarning, match="'camembert' does not say its table, infer_class: taking 'roberta'"):
+        families.register(unsaid)
+    try:
+        assert FAMILIES["camembert"].table is Table
+    finally:
+        families.unregister("camembert")
+    with pytest.raises(TypeError, match="'own' does not say its table, infer_class"):
+        dataclasses.replace(FAMILIES["modernbert"], name="own", table=None, infer_class=None)
+
 # ---- every verb on a BERT, a RoBERTa and a ModernBERT directory made by transformers ---------------------
 
 _SENTENCES = ["the return statement leaves the function", "a for loop iterates over a list",

@@ -7,10 +7,13 @@ registry is data: importing it loads no model code (a family names its modules, 
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+
 from jaxbert.model.families.bert import BERT
 from jaxbert.model.families.modernbert import MODERNBERT
 from jaxbert.model.families.roberta import ROBERTA
-from jaxbert.model.families.spec import Family
+from jaxbert.model.families.spec import INHERITED, Family
 
 FAMILIES: dict = {}
 # config.json model_type values jaxbert builds; anything else is refused by name.
@@ -27,6 +30,13 @@ def register(family: Family) -> Family:
     if family.name in FAMILIES or taken:
         raise ValueError(f"family {family.name!r}: {'its name' if family.name in FAMILIES else taken} "
                          "already registered")
+    unsaid = [n for n in INHERITED if object.__getattribute__(family, n) is None]
+    if unsaid:  # a family on another's modules that does not name these: they were that family's, unsaid
+        base = FAMILIES[family.builds_on]
+        warnings.warn(f"family {family.name!r} does not say its {', '.join(unsaid)}: taking {base.name!r}'s, "
+                      "which will be refused in 0.3.0 (name them, as jaxbert.model.families.roberta does)",
+                      DeprecationWarning, stacklevel=2)
+        family = dataclasses.replace(family, **{n: object.__getattribute__(base, n) for n in unsaid})
     FAMILIES[family.name] = family
     BY_MODEL_TYPE.update(dict.fromkeys(family.model_types, family))
     MODEL_TYPES = tuple(BY_MODEL_TYPE)

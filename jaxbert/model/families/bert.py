@@ -6,6 +6,9 @@ from __future__ import annotations
 from jaxbert.model.families.spec import Family, Ref
 
 _HEADS = "jaxbert.model.heads"
+# The converter's key table and class inference of every class on BERT's modules (RoBERTa's too).
+TABLE = Ref("jaxbert.model.table:Table")
+INFER_CLASS = Ref("jaxbert.model.table:infer_class")
 
 
 def _mlm_rows(c) -> list:
@@ -63,6 +66,7 @@ BERT = Family(
     mlm_head=Ref(f"{_HEADS}:BertOnlyMLMHead"),
     config_class=Ref("jaxbert.model.config:BertConfig"), model_classes=Ref(f"{_HEADS}:MODEL_CLASSES"),
     build=Ref(f"{_HEADS}:build_bert_class"), class_specs=CLASS_SPECS,
+    table=TABLE, infer_class=INFER_CLASS,
     non_embedding_params=non_embedding_params, attended_positions=attended_positions,
     position_limit=lambda c: c.max_position_embeddings,
     describe_init=lambda c, class_name: f"normal(std={c.initializer_range}) kernels, zero biases",

@@ -51,6 +51,7 @@ ROBERTA = Family(
     pretraining_classes=("RobertaForMaskedLM", "XLMRobertaForMaskedLM"),
     builds_on="bert", config_class=Ref("jaxbert.model.config:BertConfig"),
     model_classes=Ref(f"{_MODULES}:MODEL_CLASSES"), build=Ref("jaxbert.model.heads:build_bert_class"),
+    table=bert.TABLE, infer_class=bert.INFER_CLASS,
     non_embedding_params=bert.non_embedding_params, attended_positions=bert.attended_positions,
     position_limit=lambda c: c.max_position_embeddings - _offset(c),
     special_tokens={"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"},

@@ -46,6 +46,10 @@ class LayerStack:
 BERT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
+# Members a family on another's modules took from it when it did not say them (deprecated: register warns).
+INHERITED = ("table", "infer_class")
+
+
 def _no_check(config) -> None:
     return None
 
@@ -92,10 +96,11 @@ class Family:
       build: (class name, config, options, **kwargs) -> module.
       class_specs: class name -> the fields of its ``Head`` (pooler, mlm, choices, base, stages,
         main, ...), for a family whose classes are its own (jaxbert.model.registry reads them).
-      table: (config, class name, scan_layers, add_pooling_layer) -> its key table (the interface
-        of jaxbert.convert.table.Table), or None for the converter's BERT table.
-      infer_class: (config, state-dict keys) -> the class a checkpoint was saved from, or None where
-        the converter's scoring of the registry's head rows decides.
+      table: (config, class name, scan_layers, add_pooling_layer) -> its key table for the converter
+        (entries, by_key, aliases, leaf_shapes, prefix, spec: jaxbert.model.table.Table, BERT's, which
+        the families on BERT's modules name too, or ModernBERT's jaxbert.model.modernbert.table.Table).
+      infer_class: (config, state-dict keys) -> the class a checkpoint was saved from (its config's
+        ``architectures``, else its keys), or None where ``architectures`` names no class it can load.
       non_embedding_params: config -> matmul weights of the encoder layers (for the FLOP count).
       attended_positions: (config, T) -> the keys a query attends summed over the layers (for the
         FLOP count of attention scores).
@@ -147,8 +152,8 @@ class Family:
     position_limit: Callable = None
     builds_on: str = ""
     class_specs: Optional[dict] = None
-    table: Optional[Callable] = None
-    infer_class: Optional[Callable] = None
+    table: Callable = None
+    infer_class: Callable = None
     describe_init: Callable = lambda config, class_name: f"{class_name}'s init, zero biases"
     also: str = ""
     differences: str = ""
@@ -164,7 +169,7 @@ class Family:
 
     def __post_init__(self):
         required = ("config_class", "model_classes", "build", "non_embedding_params",
-                    "attended_positions", "position_limit")
+                    "attended_positions", "position_limit") + (() if self.builds_on else INHERITED)
         missing = [n for n in required if object.__getattribute__(self, n) is None]
         if missing:
             raise TypeError(f"family {self.name!r} does not say its {', '.join(missing)}")

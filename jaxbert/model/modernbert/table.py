@@ -1,8 +1,8 @@
 """The key table between transformers' ModernBERT state dict and jaxbert's param tree.
 
 One row per PyTorch module: its state-dict path and kind. The kind says which tensors the
-module holds and how each maps (the same conventions as jaxbert.convert.table, whose loader
-and writers read this table through the same interface):
+module holds and how each maps (the conventions of BERT's table, jaxbert.model.table; the
+converter's loader and writers read both through the same interface):
 
     Linear.weight [out, in]   <-> kernel [in, out] (transposed)    Linear.bias     <-> bias
     LayerNorm.weight          <-> scale                            LayerNorm.bias  <-> bias
@@ -88,7 +88,7 @@ class _Spec:
 
 class Table:
     """Every tensor of one ModernBERT class under one config and layout; the interface of
-    jaxbert.convert.table.Table (entries, by_key, aliases, leaf_shapes, prefix, spec).
+    jaxbert.model.table.Table (entries, by_key, aliases, leaf_shapes, prefix, spec).
 
     Attributes:
       entries: one Entry per tensor (per layer when scanned).
