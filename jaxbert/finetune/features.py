@@ -1,20 +1,20 @@
-"""Examples -> fixed-shape int32 arrays for sequence, token and multiple-choice tasks.
+"""Examples -> fixed-shape int32 arrays: what the task kinds' features share, and sentence (pair) tasks'.
 
-Every kind gives input_ids, token_type_ids, attention_mask [N, L] ([N, C, L] for choice) and
-labels: [N] class ids (int32) or targets (float32), or [N, L] word tags for token tasks, where
-a word's tag sits on its first sub-token and -100 marks sub-tokens, specials and padding.
+The kinds that cut their inputs their own way build on these: token tagging
+(kinds.tokens.features), multiple choice (kinds.choice), QA (kinds.qa.features). Every kind
+gives input_ids, token_type_ids, attention_mask [N, L] ([N, C, L] for choice) and labels: [N]
+class ids (int32) or targets (float32), or [N, L] word tags for token tasks, where a word's tag
+sits on its first sub-token and -100 (IGNORE) marks sub-tokens, specials and padding.
 L is the smallest power-of-two bucket length (see `bucket_lengths`) holding the set's longest row,
 and `lengths` [N] keeps every row's own length so batches can be cut to their own, shorter bucket
 (jaxbert.finetune.batching.plan_buckets chooses those from the batches).
-Rows longer than max_length are truncated (longest first for pairs) and counted, except a
-token task's sentences: a sentence longer than max_length is cut into overlapping windows
-(as QA cuts a context), so every word is tagged; `word_index` maps each window back to its
-sentence's words, and a word the tokenizer reduces to nothing (a soft hyphen, a zero-width
-space, a byte-order mark, "") has no piece, no loss and the tag "O" (EMPTY_WORD_TAG).
+Rows longer than max_length are truncated (longest first for pairs) and counted.
 """
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -22,11 +22,10 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from jaxbert.data.tokenizer import DEFAULT_SPECIAL_TOKENS, TokenizerError
-from jaxbert.finetune.readers import ChoiceExample, TextExample, TokenExample
+from jaxbert.finetune.readers import TextExample
 from jaxbert.finetune.tables import TaskDataError
 
 IGNORE = -100  # label of a position no loss is taken on
-EMPTY_WORD_TAG = "O"  # the tag of a word without word pieces: the model never sees it
 SEQUENCE_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 
 
@@ -122,7 +121,7 @@ def pad_rows(rows: Sequence[Sequence[int]], length: int, value: int = 0) -> np.n
     return out
 
 
-def _sequence_arrays(encodings, max_length: int, pad_id: int, buckets=None):
+def sequence_arrays(encodings, max_length: int, pad_id: int, buckets=None):
     lengths = np.array([len(e.ids) for e in encodings], dtype=np.int32)
     length = bucket_for(int(lengths.max(initial=1)), buckets or bucket_lengths(max_length))
     arrays = {"input_ids": pad_rows([e.ids for e in encodings], length, pad_id),
@@ -139,18 +138,9 @@ def text_features(examples: Sequence[TextExample], tok: Tokenizer, max_length: i
     inputs = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
     encodings, truncated = encode(tok, inputs, max_length)
     pad = special_id(tok, "pad")
-    arrays, lengths, _ = _sequence_arrays(encodings, max_length, pad)
+    arrays, lengths, _ = sequence_arrays(encodings, max_length, pad)
     arrays["labels"] = np.array([e.label for e in examples], dtype=np.float32 if regression else np.int32)
     return Features(arrays, lengths, int(truncated.sum()), max_length, pad_values={"input_ids": pad})
-
-
-def word_labels(word_ids: Sequence[int | None], tags: Sequence[int]) -> list[int]:
-    """Per token: the tag of the word it starts, IGNORE on later pieces of a word and on specials."""
-    out, previous = [], None
-    for w in word_ids:
-        out.append(IGNORE if w is None or w == previous else int(tags[w]))
-        previous = w
-    return out
 
 
 def pieces(n: int, width: int, overlap: int) -> list[tuple[int, int]]:
@@ -173,56 +163,13 @@ def running_text(words: Sequence[str]) -> list[str]:
     return [w if i == 0 or not w else " " + w for i, w in enumerate(words)]
 
 
-def token_features(examples: Sequence[TokenExample], tok: Tokenizer, max_length: int,
-                   stride: int = 128) -> Features:
-    """Tagging: labels [N, L] hold each word's tag id on its first sub-token, IGNORE elsewhere.
-
-    A sentence of more than max_length - 2 pieces becomes several rows, [CLS] window [SEP],
-    consecutive windows sharing min(stride, half a window) pieces; a window's pieces that
-    continue a word begun in an earlier window carry IGNORE. Nothing is cut (n_truncated 0).
-    """
-    if not examples:
-        raise TaskDataError("no examples to encode")
-    if max_length < 3:
-        raise TaskDataError(f"max_length must be at least 3 for tagging, got {max_length}")
-    cls, sep, pad = special_id(tok, "cls"), special_id(tok, "sep"), special_id(tok, "pad")
-    encodings = tok.encode_batch([running_text(e.words) for e in examples], is_pretokenized=True,
-                                 add_special_tokens=False)
-    width = max_length - 2
-    overlap = max(0, min(stride, width // 2))
-    ids, labels, words, where = [], [], [], []
-    for k, (enc, example) in enumerate(zip(encodings, examples)):
-        starts = [-1 if w is None or (t and enc.word_ids[t - 1] == w) else int(w) for t, w in enumerate(enc.word_ids)]
-        for a, b in pieces(len(enc.ids), width, overlap):
-            ids.append([cls, *enc.ids[a:b], sep])
-            words.append([-1, *starts[a:b], -1])
-            labels.append([IGNORE] + [IGNORE if w < 0 else int(example.tags[w]) for w in starts[a:b]] + [IGNORE])
-            where.append(k)
-    lengths = np.array([len(r) for r in ids], dtype=np.int32)
-    length = bucket_for(int(lengths.max()), bucket_lengths(max_length))
-    arrays = {"input_ids": pad_rows(ids, length, pad), "token_type_ids": pad_rows([[0] * len(r) for r in ids], length),
-              "attention_mask": pad_rows([[1] * len(r) for r in ids], length),
-              "labels": pad_rows(labels, length, IGNORE)}
-    return Features(arrays, lengths, 0, max_length, SEQUENCE_KEYS + ("labels",), {"input_ids": pad, "labels": IGNORE},
-                    example_index=np.array(where, dtype=np.int32),
-                    n_words=np.array([len(e.words) for e in examples], dtype=np.int32),
-                    word_index=pad_rows(words, length, -1))
+# Names that moved into their task kind's module (a DeprecationWarning; still importable from here).
+MOVED = {**dict.fromkeys(("token_features", "word_labels", "EMPTY_WORD_TAG"), "jaxbert.finetune.kinds.tokens.features"),
+         "choice_features": "jaxbert.finetune.kinds.choice"}
 
 
-def choice_features(examples: Sequence[ChoiceExample], tok: Tokenizer, max_length: int) -> Features:
-    """Multiple choice: [N, C, L] arrays of (context, ending) pairs; labels [N] the right ending."""
-    if not examples:
-        raise TaskDataError("no examples to encode")
-    n_choices = len(examples[0].endings)
-    bad = next((e.id for e in examples if len(e.endings) != n_choices), None)
-    if bad is not None:
-        raise TaskDataError(f"example {bad} has a different number of endings than {n_choices}")
-    inputs = [(e.context, ending) for e in examples for ending in e.endings]
-    encodings, truncated = encode(tok, inputs, max_length)
-    pad = special_id(tok, "pad")
-    arrays, lengths, length = _sequence_arrays(encodings, max_length, pad)
-    n = len(examples)
-    arrays = {k: v.reshape(n, n_choices, length) for k, v in arrays.items()}
-    arrays["labels"] = np.array([e.label for e in examples], dtype=np.int32)
-    return Features(arrays, lengths.reshape(n, n_choices).max(axis=1), int(truncated.reshape(n, -1).any(1).sum()),
-                    max_length, pad_values={"input_ids": pad})
+def __getattr__(name: str):
+    if name in MOVED:  # read from the kind's module when asked: that module imports this one
+        warnings.warn(f"jaxbert.finetune.features.{name} moved to {MOVED[name]}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

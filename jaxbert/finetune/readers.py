@@ -1,25 +1,24 @@
-"""Task examples from data files: the readers the task kinds (jaxbert.finetune.kinds) read with.
+"""Task examples from data files: what the task kinds' readers (jaxbert.finetune.kinds) share.
 
 `read_text`: one or two text columns and a label column (a class name, or a number with
-numeric=True); `read_tokens`: CoNLL text or JSONL with `tokens` / `tags`; `read_choice`:
-SWAG-style CSV or JSONL with `context`, `endings`, `label` (SQuAD JSON is read by the qa kind, jaxbert.finetune.kinds.qa.squad).
+numeric=True), which classification and regression read; `label_ids` and `no_label`: labels as
+ids and unlabelled rows, for every kind's reader. The other kinds read their own formats
+(token tagging: kinds.tokens.reader; multiple choice: kinds.choice; SQuAD JSON: kinds.qa.squad).
 `read_task` reads a training file and its eval files with a kind's reader; the training file
 fixes the label set unless one is given.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from jaxbert.finetune.tables import (TaskDataError, cell, data_file, local_path, read_rows, require_columns, show,
-                                     text_cell)
-
-CONLL_SUFFIXES = (".txt", ".conll", ".iob", ".bio", ".tsv")
-_IOB_TAG = re.compile(r"^(O|[BI]-.+)$")
+from jaxbert.finetune.tables import TaskDataError, cell, local_path, read_rows, require_columns, show, text_cell
 
 
 @dataclass(frozen=True)
@@ -30,25 +29,6 @@ class TextExample:
     text_a: str
     text_b: str | None
     label: int | float
-
-
-@dataclass(frozen=True)
-class TokenExample:
-    """A sentence as words [W] with one tag id per word (ids index the task's label list)."""
-
-    id: str
-    words: tuple[str, ...]
-    tags: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ChoiceExample:
-    """A context and C candidate endings; label is the index of the right ending."""
-
-    id: str
-    context: str
-    endings: tuple[str, ...]
-    label: int
 
 
 def label_list(values) -> tuple[str, ...]:
@@ -85,7 +65,7 @@ def _label_key(path, value, line: int, what: str) -> str:
     return str(value)
 
 
-def _no_label(value) -> bool:
+def no_label(value) -> bool:
     """In a file to predict on: a row without a label (null, or -1, the Hugging Face datasets'
     label of an unlabelled test row)."""
     return value is None or (not isinstance(value, bool) and value in (-1, "-1"))
@@ -98,7 +78,7 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _label_ids(path, raw: list, lines: list[int], labels: Sequence[str] | None, what: str,
+def label_ids(path, raw: list, lines: list[int], labels: Sequence[str] | None, what: str,
                values: Sequence[str] | None = None):
     """Raw labels -> ids into `labels` (built from `raw` when None); error on an unknown one.
 
@@ -151,7 +131,7 @@ def read_text(path, text_columns: Sequence[str], label_column: str,
     text_columns: one or two column names (sentence, or sentence pair); `columns` names the
     fields of a headerless TSV/CSV. labelled=False (predict): the label column may be absent,
     and a row's label may be null or -1 (unlabelled); a label that is there is checked as in
-    training (label 0 stands in where there is none). values: the file's spelling of each label (see _label_ids).
+    training (label 0 stands in where there is none). values: the file's spelling of each label (see label_ids).
     """
     if not 1 <= len(text_columns) <= 2:
         raise TaskDataError(f"{path}: text_columns must name 1 or 2 columns, got {list(text_columns)}")
@@ -162,160 +142,18 @@ def read_text(path, text_columns: Sequence[str], label_column: str,
         raw = [(cell(path, r, n, label_column), n) for r, n in zip(rows, lines)]
     else:
         raw = [(r.get(label_column), n) for r, n in zip(rows, lines)]
-        raw = [(v, n) for v, n in raw if not _no_label(v)]
+        raw = [(v, n) for v, n in raw if not no_label(v)]
     if numeric:
         found = {n: _target(path, v, n, label_column) for v, n in raw}
         targets, labels = [found.get(n, 0.0) for n in lines], None
     else:
-        ids, labels = _label_ids(path, [v for v, _ in raw], [n for _, n in raw], labels, label_column, values)
+        ids, labels = label_ids(path, [v for v, _ in raw], [n for _, n in raw], labels, label_column, values)
         found = dict(zip([n for _, n in raw], ids))
         targets = [found.get(n, 0) for n in lines]
     name = local_path(path).name
     examples = [TextExample(f"{name}:{n}", t[0], t[1] if len(t) > 1 else None, y)
                 for t, y, n in zip(texts, targets, lines)]
     return examples, labels
-
-
-def _conll_sentences(path, labelled: bool = True):
-    """[(first line, words, tags, tag lines)] of a CoNLL file: token ... tag per line, blank between.
-
-    A byte-order mark before the first line is dropped (so a leading -DOCSTART- is still one).
-    labelled=False: a line may hold the word alone; tags are "O" where absent.
-    """
-    sentences, words, tags, tag_lines = [], [], [], []
-    with open(data_file(path), encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.split()
-            if fields and fields[0] == "-DOCSTART-":
-                continue
-            if fields and len(fields) < 2 and labelled:
-                raise TaskDataError(f"{path}: line {n} has a token without a tag: {line.strip()!r}")
-            if fields:
-                words.append(fields[0])
-                tags.append(fields[-1] if len(fields) > 1 else "O")
-                tag_lines.append(n)
-            elif words:
-                sentences.append((tag_lines[0], words, tags, tag_lines))
-                words, tags, tag_lines = [], [], []
-    if words:
-        sentences.append((tag_lines[0], words, tags, tag_lines))
-    return sentences
-
-
-def _jsonl_sentences(path, labels, labelled: bool = True):
-    rows, lines = read_rows(path)
-    require_columns(path, rows, ["tokens", "tags"] if labelled else ["tokens"])
-    out = []
-    for row, n in zip(rows, lines):
-        words = cell(path, row, n, "tokens")
-        if not isinstance(words, list):
-            raise TaskDataError(f"{path}: line {n} has tokens {show(words)}, not a list of words")
-        bad = next((w for w in words if not isinstance(w, str)), "ok")
-        if bad != "ok":
-            raise TaskDataError(f"{path}: line {n} has the word {show(bad)} in tokens, which is not text")
-        if not labelled:
-            out.append((n, list(words), ["O"] * len(words), [n] * len(words)))
-            continue
-        tags = cell(path, row, n, "tags")
-        if not isinstance(tags, list) or len(words) != len(tags):
-            raise TaskDataError(f"{path}: line {n} needs lists `tokens` and `tags` of one length")
-        if labels is not None and tags and all(isinstance(t, int) and not isinstance(t, bool) for t in tags):
-            tags = [labels[t] if 0 <= t < len(labels) else t for t in tags]  # ids given as ints
-        bad = next((t for t in tags if not isinstance(t, str)), "ok")
-        if bad != "ok":
-            raise TaskDataError(f"{path}: line {n} has the tag {show(bad)} in tags, which is not an IOB tag")
-        out.append((n, list(words), list(tags), [n] * len(tags)))
-    return out
-
-
-def read_tokens(path, labels: Sequence[str] | None = None, labelled: bool = True):
-    """(examples, tag labels) of a CoNLL text file or a JSONL file of {"tokens": [...], "tags": [...]}.
-
-    Tags must be IOB (IOB1 or IOB2): O, B-TYPE or I-TYPE. labelled=False (predict): tags are
-    not read (each word gets tag id 0).
-    """
-    suffix = local_path(path).suffix.lower()
-    if suffix in (".jsonl", ".json", ".parquet"):
-        sentences = _jsonl_sentences(path, labels, labelled)
-    elif suffix in CONLL_SUFFIXES:
-        sentences = _conll_sentences(path, labelled)
-    else:
-        raise TaskDataError(f"{path}: unknown file extension {suffix or '(none)'!r} for token data; expected "
-                            f"one of {', '.join(CONLL_SUFFIXES + ('.jsonl', '.parquet'))}")
-    if not sentences:
-        raise TaskDataError(f"{path} is empty")
-    name = local_path(path).name
-    if not labelled:
-        return [TokenExample(f"{name}:{first}", tuple(words), (0,) * len(words))
-                for first, words, _, _ in sentences], labels
-    for _, _, tags, tag_lines in sentences:
-        for tag, line in zip(tags, tag_lines):
-            if not _IOB_TAG.match(tag):
-                raise TaskDataError(f"{path}: line {line} has tag {tag!r}, which is not IOB (O, B-TYPE, I-TYPE)")
-    flat = [t for s in sentences for t in s[2]]
-    flat_lines = [n for s in sentences for n in s[3]]
-    ids, labels = _label_ids(path, flat, flat_lines, labels, "tag")
-    examples, k = [], 0
-    for first, words, tags, _ in sentences:
-        examples.append(TokenExample(f"{name}:{first}", tuple(words), tuple(ids[k:k + len(tags)])))
-        k += len(tags)
-    return examples, labels
-
-
-def _ending_index(path, value, line: int, n_endings: int) -> int:
-    """A choice label: the 0-based index of the right ending (a whole number, or its digits as text)."""
-    index = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        index = value
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        index = int(value)
-    elif isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
-        index = int(value)
-    if index is None:
-        raise TaskDataError(f"{path}: line {line} has label {show(value)}, not an ending index (0 .. {n_endings - 1})")
-    if not 0 <= index < n_endings:
-        raise TaskDataError(f"{path}: line {line} has label {index} for {n_endings} endings")
-    return index
-
-
-def read_choice(path, n_choices: int | None = None, labelled: bool = True):
-    """Multiple-choice examples: SWAG CSV (sent1, sent2, ending0.., label) or JSONL (context, endings, label).
-
-    In the SWAG layout the context is sent1 and each candidate is "sent2 ending_i". Every row
-    needs the same number of endings, at least 2. labelled=False (predict): the label may be
-    absent, null or -1 (0 stands in); one that is there is checked as in training.
-    """
-    rows, lines = read_rows(path)
-    name, examples = local_path(path).name, []
-    swag = "sent1" in rows[0]
-    label = ["label"] if labelled else []
-    if swag:
-        endings = sorted((c for c in rows[0] if re.fullmatch(r"ending\d+", str(c))), key=lambda c: int(c[6:]))
-        require_columns(path, rows, ["sent1", "sent2", "ending0"] + label)
-    else:
-        require_columns(path, rows, ["context", "endings"] + label)
-    for row, n in zip(rows, lines):
-        if swag:
-            context = text_cell(path, row, n, "sent1")
-            start = text_cell(path, row, n, "sent2")
-            options = tuple(f"{start} {text_cell(path, row, n, c)}".strip() for c in endings)
-        else:
-            context, options = text_cell(path, row, n, "context"), cell(path, row, n, "endings")
-            if not isinstance(options, list):
-                raise TaskDataError(f"{path}: line {n} has endings {show(options)}, not a list of endings")
-            bad = next((o for o in options if not isinstance(o, str)), "ok")
-            if bad != "ok":
-                raise TaskDataError(f"{path}: line {n} has the ending {show(bad)}, which is not text")
-            options = tuple(options)
-        if len(options) < 2:
-            raise TaskDataError(f"{path}: line {n} has {len(options)} ending(s); a choice needs at least 2")
-        if n_choices is not None and len(options) != n_choices:
-            raise TaskDataError(f"{path}: line {n} has {len(options)} endings where {n_choices} are expected")
-        n_choices = len(options)
-        value = row.get("label") if not labelled else cell(path, row, n, "label")
-        index = 0 if not labelled and _no_label(value) else _ending_index(path, value, n, len(options))
-        examples.append(ChoiceExample(f"{name}:{n}", context, options, index))
-    return examples, None
 
 
 def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathLike],
@@ -345,5 +183,18 @@ def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathL
     return train_examples, eval_examples, labels
 
 
-__all__ = ["TextExample", "TokenExample", "ChoiceExample", "label_list", "read_text",
-           "read_tokens", "read_choice", "read_task", "check_label_names", "TaskDataError"]
+# Names that moved into their task kind's module (a DeprecationWarning; still importable from here).
+MOVED = {"TokenExample": "jaxbert.finetune.kinds.tokens.reader", "read_tokens": "jaxbert.finetune.kinds.tokens.reader",
+         "CONLL_SUFFIXES": "jaxbert.finetune.kinds.tokens.reader",
+         "ChoiceExample": "jaxbert.finetune.kinds.choice", "read_choice": "jaxbert.finetune.kinds.choice"}
+
+
+def __getattr__(name: str):
+    if name in MOVED:  # read from the kind's module when asked: that module imports this one
+        warnings.warn(f"jaxbert.finetune.readers.{name} moved to {MOVED[name]}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["TextExample", "label_list", "label_ids", "no_label", "read_text", "read_task", "check_label_names",
+           "TaskDataError"]

@@ -9,11 +9,14 @@ import pytest
 
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.finetune.batching import batch_maxima, batches, buckets_for, epoch_order, plan_buckets
-from jaxbert.finetune.features import IGNORE, bucket_for, bucket_lengths, word_labels
+from jaxbert.finetune.features import IGNORE, bucket_for, bucket_lengths
 from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import squad_scores
 from jaxbert.finetune.qa_features import postprocess_qa, qa_features
-from jaxbert.finetune.readers import ChoiceExample, TextExample, TokenExample
+from jaxbert.finetune.kinds.choice import ChoiceExample
+from jaxbert.finetune.kinds.tokens.features import word_labels
+from jaxbert.finetune.kinds.tokens.reader import TokenExample
+from jaxbert.finetune.readers import TextExample
 from jaxbert.finetune.squad import QAExample, gold_answers
 from jaxbert.finetune.tables import TaskDataError
 

@@ -17,7 +17,9 @@ from jaxbert.finetune import predict as predict_lib
 from jaxbert.finetune import kinds
 from jaxbert.finetune.glue import GLUE_TASKS, load_glue
 from jaxbert.finetune.model import load_task_model
-from jaxbert.finetune.readers import TokenExample, read_choice, read_task, read_tokens
+from jaxbert.finetune.kinds.choice import read_choice
+from jaxbert.finetune.kinds.tokens.reader import TokenExample, read_tokens
+from jaxbert.finetune.readers import read_task
 from jaxbert.finetune.squad import read_squad
 from jaxbert.finetune.tables import TaskDataError
 from jaxbert.finetune.task import TaskSpec, parse_task, read_task_data

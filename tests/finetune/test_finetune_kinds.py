@@ -4,6 +4,7 @@ shipped kinds, with its own metric."""
 
 from __future__ import annotations
 
+import importlib
 import pkgutil
 
 import numpy as np
@@ -86,3 +87,22 @@ def test_every_shipped_kind_is_a_kind_under_its_own_name():
     for name, kind in kinds.KINDS.items():
         assert isinstance(kind, kinds.Kind) and kind.name == name
         assert kind.head and kind.metrics()[1]
+
+
+MOVED_INTO_KINDS = [("readers", name, "kinds.tokens.reader")
+                    for name in ("read_tokens", "TokenExample", "CONLL_SUFFIXES")]
+MOVED_INTO_KINDS += [("readers", name, "kinds.choice") for name in ("read_choice", "ChoiceExample")]
+MOVED_INTO_KINDS += [("features", name, "kinds.tokens.features")
+                     for name in ("token_features", "word_labels", "EMPTY_WORD_TAG")]
+MOVED_INTO_KINDS += [("features", "choice_features", "kinds.choice")]
+
+
+@pytest.mark.parametrize("old,name,new", MOVED_INTO_KINDS)
+def test_a_kinds_reader_and_features_live_with_it_and_their_old_paths_warn(old, name, new):
+    shared = importlib.import_module(f"jaxbert.finetune.{old}")
+    home = importlib.import_module(f"jaxbert.finetune.{new}")
+    assert name not in vars(shared)  # defined in the kind, not the shared module
+    with pytest.warns(DeprecationWarning, match=rf"finetune\.{old}\.{name} moved to jaxbert\.finetune\.{new}"):
+        assert getattr(shared, name) is vars(home)[name]
+    with pytest.raises(AttributeError, match="no attribute 'read_nothing'"):
+        shared.read_nothing

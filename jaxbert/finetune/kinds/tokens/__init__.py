@@ -1,9 +1,9 @@
 """Token classification (entity tagging): a sentence's words, one IOB tag per word.
 
-Read by readers.read_tokens (CoNLL text or JSONL), featurized by features.token_features
-(a word's tag on its first piece, long sentences in overlapping windows), trained with
-cross-entropy over labelled tokens only (the loss weight counts them), decoded back to one
-tag per word (a word in several windows takes the window where it sits furthest from an
+The kind is this folder: read by reader.read_tokens (CoNLL text or JSONL), featurized by
+features.token_features (a word's tag on its first piece, long sentences in overlapping
+windows), trained with cross-entropy over labelled tokens only (the loss weight counts them),
+decoded back to one tag per word (a word in several windows takes the window where it sits furthest from an
 edge; a word without pieces is "O"), scored by seqeval-style entity F1, saved as
 ...ForTokenClassification with the tag names in id2label. Its option: the stride of the windows.
 """
@@ -17,10 +17,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.engine.recipe import POSITIVE, check_ranges
-from jaxbert.finetune.features import EMPTY_WORD_TAG, IGNORE, Features, token_features
+from jaxbert.finetune.features import IGNORE, Features
 from jaxbert.finetune.kinds.base import Kind
+from jaxbert.finetune.kinds.tokens.features import EMPTY_WORD_TAG, token_features
+from jaxbert.finetune.kinds.tokens.reader import read_tokens
 from jaxbert.finetune.losses import class_sums, valid_weights
-from jaxbert.finetune.readers import read_tokens
 
 
 @dataclasses.dataclass(frozen=True)
