@@ -8,6 +8,7 @@ labels (its head covers every position) and torch.optim.AdamW.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 
@@ -326,11 +327,18 @@ def _modernbert_module(cfg, options: dict):
     return FAMILIES[MODERNBERT_FAMILY].build(MODERNBERT_CLASS, cfg, ModelOptions(**options))
 
 
-def modernbert_params(cfg, batch: dict) -> dict:
-    """jaxbert's init (seed 0) as NumPy: the weights of both contenders (transformers' through the converter)."""
-    module = _modernbert_module(cfg, {})
-    params = jax.jit(module.init)(jax.random.key(0), batch["input_ids"][:1])["params"]
-    return jax.tree_util.tree_map(np.asarray, params)
+_PARAMS: dict = {}  # config -> params: one init per process, however many works it builds
+
+
+def modernbert_params(cfg) -> dict:
+    """jaxbert's init (seed 0) as NumPy: the weights of both contenders (transformers' through the converter).
+    They do not depend on the sequence length (rotary positions have no params)."""
+    key = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    if key not in _PARAMS:
+        module = _modernbert_module(cfg, {})
+        params = jax.jit(module.init)(jax.random.key(0), np.zeros((1, 8), np.int32))["params"]
+        _PARAMS[key] = jax.tree_util.tree_map(np.asarray, params)
+    return _PARAMS[key]
 
 
 def modernbert_model(model: str) -> tuple[int, int] | None:
@@ -360,7 +368,7 @@ def jax_modernbert(cfg, batch: int, seq_len: int, train: bool, **options) -> Los
     forward to that loss."""
     model = _modernbert_module(cfg, options)
     b = modernbert_batch(cfg, batch, seq_len)
-    params = modernbert_params(cfg, b)
+    params = jax.tree_util.tree_map(jnp.array, modernbert_params(cfg))  # copies: the train step donates its state
     if train:
         schedule = optax.constant_schedule(1e-4)
         state = {"s": TrainState.create(model.apply, params, optax.adamw(schedule, weight_decay=0.01), schedule)}
@@ -395,7 +403,7 @@ def torch_modernbert(cfg, batch: int, seq_len: int, train: bool, platform: str =
     model = transformers.ModernBertForMaskedLM(hf_cfg)
     b = modernbert_batch(cfg, batch, seq_len)
     state_dict = {k: torch.from_numpy(v) for k, v in
-                  params_to_state_dict(modernbert_params(cfg, b), cfg, MODERNBERT_CLASS).items()}
+                  params_to_state_dict(modernbert_params(cfg), cfg, MODERNBERT_CLASS).items()}
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if unexpected or set(missing) - {"decoder.weight"}:  # the tied decoder weight is tok_embeddings
         raise RuntimeError(f"converted ModernBERT weights do not fit: missing {missing}, unexpected {unexpected}")
