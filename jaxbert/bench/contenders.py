@@ -301,25 +301,26 @@ MODERNBERT_MASK_RATE = 0.30  # ModernBERT's pretraining rate
 MODERNBERT_TOKENS = (5, 50000)
 
 
-def modernbert_config(layers: int, hidden: int):
+def modernbert_config(layers: int, hidden: int, **overrides):
     """A small ModernBERT shaped like ModernBERT-base: heads of 64, an MLP of 1.5 x hidden (each of its
     two GLU halves), a global layer every 3 with local windows of 128 (+-64), base's vocabulary; no
     dropout (benchmarks compare compute; the frameworks' dropout RNGs differ)."""
     return FAMILIES[MODERNBERT_FAMILY].config_class(
         hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(hidden // 64, 1),
-        intermediate_size=hidden * 3 // 2, global_attn_every_n_layers=3, local_attention=128)
+        intermediate_size=hidden * 3 // 2, global_attn_every_n_layers=3, local_attention=128, **overrides)
 
 
 def modernbert_batch(cfg, batch: int, seq_len: int, seed: int = 0) -> dict:
     """Random tokens, 30% of them labelled (masked_slots' M): the batch both contenders take."""
     rng = np.random.default_rng(seed)
     M = masked_slots(seq_len, MODERNBERT_MASK_RATE)
+    tokens = (MODERNBERT_TOKENS[0], min(MODERNBERT_TOKENS[1], cfg.vocab_size))
     positions = np.sort(np.stack([rng.choice(seq_len, M, replace=False) for _ in range(batch)]), axis=1)
-    return dict(input_ids=rng.integers(*MODERNBERT_TOKENS, (batch, seq_len)).astype(np.int32),
+    return dict(input_ids=rng.integers(*tokens, (batch, seq_len)).astype(np.int32),
                 token_type_ids=np.zeros((batch, seq_len), np.int32),
                 attention_mask=np.ones((batch, seq_len), np.int32),
                 masked_positions=positions.astype(np.int32),
-                masked_labels=rng.integers(*MODERNBERT_TOKENS, (batch, M)).astype(np.int32),
+                masked_labels=rng.integers(*tokens, (batch, M)).astype(np.int32),
                 masked_weights=np.ones((batch, M), np.float32))
 
 
@@ -402,7 +403,7 @@ def torch_modernbert(cfg, batch: int, seq_len: int, train: bool, platform: str =
                                            attn_implementation=settings["attn_implementation"])
     model = transformers.ModernBertForMaskedLM(hf_cfg)
     b = modernbert_batch(cfg, batch, seq_len)
-    state_dict = {k: torch.from_numpy(v) for k, v in
+    state_dict = {k: torch.from_numpy(np.array(v)) for k, v in  # writable copies
                   params_to_state_dict(modernbert_params(cfg), cfg, MODERNBERT_CLASS).items()}
     missing, unexpected = model.load_state_dict(state_dict, strict=False)
     if unexpected or set(missing) - {"decoder.weight"}:  # the tied decoder weight is tok_embeddings
