@@ -8,6 +8,8 @@ labels (its head covers every position) and torch.optim.AdamW.
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import time
 
 import jax
@@ -16,8 +18,10 @@ import numpy as np
 import optax
 
 from jaxbert.errors import require
+from jaxbert.convert import params_to_state_dict
 from jaxbert.data.masking import masked_slots
 from jaxbert.model.config import BertConfig
+from jaxbert.model.families import FAMILIES
 from jaxbert.model.heads import BertForMaskedLM
 from jaxbert.model.options import ModelOptions
 from jaxbert.finetune.loop import prepare_runner
@@ -286,3 +290,149 @@ def torch_finetune(cfg: BertConfig, batch: int, seq_len: int, compile_: bool = F
         opt.step()
         loss.item()
     return step
+
+
+# ---- ModernBERT: jaxbert's ModernBertForMaskedLM against transformers', on the same weights --------------
+
+MODERNBERT_FAMILY = "modernbert"
+MODERNBERT_CLASS = "ModernBertForMaskedLM"
+MODERNBERT_MASK_RATE = 0.30  # ModernBERT's pretraining rate
+# Token ids the batches draw from: below ModernBERT's special tokens (50280..50283) and the padding rows.
+MODERNBERT_TOKENS = (5, 50000)
+
+
+def modernbert_config(layers: int, hidden: int, **overrides):
+    """A small ModernBERT shaped like ModernBERT-base: heads of 64, an MLP of 1.5 x hidden (each of its
+    two GLU halves), a global layer every 3 with local windows of 128 (+-64), base's vocabulary; no
+    dropout (benchmarks compare compute; the frameworks' dropout RNGs differ)."""
+    return FAMILIES[MODERNBERT_FAMILY].config_class(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=max(hidden // 64, 1),
+        intermediate_size=hidden * 3 // 2, global_attn_every_n_layers=3, local_attention=128, **overrides)
+
+
+def modernbert_batch(cfg, batch: int, seq_len: int, seed: int = 0) -> dict:
+    """Random tokens, 30% of them labelled (masked_slots' M): the batch both contenders take."""
+    rng = np.random.default_rng(seed)
+    M = masked_slots(seq_len, MODERNBERT_MASK_RATE)
+    tokens = (MODERNBERT_TOKENS[0], min(MODERNBERT_TOKENS[1], cfg.vocab_size))
+    positions = np.sort(np.stack([rng.choice(seq_len, M, replace=False) for _ in range(batch)]), axis=1)
+    return dict(input_ids=rng.integers(*tokens, (batch, seq_len)).astype(np.int32),
+                token_type_ids=np.zeros((batch, seq_len), np.int32),
+                attention_mask=np.ones((batch, seq_len), np.int32),
+                masked_positions=positions.astype(np.int32),
+                masked_labels=rng.integers(*tokens, (batch, M)).astype(np.int32),
+                masked_weights=np.ones((batch, M), np.float32))
+
+
+def _modernbert_module(cfg, options: dict):
+    return FAMILIES[MODERNBERT_FAMILY].build(MODERNBERT_CLASS, cfg, ModelOptions(**options))
+
+
+_PARAMS: dict = {}  # config -> params: one init per process, however many works it builds
+
+
+def modernbert_params(cfg) -> dict:
+    """jaxbert's init (seed 0) as NumPy: the weights of both contenders (transformers' through the converter).
+    They do not depend on the sequence length (rotary positions have no params)."""
+    key = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    if key not in _PARAMS:
+        module = _modernbert_module(cfg, {})
+        params = jax.jit(module.init)(jax.random.key(0), np.zeros((1, 8), np.int32))["params"]
+        _PARAMS[key] = jax.tree_util.tree_map(np.asarray, params)
+    return _PARAMS[key]
+
+
+def modernbert_model(model: str) -> tuple[int, int] | None:
+    """(layers, hidden) of a bench model name "modernbert-LxH" (modernbert-6x384); None for another name."""
+    m = re.fullmatch(r"modernbert-(\d+)x(\d+)", model)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+class LossProbe:
+    """A work's callable that also keeps the losses of its first two calls (warm-up: on the starting
+    weights, then, for a train step, after one update), which the row reports beside the other
+    contender's: both take them on the same weights and tokens."""
+
+    KEEP = 2
+
+    def __init__(self, run):
+        self._run, self.losses = run, []
+
+    def __call__(self):
+        loss = self._run()
+        if len(self.losses) < self.KEEP:
+            self.losses.append(float(loss))
+
+
+def jax_modernbert(cfg, batch: int, seq_len: int, train: bool, **options) -> LossProbe:
+    """jaxbert's ModernBertForMaskedLM: the MLM train step (loss at the masked tokens, AdamW) or its
+    forward to that loss."""
+    model = _modernbert_module(cfg, options)
+    b = modernbert_batch(cfg, batch, seq_len)
+    params = jax.tree_util.tree_map(jnp.array, modernbert_params(cfg))  # copies: the train step donates its state
+    if train:
+        schedule = optax.constant_schedule(1e-4)
+        state = {"s": TrainState.create(model.apply, params, optax.adamw(schedule, weight_decay=0.01), schedule)}
+        step = jax.jit(train_step, donate_argnums=0)
+        data = jax.device_put({k: v[None] for k, v in b.items()})  # accum axis of 1
+        rng = jax.random.key(1)
+
+        def run():
+            state["s"], metrics = step(state["s"], data, rng)
+            jax.block_until_ready(metrics)
+            return metrics["mlm_loss_sum"] / metrics["mlm_weight"]
+        return LossProbe(run)
+
+    def loss_fn(p, d):
+        logits = model.apply({"params": p}, d["input_ids"], attention_mask=d["attention_mask"],
+                             masked_positions=d["masked_positions"]).logits
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                                        d["masked_labels"]))
+    fwd = jax.jit(loss_fn)
+    params, data = jax.device_put(params), jax.device_put(b)
+    return LossProbe(lambda: fwd(params, data).block_until_ready())
+
+
+def torch_modernbert(cfg, batch: int, seq_len: int, train: bool, platform: str = "cpu") -> LossProbe:
+    """transformers' ModernBertForMaskedLM (sdpa, sparse_prediction: the head and the loss at the labelled
+    tokens only) on jaxbert's init converted by jaxbert.convert; torch.optim.AdamW for the train step."""
+    torch = require("torch", "torch", "a PyTorch contender")
+    transformers = require("transformers", "torch", "a PyTorch contender")
+    settings = torch_settings(platform)
+    hf_cfg = transformers.ModernBertConfig(**{**cfg.to_dict(), "sparse_prediction": True},
+                                           attn_implementation=settings["attn_implementation"])
+    model = transformers.ModernBertForMaskedLM(hf_cfg)
+    b = modernbert_batch(cfg, batch, seq_len)
+    state_dict = {k: torch.from_numpy(np.array(v)) for k, v in  # writable copies
+                  params_to_state_dict(modernbert_params(cfg), cfg, MODERNBERT_CLASS).items()}
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if unexpected or set(missing) - {"decoder.weight"}:  # the tied decoder weight is tok_embeddings
+        raise RuntimeError(f"converted ModernBERT weights do not fit: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    model.to(settings["device"])
+    labels = np.full(b["input_ids"].shape, -100, np.int64)
+    np.put_along_axis(labels, b["masked_positions"], b["masked_labels"], axis=1)
+    data = {"input_ids": torch.from_numpy(b["input_ids"]).long().to(settings["device"]),
+            "attention_mask": torch.from_numpy(b["attention_mask"]).long().to(settings["device"]),
+            "labels": torch.from_numpy(labels).to(settings["device"])}
+    if not train:
+        model.eval()
+
+        def forward():
+            with torch.no_grad(), torch_autocast(settings):
+                loss = model(**data).loss
+            _sync(settings)
+            return loss.item()
+        return LossProbe(forward)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), **adamw_kwargs(settings))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch_autocast(settings):
+            loss = model(**data).loss
+        loss.backward()
+        opt.step()
+        _sync(settings)
+        return loss.item()
+    return LossProbe(step)

@@ -223,15 +223,16 @@ class Bench:
     def _worker(self, spec: dict) -> dict | None:
         return run_worker({"options": self.options, **spec}, self.env)
 
-    def _contest(self, work: str, contenders: list[str], calls: int = 1) -> dict[str, dict]:
+    def _contest(self, work: str, contenders: list[str], calls: int = 1,
+                 options: dict | None = None) -> dict[str, dict]:
         """Every contender warm in its own process, then self.rounds rounds in the stated order."""
         print(f"{work}: {self.rounds} rounds of {', '.join(contenders)}", flush=True)
         workers = {}
         try:
             for name in contenders:
                 try:
-                    workers[name] = start_worker({"options": self.options, "work": work, "contender": name},
-                                                 self.env)
+                    workers[name] = start_worker({"options": options or self.options, "work": work,
+                                                  "contender": name}, self.env)
                 except WorkerFailed as e:
                     print(f"  {work} {name}: skipped ({e})", flush=True)
             results = alternate(workers, self.rounds, calls, say=lambda m: print(m, flush=True))
@@ -274,6 +275,35 @@ class Bench:
                 # each side's own FLOPs (transformers' head at every position): the work it really does
                 tokens_per_s = B * T / statistics.median(out["seconds"])
                 extra["mfu"] = round(mfu(tokens_per_s, flops / (B * T), peak), 3)
+            extra.update(out["extra"])
+            rec = rate_record(work, name, out["seconds"], B * T, "tokens/s", **extra)
+            rec.ratio = out.get("ratio")
+            self.add(rec)
+
+    def modernbert_work(self, work_type: str, model: str, B: int, T: int):
+        """train|infer/modernbert-LxH/BxT: jaxbert's ModernBertForMaskedLM against transformers' (sdpa,
+        sparse_prediction), jaxbert's init converted to transformers' by jaxbert.convert, the same tokens.
+        jaxbert runs attention_impl "auto" unless --attention says otherwise (on a CPU: the blocked path,
+        whose local layers cost their window). transformers runs eager only: the row measures the
+        attention paths, not torch.compile's start-up on a CPU."""
+        work = f"{work_type}/{model}/{B}x{T}"
+        calls = 1 if self.device["platform"] == "cpu" else 10
+        options = {**self.options, "attention": self.args.attention or "auto"}
+        results = self._contest(work, ["jaxbert"] + self.torch_contenders[:1], calls, options)
+        # both sides put the head and the loss at the labelled tokens only (sparse_prediction)
+        flops_cfg = contenders.modernbert_config(*contenders.modernbert_model(model))
+        f = contenders.masked_slots(T, contenders.MODERNBERT_MASK_RATE) / T
+        per_token = forward_flops_per_token if work_type == "infer" else train_flops_per_token
+        flops = per_token(flops_cfg, T, f) * B * T
+        ours = results.get("jaxbert", {}).get("extra", {}).get("losses")
+        for name, out in results.items():
+            extra = {"attention": options["attention"]} if name == "jaxbert" else {}
+            theirs = out["extra"].get("losses")
+            if name != "jaxbert" and ours and theirs:
+                # the honesty check: the same weights and tokens give both sides the same loss
+                extra["loss_gap"] = max(abs(a - b) for a, b in zip(ours, theirs))
+            extra.update(gflop_per_step=round(flops / 1e9, 1),
+                         gflop_s=round(flops / statistics.median(out["seconds"]) / 1e9, 1))
             extra.update(out["extra"])
             rec = rate_record(work, name, out["seconds"], B * T, "tokens/s", **extra)
             rec.ratio = out.get("ratio")
@@ -366,6 +396,9 @@ class Bench:
         for model, B, T in FINETUNE_SHAPES:
             if self.wanted(f"finetune/{model}/{B}x{T}"):
                 self.model_work("finetune", model, B, T)
+        for work_type, model, B, T in modernbert_shapes(self.quick):
+            if self.wanted(f"{work_type}/{model}/{B}x{T}"):
+                self.modernbert_work(work_type, model, B, T)
         for model in COMPILE_MODELS:
             if self.wanted(f"compile/{model}"):
                 self.compile_work(model)
@@ -397,11 +430,23 @@ def train_shapes(quick: bool, accelerator: bool = True) -> list[tuple[str, int, 
             + (list(ACCELERATOR_TRAIN_SHAPES) if accelerator else []))
 
 
+# ModernBERT against transformers' (Bench.modernbert_work): a 6-layer, hidden-384 one at pretraining's
+# 8 x 512 and at a long sequence, where the local layers' window is a small share of T.
+MODERNBERT_SHAPES = (("modernbert-6x384", 8, 512), ("modernbert-6x384", 1, 2048))
+
+
+def modernbert_shapes(quick: bool) -> list[tuple[str, str, int, int]]:
+    """(work type, model, B, T) of the ModernBERT rows: train and infer at every shape (--quick: the first)."""
+    shapes = MODERNBERT_SHAPES[:1] if quick else MODERNBERT_SHAPES
+    return [(w, m, B, T) for m, B, T in shapes for w in ("train", "infer")]
+
+
 def work_names(quick: bool) -> list[str]:
     """Every work Bench.run times (with --quick: fewer; the accelerator shapes only on one)."""
     return (["roofline"] + [f"infer/bert-base/{B}x{T}" for B, T in infer_shapes(quick)]
             + [f"train/{m}/{B}x{T}" for m, B, T in train_shapes(quick)]
             + [f"finetune/{m}/{B}x{T}" for m, B, T in FINETUNE_SHAPES]
+            + [f"{w}/{m}/{B}x{T}" for w, m, B, T in modernbert_shapes(quick)]
             + [f"compile/{m}/{layout}" for m in COMPILE_MODELS for layout in ("scan", "unscanned")]
             + ["convert/bert-base", f"finetune-e2e/{e2e.size_for(quick).model}",
                f"predict/{e2e.size_for(quick).model}"])

@@ -54,6 +54,8 @@ def build(work: str, contender: str, options: dict):
                 else contenders.torch_matmul(n, options.get("platform", "cpu"))), no_extra
     model, shape = rest
     B, T = (int(v) for v in shape.split("x"))
+    if contenders.modernbert_model(model) is not None:
+        return _modernbert(work_type, model, B, T, contender, options)
     cfg = _config(model)
     if work_type == "finetune":
         if contender == "jaxbert":
@@ -77,6 +79,25 @@ def build(work: str, contender: str, options: dict):
         peak = contenders.torch_peak_memory(settings)
         return {} if peak is None else {"peak_memory_mb": round(peak)}
     return builder(cfg, B, T, compile_=contender == "torch-compile", platform=platform), torch_extra
+
+
+def _modernbert(work_type: str, model: str, B: int, T: int, contender: str, options: dict):
+    """train|infer/modernbert-LxH/BxT: ModernBertForMaskedLM on both sides, the same weights and tokens;
+    the extras carry each side's first losses, which must agree."""
+    cfg = contenders.modernbert_config(*contenders.modernbert_model(model))
+    train = work_type == "train"
+    if contender == "jaxbert":
+        probe = contenders.jax_modernbert(cfg, B, T, train, **_jax_options(options))
+        memory = contenders.jax_peak_memory
+    else:
+        settings = contenders.torch_settings(options.get("platform", "cpu"))
+        probe = contenders.torch_modernbert(cfg, B, T, train, platform=options.get("platform", "cpu"))
+        memory = lambda: contenders.torch_peak_memory(settings)  # noqa: E731
+
+    def extra():
+        peak = memory()
+        return {"losses": probe.losses, **({} if peak is None else {"peak_memory_mb": round(peak)})}
+    return probe, extra
 
 
 def compile_seconds(work: str, options: dict) -> float:

@@ -23,6 +23,7 @@ from jaxbert.bench.target import run_target_bench, target_table
 from jaxbert.bench.harness import Bench, command_line, run_worker, work_names
 from jaxbert.bench.timing import MIN_ROUNDS, NOISY_SPREAD, check_only, markdown_table
 from jaxbert.fs import atomic_write_text
+from jaxbert.model.options import ATTENTION_IMPLS
 from jaxbert.train.compile_step import check_target
 
 
@@ -39,8 +40,9 @@ def add_arguments(p):
                    help="rounds of the end-to-end rows (finetune-e2e, predict), each a fresh command (default 3)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
                    help="jaxbert compute dtype (default: bfloat16 on a GPU, float32 elsewhere)")
-    p.add_argument("--attention", default=None, choices=["einsum", "dot_product"],
-                   help="jaxbert attention (default: dot_product, jax.nn.dot_product_attention, on a GPU; einsum elsewhere)")
+    p.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
+                   help="jaxbert attention (default: dot_product, jax.nn.dot_product_attention, on a GPU; einsum "
+                        "elsewhere; the ModernBERT rows: auto, i.e. blocked off a TPU)")
     p.add_argument("--no-torch", action="store_true", help="time jaxbert alone (no transformers contender)")
     p.add_argument("--malloc", default="keep", choices=["keep", "system", "tcmalloc"],
                    help="allocator of every worker process: keep = glibc malloc set to keep freed memory, "
