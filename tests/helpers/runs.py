@@ -116,6 +116,14 @@ def seen_child(record_dir: Path, argv: list[str], env: dict) -> subprocess.Popen
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def run_seen(record_dir: Path, argv: list[str], env: dict, timeout: float = 300) -> str:
+    """seen_child run to its end; its output, after asserting it exited 0."""
+    proc = seen_child(record_dir, argv, env)
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out
+
+
 def seen_positions(record_dir: Path, below: int, above: int = 0) -> dict[int, tuple[int, int]]:
     """{global position: (example index, epoch)} a SEEN_TRAIN run read in [above, below): the rows of the
     steps it trained when `below` is its last checkpoint's position (later rows were only prefetched)."""

@@ -14,7 +14,7 @@ import socket
 import numpy as np
 import pytest
 
-from tests.helpers.runs import (child_env, loader_position, seen_child, seen_positions, write_recipe)
+from tests.helpers.runs import child_env, loader_position, run_seen, seen_child, seen_positions, write_recipe
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["##s", "##ing", "."]
 TOTAL = 64  # sequences every run here reads: 8 steps of 8, or 4 of 8 then 8 of 4, ...
@@ -24,13 +24,6 @@ def _corpus(path, n_docs):
     rng = np.random.default_rng(0)
     docs = [" ".join(rng.choice(VOCAB[5:31], int(rng.integers(4, 12)))) + " ." for _ in range(n_docs)]
     path.write_text("\n\n".join(docs) + "\n")
-
-
-def _run(record, argv, env, timeout=300):
-    proc = seen_child(record, argv, env)
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +43,7 @@ def setup(tmp_path_factory):
                           checkpoint={"every_steps": 4, "keep": 5})
     env = child_env(cache_dir=root / "jax-cache")
     ref = root / "reference"
-    _run(root / "seen-reference", ["--config", str(recipe), "--workdir", str(ref)], env)
+    run_seen(root / "seen-reference", ["--config", str(recipe), "--workdir", str(ref)], env)
     assert loader_position(ref, 8) == TOTAL
     reference = seen_positions(root / "seen-reference", TOTAL)
     assert sorted(reference) == list(range(TOTAL))
@@ -66,10 +59,10 @@ def _seen_across(first_record, second_record, workdir, cut: int, end: int) -> di
     return seen
 
 
-def test_resume_with_half_the_batch_sees_the_sequences_of_an_uninterrupted_run(setup, tmp_path):
+def test_resume_with_half_the_batch_sees_the_sequences_of_an_uninterruptedrun_seen(setup, tmp_path):
     args = ["--config", str(setup["recipe"]), "--workdir", str(tmp_path / "wd")]
-    _run(tmp_path / "seen-1", args + ["--set", "train.steps=4"], setup["env"])
-    out = _run(tmp_path / "seen-2", args + ["--set", "train.steps=12", "--set", "train.per_device_batch_size=4"],
+    run_seen(tmp_path / "seen-1", args + ["--set", "train.steps=4"], setup["env"])
+    out = run_seen(tmp_path / "seen-2", args + ["--set", "train.steps=12", "--set", "train.per_device_batch_size=4"],
                setup["env"])
     assert "resumed from" in out and "global batch 4" in out, out
     assert loader_position(tmp_path / "wd", 4) == 32 and loader_position(tmp_path / "wd", 12) == TOTAL
@@ -78,7 +71,7 @@ def test_resume_with_half_the_batch_sees_the_sequences_of_an_uninterrupted_run(s
 
 def test_resume_with_another_seed_is_refused_by_name(setup, tmp_path):
     args = ["--config", str(setup["recipe"]), "--workdir", str(tmp_path / "wd")]
-    _run(tmp_path / "seen-1", args + ["--set", "train.steps=4"], setup["env"])
+    run_seen(tmp_path / "seen-1", args + ["--set", "train.steps=4"], setup["env"])
     recipe = (tmp_path / "wd" / "recipe.yaml").read_text()
     proc = seen_child(tmp_path / "seen-2", args + ["--set", "train.steps=8", "--set", "train.seed=1"], setup["env"])
     out, _ = proc.communicate(timeout=300)
@@ -104,17 +97,17 @@ def _two_processes(record, argv, env, timeout=400):
 
 @pytest.mark.slow  # 60-85 s each on 2 shared cores: two processes start, compile and meet
 @pytest.mark.parametrize("order", ["2x2-then-1x2", "1x2-then-2x2"])
-def test_resume_on_another_process_count_sees_the_sequences_of_an_uninterrupted_run(setup, tmp_path, order):
+def test_resume_on_another_process_count_sees_the_sequences_of_an_uninterruptedrun_seen(setup, tmp_path, order):
     # 2 processes x 2 devices x 2 rows = 8 a step; 1 process x 2 devices x 2 rows = 4 a step: TOTAL either way
     env = child_env(cache_dir=setup["root"] / "jax-cache-2dev", devices=2)
     args = ["--config", str(setup["recipe"]), "--workdir", str(tmp_path / "wd"),
             "--set", "train.per_device_batch_size=2"]
     if order == "2x2-then-1x2":
         _two_processes(tmp_path / "seen-1", args + ["--set", "train.steps=4"], env)
-        out = _run(tmp_path / "seen-2", args + ["--set", "train.steps=12"], env)
+        out = run_seen(tmp_path / "seen-2", args + ["--set", "train.steps=12"], env)
         cut = 4
     else:
-        _run(tmp_path / "seen-1", args + ["--set", "train.steps=8"], env)
+        run_seen(tmp_path / "seen-1", args + ["--set", "train.steps=8"], env)
         out = _two_processes(tmp_path / "seen-2", args + ["--set", "train.steps=12"], env)
         cut = 8
     assert "resumed from" in out, out

@@ -11,23 +11,15 @@ import json
 import re
 import shutil
 
-import numpy as np
 import pytest
 import yaml
 
 from jaxbert.cli.main import main
 from jaxbert.data.mixture import Schedule, shares
 from tests.helpers.mixture import VOCAB, prepare_sources
-from tests.helpers.runs import child_env, loader_position, seen_child, seen_positions, write_recipe
+from tests.helpers.runs import child_env, loader_position, run_seen, seen_positions, write_recipe
 
 STEPS, BATCH = 8, 16  # the reference run: 128 rows
-
-
-def _run(record, argv, env, timeout=300):
-    proc = seen_child(record, argv, env)
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +38,7 @@ def setup(tmp_path_factory):
                           checkpoint={"every_steps": 4, "keep": 5})
     env = child_env(cache_dir=root / "jax-cache")
     ref = root / "reference"
-    out = _run(root / "seen-reference", ["--config", str(recipe), "--workdir", str(ref)], env)
+    out = run_seen(root / "seen-reference", ["--config", str(recipe), "--workdir", str(ref)], env)
     total = STEPS * BATCH
     assert loader_position(ref, STEPS) == total
     reference = seen_positions(root / "seen-reference", total)
@@ -77,13 +69,13 @@ def test_a_mixture_run_reports_tokens_and_epochs_per_source_and_warns_when_one_r
         assert re.findall(rf"warning: source {name} repeats from step (\d+):", out) == [str(first)], out
 
 
-def test_a_mixture_resumed_on_another_device_count_with_half_the_batch_reads_the_rows_of_an_uninterrupted_run(
+def test_a_mixture_resumed_on_another_device_count_with_half_the_batch_reads_the_rows_of_an_uninterruptedrun_seen(
         setup, tmp_path):
     args = ["--config", str(setup["recipe"]), "--workdir", str(tmp_path / "wd")]
     two = child_env(cache_dir=setup["root"] / "jax-cache-2dev", devices=2)
     # 2 devices x 8 rows for 4 steps, then 1 device x 8 rows (half the global batch) for 8 steps
-    _run(tmp_path / "seen-1", args + ["--set", "train.steps=4", "--set", "train.per_device_batch_size=8"], two)
-    out = _run(tmp_path / "seen-2", args + ["--set", "train.steps=12", "--set", "train.per_device_batch_size=8"],
+    run_seen(tmp_path / "seen-1", args + ["--set", "train.steps=4", "--set", "train.per_device_batch_size=8"], two)
+    out = run_seen(tmp_path / "seen-2", args + ["--set", "train.steps=12", "--set", "train.per_device_batch_size=8"],
                setup["env"])
     assert "resumed from" in out and "global batch 8 = 8 x 1 device(s)" in out, out
     middle, end = loader_position(tmp_path / "wd", 4), loader_position(tmp_path / "wd", 12)
