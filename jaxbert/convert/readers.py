@@ -153,8 +153,10 @@ class TreeSource(Source):
             yield k, self._flat.pop(k)
 
 
-# Each family's layer container -> its layout (BERT's encoder/layer, ModernBERT's layers/scan).
-_STACKS = {f.layer_stack.container: f.layer_stack for f in FAMILIES.values()}
+def _stacks() -> dict:
+    """Each registered family's layer container -> its layout (BERT's encoder/layer, ModernBERT's
+    layers/scan), read when asked: a family registered after import counts too."""
+    return {f.layer_stack.container: f.layer_stack for f in FAMILIES.values()}
 
 
 def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
@@ -164,9 +166,9 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
     for name, value in tree.items():
         if not isinstance(value, dict):
             yield _as_state_dict_item(path + (name,), np.asarray(value))
-        elif name in _STACKS and _STACKS[name].is_scanned(value):
+        elif name in (stacks := _stacks()) and stacks[name].is_scanned(value):
             # one stacked leaf at a time, all its layers together, so each is released when consumed
-            spec = _STACKS[name]
+            spec = stacks[name]
             for sub, leaf in iter_flat(value[spec.stack] if spec.stack else value):
                 leaf = np.asarray(leaf)
                 for i in range(leaf.shape[0]):

@@ -40,6 +40,7 @@ from jaxbert.finetune.source_identity import source_identity
 from jaxbert.finetune.step import eval_outputs, step_spec
 from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
 from jaxbert.model.config import position_limit
+from jaxbert.model.families import family_of
 from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.params import unscan_params
 from jaxbert.engine import loop as engine
@@ -384,7 +385,8 @@ def evaluate(run: _Run, params, eval_fn) -> dict:
 
 def _export_best(run: _Run, state) -> None:
     params = engine.host_params(run.runner, state)
-    params = unscan_params(params) if run.prep.recipe.model.scan_layers else params
+    if run.prep.recipe.model.scan_layers:  # the family's own layer stack (ModernBERT's is not BERT's)
+        params = unscan_params(params, (family_of(run.prep.loaded.config).layer_stack,))
     if run.primary:
         loaded = run.prep.loaded
         export_params(workdir_lib.path(run.workdir, workdir_lib.BEST), loaded.config, loaded.class_name, params,

@@ -120,9 +120,9 @@ def out_of_memory_cost(error: Exception, capacity: int | None, per_device_batch:
                     round(lower_s, 2), round(compile_s, 2), out_of_memory=True)
 
 
-def bound_of(compiled, devices, hlo: roofline.HloModule | None = None) -> Bound | None:
+def bound_of(compiled, devices, hlo=None) -> Bound | None:
     """The step-time bound of a compiled step on devices[0] (None if its figures are unknown); hlo: its
-    parsed HLO, where the caller has it already."""
+    HLO text or parsed HloModule, where the caller has it already."""
     facts = device_roofline(devices[0], devices) if devices else None
     return None if facts is None else step_bound(compiled.as_text() if hlo is None else hlo, *facts)
 
@@ -145,7 +145,7 @@ def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float, d
                     int(mem.output_size_in_bytes), int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes),
                     cost.get("flops"), cost.get("bytes accessed"), round(lower_s, 2), round(compile_s, 2),
                     host_temporaries=int(getattr(mem, "host_temp_size_in_bytes", 0) or 0),
-                    bound=bound_of(compiled, devices, hlo))
+                    bound=bound_of(compiled, devices, text if hlo is None else hlo))  # rendered once
 
 
 def abstract_batch(recipe: Recipe, global_batch: int, sharding, split: str = "train") -> dict:

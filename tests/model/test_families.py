@@ -31,6 +31,7 @@ def test_modernbert_is_a_registered_family_with_its_own_classes():
     assert set(CLASS_NAMES) <= set(ALL_MODEL_CLASSES)
     # BertConfig reads the types of every family whose config class it is
     assert MODEL_TYPES == tuple(t for f in FAMILIES.values() if f.config_class is BertConfig for t in f.model_types)
+    assert MODEL_TYPES == ("bert", "roberta", "xlm-roberta")  # the shipped families, spelt out
 
 
 def test_build_model_and_dummy_inputs_make_every_modernbert_class():

@@ -55,7 +55,7 @@ class QA(Kind):
         return qa_features(examples, tok, max_length, options.stride, options.max_query_length)
 
     def truncation(self, max_length: int) -> str:
-        return "questions cut to data.max_query_length"
+        return "questions cut to kinds.qa.max_query_length"
 
     def sums(self, out, batch: dict) -> dict:
         w = self.weights(batch)
