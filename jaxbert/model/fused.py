@@ -1,17 +1,21 @@
 """Attention that never holds a [B, N, T, T] array: the paths behind attention_impl "blocked", "splash" and "auto".
 
-Both take the queries, keys and values [B, T, N, D] of a self-attention, a segment id per token [B, T]
-(a query attends to the keys of its own segment; ``key_segments`` derives them from the dense mask a model
-builds) and, on a sliding layer, the half window w (|query - key| <= w):
+Both take the queries, keys and values of a self-attention, [B, T, N, D] or head-major [B, N, T, D] (the
+kernel's own layout: a model that builds its heads that way saves two transposes per call), a segment id
+per token [B, T] (a query attends to the keys of its own segment; ``key_segments`` derives them from the
+dense mask a model builds) and, on a sliding layer, the half window w (|query - key| <= w):
 
 * ``blocked`` (any backend; plain jax): a sliding layer cuts the queries into blocks of ``local_block`` and
   scores each block against the keys its window reaches (the block, and w keys either side), so its scores
-  are [B, N, T, local_block + 2w]: memory and FLOPs grow as T x window. A global layer runs
+  are [B, N, T, local_block + 2w]: memory and FLOPs grow as T x window. The block's keys are three
+  shifted slices of the keys (no gather). A global layer runs
   ``global_block`` queries at a time against every key, each block recomputed in the backward pass
   (jax.checkpoint inside lax.map): one block's [B, N, global_block, T] scores are held at a time.
 * ``splash`` (TPU): jax's Pallas splash attention kernel, LocalMask for a window, FullMask for a global
   layer, the segment ids ANDed inside it. Off a TPU the same kernel runs in Pallas' interpret mode (slow; for
-  checking it on a CPU). Under the mesh runner (the batch split over a mesh axis by the logical rule
+  checking it on a CPU). The head dim goes to the kernel as it is (64 is not padded to the 128 lanes). A
+  layer whose kind is data (the scanned stack) chooses between the two kernels by lax.cond around the
+  kernel call alone. Under the mesh runner (the batch split over a mesh axis by the logical rule
   BATCH) the kernel runs per device through shard_map, as a custom call cannot be partitioned by XLA.
 * ``auto``: splash where the step is lowered for a TPU, blocked elsewhere (jax.lax.platform_dependent:
   the choice is made when lowering, so a step compiled ahead of time for a TPU topology gets the kernel).
@@ -28,10 +32,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 
-from jaxbert.model.options import BATCH
+from jaxbert.model.options import ATTENTION_IO, BATCH
 from jaxbert.model.softmax import masked_softmax
 
 Array = jax.Array
@@ -39,6 +44,9 @@ Array = jax.Array
 FUSED_IMPLS = ("blocked", "splash", "auto")
 LANES = 128  # splash's blocks and head dim are multiples of the TPU's 128 lanes
 GLOBAL_BLOCK = 512  # queries per block of a global layer (blocked path), and splash's block there
+# splash's q, k, v laid out sequence-minor ([.., D, T] in memory): a head dim of 64 then fills 64 sublanes of
+# a tile instead of half of its 128 lanes (the head-dim-minor layout pads it to 128 in memory)
+LAYOUT = splash.QKVLayout.SEQ_MINOR
 PAD_SEGMENT = -1  # segment id of the tokens added to reach a multiple of a block: never a real segment
 
 
@@ -61,26 +69,38 @@ def key_segments(mask: Array, length: int) -> Array:
     return jnp.where(real, jnp.cumsum(starts, axis=1), 0).astype(jnp.int32)
 
 
-def attend(q: Array, k: Array, v: Array, segments: Array, scale, window, impl: str, is_global=None) -> Array:
-    """Context [B, T, N, D] of softmax(q k^T * scale) v over the keys of each query's segment (and window).
+def attend(q: Array, k: Array, v: Array, segments: Array, scale, window, impl: str, is_global=None,
+           heads_first: bool = False) -> Array:
+    """Context of softmax(q k^T * scale) v over the keys of each query's segment (and window), in the layout
+    of q: [B, T, N, D], or [B, N, T, D] with heads_first.
 
     window: the half window w of a sliding layer, or None (every key). is_global: a traced bool (the scanned
     layer stack) choosing between the two at run time, with window set; None or a Python bool: static.
     impl: one of FUSED_IMPLS.
     """
+    if not heads_first:
+        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))
+    if isinstance(is_global, bool):
+        window = None if is_global else window
+        is_global = None
     fn = {"blocked": blocked_attention, "splash": splash_attention, "auto": auto_attention}[impl]
-    if is_global is None or isinstance(is_global, bool):
-        return fn(q, k, v, segments, scale, None if is_global else window)
-    return jax.lax.cond(is_global, lambda *a: fn(*a, scale, None), lambda *a: fn(*a, scale, window),
-                        q, k, v, segments)
+    out = fn(q, k, v, segments, scale, window, is_global)
+    return out if heads_first else jnp.swapaxes(out, 1, 2)
 
 
-def auto_attention(q, k, v, segments, scale, window):
+def auto_attention(q, k, v, segments, scale, window, is_global=None):
     """splash when lowered for a TPU, blocked otherwise."""
     return jax.lax.platform_dependent(
         q, k, v, segments,
-        tpu=lambda *a: splash_attention(*a, scale, window),
-        default=lambda *a: blocked_attention(*a, scale, window))
+        tpu=lambda *a: splash_attention(*a, scale, window, is_global),
+        default=lambda *a: blocked_attention(*a, scale, window, is_global))
+
+
+def _by_kind(is_global, window, run, *args):
+    """run(*args, window), or with is_global traced: lax.cond between run(*args, None) and run(*args, window)."""
+    if is_global is None or window is None:
+        return run(*args, window)
+    return jax.lax.cond(is_global, lambda *a: run(*a, None), lambda *a: run(*a, window), *args)
 
 
 # -- blocked: plain jax ------------------------------------------------------------------------------
@@ -92,10 +112,14 @@ def local_block(window: int) -> int:
     return max(16, int(window))
 
 
-def blocked_attention(q, k, v, segments, scale, window):
-    if window is None:
-        return _global_blocks(q, k, v, segments, scale)
-    return _local_blocks(q, k, v, segments, scale, int(window))
+def blocked_attention(q, k, v, segments, scale, window, is_global=None):
+    """q, k, v [B, N, T, D] -> [B, N, T, D]; inputs and output named ATTENTION_IO, as splash's are."""
+    def run(q, k, v, segments, window):
+        if window is None:
+            return _global_blocks(q, k, v, segments, scale)
+        return _local_blocks(q, k, v, segments, scale, int(window))
+    q, k, v = (checkpoint_name(x, ATTENTION_IO) for x in (q, k, v))
+    return checkpoint_name(_by_kind(is_global, window, run, q, k, v, segments), ATTENTION_IO)
 
 
 def _pad_to(x: Array, axis: int, before: int, after: int, value=0) -> Array:
@@ -107,57 +131,65 @@ def _pad_to(x: Array, axis: int, before: int, after: int, value=0) -> Array:
 
 
 def _local_blocks(q, k, v, segments, scale, w):
-    B, T, N, D = q.shape
+    B, N, T, D = q.shape
     C = local_block(w)
+    r = -(-w // C)  # key blocks either side that the window reaches (1 unless w < 16)
     n = -(-T // C)
     Tp = n * C
-    qb = _pad_to(q, 1, 0, Tp - T).reshape(B, n, C, N, D)
+    qb = _pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D)
     sq = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C)
-    # keys padded by w on the left and enough on the right: block b reads keys [b C - w, b C + C + w)
-    kp, vp = _pad_to(k, 1, w, Tp - T + w), _pad_to(v, 1, w, Tp - T + w)
-    sk = _pad_to(segments, 1, w, Tp - T + w, PAD_SEGMENT - 1)  # never equal to any query's segment
-    idx = (np.arange(n)[:, None] * C + np.arange(C + 2 * w)[None, :])  # [n, C + 2w], static
-    kb, vb, skb = kp[:, idx], vp[:, idx], sk[:, idx]  # [B, n, C + 2w, ...]
-    # query i of a block sits at key offset i + w of its keys: the window is |i + w - j| <= w
-    near = np.abs(np.arange(C)[:, None] + w - np.arange(C + 2 * w)[None, :]) <= w
-    mask = (sq[:, :, :, None] == skb[:, :, None, :]) & near  # [B, n, C, C + 2w]
-    scores = jnp.einsum("BnqND,BnkND->BNnqk", qb, kb) * scale
+
+    def reach(x, axis, value=0):
+        """x cut into the n blocks of C along `axis`, each joined by the r blocks either side of it
+        (zeros / `value` past the ends): [.., n, (2r + 1) C, ..] from 2r + 1 shifted slices, no gather."""
+        x = _pad_to(x, axis, r * C, Tp - T + r * C, value)
+        blocks = x.reshape(x.shape[:axis] + (n + 2 * r, C) + x.shape[axis + 1:])
+        return jnp.concatenate([jax.lax.slice_in_dim(blocks, i, i + n, axis=axis) for i in range(2 * r + 1)],
+                               axis=axis + 1)
+
+    kb, vb = reach(k, 2), reach(v, 2)  # [B, N, n, (2r + 1) C, D]
+    skb = reach(segments, 1, PAD_SEGMENT - 1)  # never equal to any query's segment
+    # query i of a block sits at key offset i + r C of its keys: the window is |i + r C - j| <= w
+    near = np.abs(np.arange(C)[:, None] + r * C - np.arange((2 * r + 1) * C)[None, :]) <= w
+    mask = (sq[:, :, :, None] == skb[:, :, None, :]) & near  # [B, n, C, (2r + 1) C]
+    scores = jnp.einsum("BNnqD,BNnkD->BNnqk", qb, kb) * scale
     probs = masked_softmax(scores, mask[:, None])
-    out = jnp.einsum("BNnqk,BnkND->BnqND", probs, vb).reshape(B, Tp, N, D)
-    return out[:, :T]
+    out = jnp.einsum("BNnqk,BNnkD->BNnqD", probs, vb).reshape(B, N, Tp, D)
+    return out[:, :, :T]
 
 
 def _global_blocks(q, k, v, segments, scale):
-    B, T, N, D = q.shape
+    B, N, T, D = q.shape
     C = min(GLOBAL_BLOCK, T)
     n = -(-T // C)
     Tp = n * C
-    qb = jnp.moveaxis(_pad_to(q, 1, 0, Tp - T).reshape(B, n, C, N, D), 1, 0)
+    qb = jnp.moveaxis(_pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D), 2, 0)
     sq = jnp.moveaxis(_pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C), 1, 0)
 
     @jax.checkpoint
     def block(args):
         qc, sc = args
-        scores = jnp.einsum("BqND,BkND->BNqk", qc, k) * scale
+        scores = jnp.einsum("BNqD,BNkD->BNqk", qc, k) * scale
         probs = masked_softmax(scores, (sc[:, :, None] == segments[:, None, :])[:, None])
-        return jnp.einsum("BNqk,BkND->BqND", probs, v)
+        return jnp.einsum("BNqk,BNkD->BNqD", probs, v)
 
-    out = jax.lax.map(block, (qb, sq))  # one block at a time, forward and backward
-    return jnp.moveaxis(out, 0, 1).reshape(B, Tp, N, D)[:, :T]
+    out = jax.lax.map(block, (qb, sq))  # one block at a time, forward and backward: [n, B, N, C, D]
+    return jnp.moveaxis(out, 0, 2).reshape(B, N, Tp, D)[:, :, :T]
 
 
 # -- splash: Pallas on TPU ---------------------------------------------------------------------------
 
 
 def splash_geometry(T: int, D: int, window) -> tuple[int, int, int]:
-    """(padded length, padded head dim, block) of a splash call: blocks of 128 on sliding layers (a larger
-    block skips fewer keys outside a +-64 window), up to GLOBAL_BLOCK on global ones; the length padded to
-    a multiple of the block, the head dim to a multiple of 128 lanes."""
+    """(padded length, head dim, block) of a splash call: blocks of 128 on sliding layers (a larger block
+    skips fewer keys outside a +-64 window), up to GLOBAL_BLOCK on global ones; the length padded to a
+    multiple of 128 (so both kinds of a scanned stack take one padded length). The head dim is passed as it
+    is: the kernel takes a head dim below the 128 lanes (64 is ModernBERT's and BERT-base's)."""
     Tp = -(-T // LANES) * LANES
     block = LANES
     if window is None:
         block = max(b for b in (LANES, 256, GLOBAL_BLOCK) if Tp % b == 0)
-    return Tp, -(-D // LANES) * LANES, block
+    return Tp, D, block
 
 
 @functools.lru_cache(maxsize=64)
@@ -167,41 +199,52 @@ def splash_kernel(T: int, heads: int, window, block: int, interpret: bool):
            else splash_mask.LocalMask((T, T), window_size=(int(window), int(window)), offset=0))
     sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
                               block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block,
-                              block_kv_dq=block)
+                              block_kv_dq=block, q_layout=LAYOUT, k_layout=LAYOUT, v_layout=LAYOUT)
     # Cached across traces: its mask tables must be concrete arrays, not values of the trace that built it.
     with jax.ensure_compile_time_eval():
         return splash.make_splash_mha(splash_mask.MultiHeadMask([one] * heads), block_sizes=sizes,
-                                      head_shards=1, q_seq_shards=1, interpret=interpret)
+                                      head_shards=1, q_seq_shards=1, interpret=interpret,
+                                      residual_checkpoint_name=ATTENTION_IO)
 
 
-def splash_attention(q, k, v, segments, scale, window):
-    """The kernel where lowered for a TPU, its interpreted form elsewhere."""
+def splash_attention(q, k, v, segments, scale, window, is_global=None):
+    """The kernel where lowered for a TPU, its interpreted form elsewhere. q, k, v [B, N, T, D]."""
     return jax.lax.platform_dependent(
         q, k, v, segments,
-        tpu=lambda *a: _splash(*a, scale, window, interpret=False),
-        default=lambda *a: _splash(*a, scale, window, interpret=True))
+        tpu=lambda *a: _splash(*a, scale, window, interpret=False, is_global=is_global),
+        default=lambda *a: _splash(*a, scale, window, interpret=True, is_global=is_global))
 
 
-def _splash(q, k, v, segments, scale, window, interpret):
-    B, T, N, D = q.shape
-    Tp, Dp, block = splash_geometry(T, D, window)
+def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
+    B, N, T, D = q.shape
+    Tp, _, _ = splash_geometry(T, D, window)
     # the kernel applies no softmax scale: scale q first (in the compute dtype, as the einsum path scales)
-    prep = lambda x: _pad_to(_pad_to(jnp.swapaxes(x, 1, 2), 2, 0, Tp - T), 3, 0, Dp - D)  # [B, N, Tp, Dp]
+    prep = lambda x: _pad_to(x, 2, 0, Tp - T)  # [B, N, Tp, D]
     qh, kh, vh = prep(q * jnp.asarray(scale, q.dtype)), prep(k), prep(v)
+    # named as the kernel's inputs, so a remat policy may keep them (remat_policy "keep_attention")
+    qh, kh, vh = (checkpoint_name(x, ATTENTION_IO) for x in (qh, kh, vh))
     # every query needs one key it may attend to: the added tokens form a segment of their own
     seg = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT)
-    kernel = splash_kernel(Tp, N, window, block, interpret)
 
-    def run(qh, kh, vh, seg):
+    def run(qh, kh, vh, seg, window):
+        kernel = splash_kernel(Tp, N, window, splash_geometry(T, D, window)[2], interpret)
         return jax.vmap(lambda a, b, c, s: kernel(a, b, c, segment_ids=splash.SegmentIds(q=s, kv=s)))(
             qh, kh, vh, seg)
+
+    def on_devices(qh, kh, vh, seg):
+        return _by_kind(is_global, window, run, qh, kh, vh, seg)
 
     axis = _batch_axis()
     if axis is not None:  # the mesh runner: each device runs its rows
         spec = jax.sharding.PartitionSpec(axis)
-        run = jax.shard_map(run, in_specs=(spec,) * 4, out_specs=spec, check_vma=False)
-    out = run(qh, kh, vh, seg)[:, :, :T, :D]
-    return jnp.swapaxes(out, 1, 2)
+        if is_global is not None and window is not None:
+            # the layer's kind goes in as data, whole on every device
+            call = lambda qh, kh, vh, seg, g: _by_kind(g, window, run, qh, kh, vh, seg)
+            mapped = jax.shard_map(call, in_specs=(spec,) * 4 + (jax.sharding.PartitionSpec(),), out_specs=spec,
+                                   check_vma=False)
+            return mapped(qh, kh, vh, seg, is_global)[:, :, :T]
+        on_devices = jax.shard_map(on_devices, in_specs=(spec,) * 4, out_specs=spec, check_vma=False)
+    return on_devices(qh, kh, vh, seg)[:, :, :T]
 
 
 def _batch_axis():
@@ -218,7 +261,7 @@ def splash_flops(T: int, heads: int, D: int, window, backward: bool = True) -> f
     """FLOPs the splash kernels of one call [heads, T, D] run (per sequence), from the blocks the mask visits:
     each visited block pair is 2 matmuls forward (q k^T, p v), and 7 backward (the dq kernel recomputes
     q k^T and forms dp = do v^T and dq = ds k; the dkv kernel recomputes q k^T and dp, and forms dv = p^T do
-    and dk = ds^T q). Counts the padded length and head dim, as the kernel does."""
+    and dk = ds^T q). Counts the padded length, as the kernel does."""
     Tp, Dp, block = splash_geometry(T, D, window)
     info = splash_kernel(Tp, heads, window, block, False).fwd_mask_info
     nq = Tp // block

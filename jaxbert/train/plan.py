@@ -33,7 +33,8 @@ from jaxbert.train.recipe import Recipe
 POLICIES = ("none", "dots", "full")
 # What a policy recomputes, as a share of the step's model FLOPs, when no unscanned compile measured it
 # (a scanned step's cost analysis counts its loop body once). full reruns the forward: +1/3.
-REMAT_EXTRA_GUESS = {"none": 0.0, "dots_no_batch": 0.1, "dots": 0.05, "full": 1 / 3, "offload": 1 / 3}
+REMAT_EXTRA_GUESS = {"none": 0.0, "dots_no_batch": 0.1, "dots": 0.05, "full": 1 / 3, "offload": 1 / 3,
+                     "keep_attention": 0.25}
 
 
 @dataclasses.dataclass

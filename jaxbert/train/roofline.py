@@ -165,7 +165,8 @@ def kernel_cost(shape: str, operands: list[str], rest: str, shape_of) -> tuple[f
     the (query block, key block) steps, read from its block-mask operand [h, rows, columns] (the blocks
     its mask visits) or, with none (a full mask), every pair, at the block sizes of its kernel metadata
     (splash's default 128 where absent). Steps the mask skips at the ends of a row cost no matmul but are
-    counted, a few per cent at long T. Bytes: the bound's operands + result, unless the estimate says more.
+    counted, a few per cent at long T. The head dim is counted at no less than the 128 lanes the MXU
+    works in (64 costs the time of 128). Bytes: the bound's operands + result, unless the estimate says more.
     None for any other custom call."""
     if 'custom_call_target="tpu_custom_call"' not in rest:
         return None
@@ -185,7 +186,16 @@ def kernel_cost(shape: str, operands: list[str], rest: str, shape_of) -> tuple[f
     floats = [s for s, t in zip(shapes, arrays) if len(s) >= 3 and t and t[0] in "fb"]
     if len(floats) < 2:
         return 0.0, 0.0
-    heads, (Tq, D), Tk = math.prod(floats[0][:-2]), floats[0][-2:], floats[1][-2]
+    q, k = floats[0], floats[1]
+    # q, k, v go in [.., T, D] or, laid out sequence-minor, [.., D, T]; the kernel's outputs (o, dq, dk, dv)
+    # are [.., T, D] either way: a q whose last two dims are an output's reversed is sequence-minor
+    outputs = [[int(d) for d in filter(None, m[1].split(","))] for m in SHAPE.findall(shape) if m[0][0] in "fb"]
+    seq_minor = (any(o[-2:] == q[-2:][::-1] for o in outputs if len(o) >= 3)
+                 and not any(o[-2:] == q[-2:] for o in outputs if len(o) >= 3))
+    heads = math.prod(q[:-2])
+    (D, Tq), Tk = (q[-2:], k[-1]) if seq_minor else (q[-2:][::-1], k[-2])
+    # the MXU contracts and emits at least 128 lanes at a time: a head dim of 64 takes the time of 128
+    D = max(D, 128)
     sizes = []
     for key in _SPLASH_BLOCKS[phase]:
         m = re.search(re.escape(key) + r'\\?"\s*:\s*(\d+)', rest)
@@ -365,6 +375,23 @@ class HloModule:
                 return None
         return total if comp.users.get(name) else None
 
+    def callees(self, rest: str) -> list[str]:
+        """The computations a call or conditional runs, each time it runs: a call's callee; of a conditional's
+        branches (which one runs is data), the costliest (most FLOPs, then most bytes), so a layer that
+        chooses its attention kernel by data is counted at its dearer kernel, not at whichever branch is
+        listed first."""
+        branches = re.search(r"branch_computations=\{([^}]*)\}", rest)
+        if branches is None:
+            names = re.findall(r"(?:to_apply|calls|true_computation|false_computation)=%?([\w.\-]+)", rest)
+            names = [n for n in names if n in self.comps]
+            if len(names) < 2 or "true_computation" not in rest:
+                return names
+        else:
+            names = [n.strip().lstrip("%") for n in branches.group(1).split(",")]
+            names = [n for n in names if n in self.comps]
+        cost = lambda n: (sum(op.flops for op in self.operations(n)), sum(op.bytes for op in self.operations(n)))
+        return [max(names, key=cost)] if names else []
+
     def operations(self, name: str | None = None, times: int = 1):
         """An Op per executed instruction of computation `name` (the entry by default)."""
         comp = self.comps[name or self.entry]
@@ -376,9 +403,8 @@ class HloModule:
                 yield from self.operations(body, times * self.trip_count(rest, comp, operands[0] if operands else None))
                 continue
             if op in ("call", "conditional"):
-                for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
-                    if callee in self.comps:
-                        yield from self.operations(callee, times)
+                for callee in self.callees(rest):
+                    yield from self.operations(callee, times)
                 continue
             base = op.removesuffix("-start").removesuffix("-done")
             source = re.search(r'op_name="([^"]*)"', rest)
@@ -440,9 +466,8 @@ def kernel_flops(hlo) -> tuple[int, float]:
                 body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
                 walk(body, times * module.trip_count(rest, comp, operands[0] if operands else None))
             elif op in ("call", "conditional"):
-                for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
-                    if callee in module.comps:
-                        walk(callee, times)
+                for callee in module.callees(rest):
+                    walk(callee, times)
             elif op == "custom-call":
                 cost = kernel_cost(shape, operands, rest, comp.shape)
                 if cost is not None:
@@ -469,9 +494,8 @@ def _collective_dones(module: HloModule, name: str, times: int):
             body = re.search(r"body=%?([\w.\-]+)", rest).group(1)
             yield from _collective_dones(module, body, times * module.trip_count(rest, comp, operands[0] if operands else None))
         elif op in ("call", "conditional"):
-            for callee in re.findall(r"(?:to_apply|calls|branch_computations)=\{?%?([\w.\-]+)", rest):
-                if callee in module.comps:
-                    yield from _collective_dones(module, callee, times)
+            for callee in module.callees(rest):
+                yield from _collective_dones(module, callee, times)
         elif op.endswith("-done") and op.removesuffix("-done") in COLLECTIVES:
             yield 2 * nbytes(shape) * times, op, "<async copy>"
 

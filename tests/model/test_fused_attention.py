@@ -218,7 +218,7 @@ def test_bert_full_attention_equals_einsum_and_falls_back_where_it_must(impl):
 def test_under_the_mesh_runner_the_kernel_runs_per_device_through_shard_map():
     """With the batch split over a mesh axis (the runner's logical rule), splash is wrapped in shard_map with
     that axis on the batch of q, k, v and segment ids: a custom call is never handed to GSPMD whole."""
-    q, k, v = _qkv()
+    q, k, v = (jnp.swapaxes(x, 1, 2) for x in _qkv())  # the kernel's layout, heads first
     mesh = jax.sharding.AbstractMesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     with nn.logical_axis_rules(((BATCH, "data"),)), jax.sharding.use_abstract_mesh(mesh):
         jaxpr = jax.make_jaxpr(lambda q, k, v: fused._splash(q, k, v, _segments(), SCALE, W, interpret=True))(q, k, v)
@@ -227,7 +227,8 @@ def test_under_the_mesh_runner_the_kernel_runs_per_device_through_shard_map():
     # q, k, v and the segment ids split by rows; the kernel's mask tables (closed over) whole on each device
     specs = [tuple(spec) for spec in maps[0].params["in_specs"]]
     split = [(var.aval.shape, spec) for var, spec in zip(maps[0].invars, specs) if spec]
-    assert sorted(split) == sorted([((B, N, 256, 128), ("data",))] * 3 + [((B, 256), ("data",))])
+    # the length padded to a multiple of 128; the head dim (8) as it is
+    assert sorted(split) == sorted([((B, N, 256, D), ("data",))] * 3 + [((B, 256), ("data",))])
     assert all(spec in ((), (None,) * len(spec)) for spec in specs if spec != ("data",))
     outside = jax.make_jaxpr(lambda q, k, v: fused._splash(q, k, v, _segments(), SCALE, W, interpret=True))(q, k, v)
     assert not any(e.primitive.name == "shard_map" for e in outside.jaxpr.eqns)
@@ -248,11 +249,12 @@ def _kernels(hlo: str) -> list:
 
 @pytest.mark.parametrize("window", [None, 64], ids=["global", "window"])
 def test_roofline_counts_each_splash_kernel_from_the_blocks_it_visits(window):
-    """3 sequences of T = 512, 2 heads of 64 (padded to 128 lanes). Global: one 512 block, 1 pair per head; window +-64 in
+    """3 sequences of T = 512, 2 heads of 64 (not padded to the 128 lanes). Global: one 512 block, 1 pair per head; window +-64 in
     blocks of 128: each of 4 query blocks reaches 3 key blocks (12 steps). Per step and score element:
-    2 matmuls forward, 3 in the dq kernel, 4 in the dkv kernel, each 2 x 128 FLOPs."""
+    2 matmuls forward, 3 in the dq kernel, 4 in the dkv kernel, each counted at 2 x 128 FLOPs (the MXU's
+    128 lanes: a head dim of 64 takes the time of 128)."""
     H, L, rows = 2, 512, 3  # 3 sequences: the kernel is vmapped over them, and its grid takes them in
-    x = jnp.zeros((rows, L, H, 64), jnp.float32)
+    x = jnp.zeros((rows, H, L, 64), jnp.float32)  # heads first, the kernel's layout
     seg = jnp.ones((rows, L), jnp.int32)
     loss = lambda q, k, v: fused._splash(q, k, v, seg, 0.125, window, interpret=False).sum()
     hlo = _tpu_hlo(jax.grad(loss, argnums=(0, 1, 2)), x, x, x)
@@ -294,3 +296,58 @@ def test_no_kernel_of_a_modernbert_train_step_lowered_for_tpu_counts_zero():
     kernels = _kernels(hlo)
     assert len(kernels) >= 6  # fwd, dq, dkv of the global kernel and of the sliding one
     assert all(op.flops > 0 and op.bytes > 0 for op in kernels)
+
+
+@pytest.mark.parametrize("impl", ["blocked", "splash"])
+def test_remat_keep_attention_keeps_the_kernel_inputs_and_gives_fulls_gradients(impl):
+    """remat_policy keep_attention: the same gradients as full (and as no remat), and the scanned step's
+    backward pass runs the forward kernel no more (splash) / recomputes no q k^T of the attention forward:
+    fewer attention ops than under full."""
+    hf = tiny_hf(NAME, seed=3)
+    params = params_of(hf, NAME, True)
+    ids = jnp.asarray(np.random.default_rng(0).integers(5, 90, size=(2, 160)), jnp.int32)
+    mask = jnp.asarray(np.arange(160)[None] < np.array([[160], [101]]), jnp.int32)
+
+    def grads(policy):
+        module = build(NAME, config_of(hf), ModelOptions(attention_impl=impl, scan_layers=True, remat_policy=policy))
+        grad = jax.grad(lambda p: (module.apply({"params": p}, ids, attention_mask=mask).logits ** 2).mean())
+        if impl == "splash":  # what runs on a TPU: the kernels as custom calls
+            return jax.jit(grad)(params), _kernels(_tpu_hlo(grad, params))
+        return jax.jit(grad)(params), jax.jit(grad).lower(params).as_text()
+
+    (full, full_ops), (kept, kept_ops), (plain, _) = grads("full"), grads("keep_attention"), grads("none")
+    for a, b, c in zip(jax.tree.leaves(kept), jax.tree.leaves(full), jax.tree.leaves(plain)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-6, rtol=1e-5)
+    if impl == "splash":  # the forward kernels (global, sliding): in the forward pass, not again in the backward
+        forward = lambda ops: sum("splash_mha_fwd" in op.source for op in ops)
+        assert forward(kept_ops) < forward(full_ops)
+        assert len(kept_ops) == len(full_ops) - (forward(full_ops) - forward(kept_ops))
+    else:  # fewer matmuls: the attention's inputs (after Wqkv) and output are not recomputed
+        assert kept_ops.count("dot_general") < full_ops.count("dot_general")
+
+
+def test_a_scanned_stack_of_repeating_kinds_runs_in_groups_without_a_cond_and_computes_the_same():
+    """7 layers, global every 2nd: the scanned layers 1..6 are (sliding, global) x 3. On a fused path they run as 3
+    groups of 2 layers of static kinds (no lax.cond choosing the attention by data), from the same params
+    (layers/scan, leaves [6, ..]); logits and gradients equal the einsum path's, and init is the per-layer scan's."""
+    hf = tiny_hf(NAME, seed=3, num_hidden_layers=7)
+    cfg = config_of(hf)
+    params = params_of(hf, NAME, True)
+    ids = jnp.asarray(np.random.default_rng(0).integers(5, 90, size=(2, 96)), jnp.int32)
+    mask = jnp.asarray(np.arange(96)[None] < np.array([[96], [61]]), jnp.int32)
+    real = np.asarray(mask, bool)
+    runs = {}
+    for impl in ("einsum", "blocked"):
+        module = build(NAME, cfg, ModelOptions(attention_impl=impl, scan_layers=True, remat_policy="full"))
+        logits = lambda p, module=module: module.apply({"params": p}, ids, attention_mask=mask).logits
+        grads = jax.grad(lambda p: (jnp.where(mask[..., None] > 0, logits(p), 0.0) ** 2).mean())(params)
+        runs[impl] = np.asarray(logits(params))[real], grads, jax.make_jaxpr(logits)(params), module
+    np.testing.assert_allclose(runs["blocked"][0], runs["einsum"][0], atol=2e-5, rtol=0)
+    for a, b in zip(jax.tree.leaves(runs["blocked"][1]), jax.tree.leaves(runs["einsum"][1])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=1e-4)
+    assert "cond[" not in str(runs["blocked"][2])  # grouped: every layer's kind static
+    init = [m.init(jax.random.PRNGKey(0), ids)["params"] for m in (runs["blocked"][3], runs["einsum"][3])]
+    assert jax.tree.structure(init[0]) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(init[0]), jax.tree.leaves(init[1])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -240,3 +240,19 @@ def test_tpu_hlo_a_loop_without_a_known_trip_count_and_a_batched_matmul_as_a_dil
     assert roofline.hbm_nbytes("(s32[]{:T(128)}, bf16[2,128,768]{2,1,0:T(8,128)(2,1)S(3)}, f32[4]{0:S(0)})") == 20
     on_chip = HLO.replace("%add = f32[1024]{0} add(%v, %v)", "%add = f32[1024]{0:S(1)} add(%v, %v)")
     assert roofline.step_bound(on_chip, 1e6, 1e6).bytes == roofline.step_bound(HLO, 1e6, 1e6).bytes - 4096
+
+
+def test_a_conditional_is_counted_at_its_costliest_branch_whichever_is_listed_first():
+    """lax.cond chooses by data (a scanned layer choosing its attention kernel): the bound counts the branch
+    with the most FLOPs, a [64, 256] x [256, 512] matmul, not the [64, 256] x [256, 8] one listed first."""
+    import jax
+    import jax.numpy as jnp
+
+    def step(flag, x, small, big):
+        return jax.lax.cond(flag, lambda x: (x @ big).sum(), lambda x: (x @ small).sum(), x)
+
+    args = (jnp.bool_(True), jnp.ones((64, 256)), jnp.ones((256, 8)), jnp.ones((256, 512)))
+    hlo = jax.jit(step).lower(*args).as_text(dialect="hlo")
+    assert "conditional" in hlo
+    flops = sum(op.flops for op in roofline.HloModule(hlo).operations())
+    assert flops == 2.0 * 64 * 256 * 512

@@ -49,11 +49,13 @@ def rope_tables(positions: Array, head_dim: int, theta: float, dtype) -> tuple[A
     return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
 
 
-def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
-    """x [B, T, N, D] rotated by cos, sin [B, T, D]: x * cos + rotate_half(x) * sin."""
+def apply_rope(x: Array, cos: Array, sin: Array, heads_first: bool = False) -> Array:
+    """x [B, T, N, D] (or [B, N, T, D] with heads_first) rotated by cos, sin [B, T, D]:
+    x * cos + rotate_half(x) * sin."""
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
+    cos, sin = ((t[:, None] if heads_first else t[:, :, None]) for t in (cos, sin))
+    return x * cos + rotated * sin
 
 
 def band(length: int, half_window: int) -> Array:
@@ -62,13 +64,22 @@ def band(length: int, half_window: int) -> Array:
     return (jnp.abs(pos[:, None] - pos[None, :]) <= half_window)[None, None]
 
 
+def takes_fused(config, options, deterministic: bool, output_attentions: bool) -> bool:
+    """Whether ModernBertAttention runs one of jaxbert.model.fused's paths: attention_impl names one, and
+    no attention probabilities are needed (returned, or dropped out in training). The model then hands
+    the layers segment ids [B, T] instead of a dense mask."""
+    needs_probs = output_attentions or (not deterministic and config.attention_dropout > 0)
+    return options.attention_impl in fused.FUSED_IMPLS and not needs_probs
+
+
 class ModernBertAttention(ModernBertModule):
     """Wqkv -> rotary q, k -> attention (whole, or within the window) -> Wo -> dropout.
 
     Args:
       hidden_states: [B, T, H] (already attn_norm-ed).
       mask: bool [B, 1, 1, T] padding mask, or [B, 1, T, T] padding & segment mask of packed
-        rows (jaxbert.model.segments); True = attend.
+        rows (jaxbert.model.segments); True = attend. On the fused paths (takes_fused) the model passes
+        int32 segment ids [B, T] instead: a query attends to the keys of its own segment.
       rope: (cos, sin) [B or 1, T, D] of this layer's theta.
       is_global: True for a full-attention layer, False for a sliding one; a traced bool
         scalar inside the scanned layer stack (then both paths are built and one runs).
@@ -84,24 +95,26 @@ class ModernBertAttention(ModernBertModule):
         qkv = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in)(hidden_states)
         qkv = qkv.reshape(B, T, 3, N, D)  # transformers' q | k | v blocks, each head-major
         cos, sin = rope
-        q, k, v = apply_rope(qkv[:, :, 0], cos, sin), apply_rope(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
-
         rate = cfg.attention_dropout
-        needs_probs = output_attentions or (not deterministic and rate > 0)
-        impl = self.options.attention_impl
-        if impl in fused.FUSED_IMPLS and not needs_probs:
+        if takes_fused(cfg, self.options, deterministic, output_attentions):
+            impl = self.options.attention_impl
             if jnp.dtype(self.options.dtype) == jnp.float64:
                 impl = "blocked"  # splash takes float32 and bfloat16
-            window = None if is_global is True else self.config.half_window
-            context = fused.attend(q, k, v, fused.key_segments(mask, T), D ** -0.5, window, impl,
-                                   None if isinstance(is_global, bool) else is_global)
-            probs = None
-        elif (impl == "dot_product" and not needs_probs
-                and jnp.dtype(self.options.dtype) != jnp.float64):
-            context = self._dot_product(q, k, v, mask, is_global)
-            probs = None
+            segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
+            # heads first [3, B, N, T, D], the kernel's layout: one transpose in, one out
+            qkv = jnp.transpose(qkv, (2, 0, 3, 1, 4))
+            q, k = (apply_rope(x, cos, sin, heads_first=True) for x in (qkv[0], qkv[1]))
+            context = fused.attend(q, k, qkv[2], segments, D ** -0.5, cfg.half_window, impl, is_global,
+                                   heads_first=True)
+            context, probs = jnp.swapaxes(context, 1, 2), None
         else:
-            context, probs = self._einsum(q, k, v, mask, is_global, deterministic, output_attentions)
+            q, k, v = apply_rope(qkv[:, :, 0], cos, sin), apply_rope(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
+            needs_probs = output_attentions or (not deterministic and rate > 0)
+            if (self.options.attention_impl == "dot_product" and not needs_probs
+                    and jnp.dtype(self.options.dtype) != jnp.float64):
+                context, probs = self._dot_product(q, k, v, mask, is_global), None
+            else:
+                context, probs = self._einsum(q, k, v, mask, is_global, deterministic, output_attentions)
         out = self.linear(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out)(context.reshape(B, T, H))
         # transformers' out_drop: the attention_dropout rate again, on the projected output.
         return self.dropout_layer(rate)(out, deterministic=deterministic), probs

@@ -22,7 +22,8 @@ from jax.ad_checkpoint import checkpoint_name
 from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import ModelOutput
 from jaxbert.model.dropout import apply_hash_dropout
-from jaxbert.model.modernbert.attention import ModernBertAttention, rope_tables
+from jaxbert.model import fused
+from jaxbert.model.modernbert.attention import ModernBertAttention, rope_tables, takes_fused
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.modernbert.config import FULL
 from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
@@ -71,7 +72,8 @@ class ModernBertEncoderLayer(ModernBertModule):
       first: layer 0, which has no attn_norm.
       kind: FULL or SLIDING; None in the scanned stack, where ``is_global`` comes as data.
     Args:
-      hidden_states: [B, T, H]; mask: bool [B, 1, 1, T] (packed rows: [B, 1, T, T]); ropes: {True: (cos, sin) of the global
+      hidden_states: [B, T, H]; mask: bool [B, 1, 1, T] (packed rows: [B, 1, T, T]), or segment ids [B, T]
+      on the fused attention paths (modernbert.attention.takes_fused); ropes: {True: (cos, sin) of the global
       theta, False: of the local one}, each [B or 1, T, D].
     Returns: (hidden_states [B, T, H], attention probabilities or None).
     """
@@ -131,6 +133,39 @@ class _ScanLayer(ModernBertEncoderLayer):
         return hidden, (hidden, probs)
 
 
+class _ScanGroup(ModernBertModule):
+    """One period of a scanned stack whose kinds repeat (ModernBERT's local, local, global): its layers in
+    sequence, each of a static kind, so no layer chooses its attention by data (a lax.cond there copies the
+    kernel's operands in and out of its branches on a TPU). Sublayers are named 0..p-1."""
+
+    kinds: tuple = ()
+
+    @nn.compact
+    def __call__(self, carry, unused, mask, ropes, deterministic=True, output_attentions=False):
+        layer_cls = ModernBertEncoderLayer
+        if self.options.remat_policy != "none":
+            layer_cls = nn.remat(layer_cls, policy=REMAT_POLICIES[self.options.remat_policy], prevent_cse=False,
+                                 static_argnums=(5, 6))
+        states = []
+        for j, kind in enumerate(self.kinds):
+            carry, _ = layer_cls(self.config, self.options, kind=kind, name=str(j))(
+                carry, mask, ropes, None, deterministic, output_attentions)
+            states.append(carry)
+        return carry, jnp.stack(states)
+
+
+def kind_period(kinds) -> int | None:
+    """The shortest p < len(kinds) with kinds[i] == kinds[i % p] for all i (len(kinds) a multiple of p), where
+    the kinds are mixed; None where they are all one kind or repeat no shorter pattern."""
+    kinds = tuple(kinds)
+    if len(set(kinds)) < 2:
+        return None
+    for p in range(2, len(kinds)):
+        if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p):
+            return p
+    return None
+
+
 class _Layers(ModernBertModule):
     """The layer stack under ``layers``: 0, 1, ..., or 0 and the scanned rest.
 
@@ -167,6 +202,15 @@ class _Layers(ModernBertModule):
                 in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
                 length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
             is_global = jnp.array([k == FULL for k in kinds[1:]])
+            period = kind_period(kinds[1:])
+            if (period and not self.is_initializing()
+                    and takes_fused(cfg, opts, deterministic, output_attentions)):
+                # the same params (layers/scan, leaves [L - 1, ..]) run as (L - 1) / p groups of p layers of
+                # static kinds; init keeps the per-layer scan, so a model's initial params do not change
+                x, per_layer = self._grouped(x, mask, ropes, deterministic, kinds[1:1 + period], rest // period)
+                states += [per_layer[i] for i in range(rest)]
+                probs += [None] * rest
+                return x, tuple(states), tuple(probs)
             # When the scanned layers are all of one kind (every layer global, say), the kind stays static.
             same = kinds[1] if len(set(kinds[1:])) == 1 else None
             x, (per_layer, p) = scanned(cfg, opts, kind=same, name=SCAN)(x, is_global, mask, ropes, deterministic,
@@ -174,6 +218,24 @@ class _Layers(ModernBertModule):
             states += [per_layer[i] for i in range(rest)]
             probs += [None if p is None else p[i] for i in range(rest)]
         return x, tuple(states), tuple(probs)
+
+
+    def _grouped(self, x, mask, ropes, deterministic, kinds, n):
+        """x through the scanned stack as n groups of len(kinds) layers ([L - 1, ..] params read as [n, p, ..]);
+        returns the last hidden state and the per-layer outputs [L - 1, B, T, H]."""
+        p = len(kinds)
+
+        def to_groups(variables):  # {"params": leaves [n p, ..]} -> {"params": {"0": leaves [n, ..], ...}}
+            return {col: {str(j): jax.tree.map(lambda a: a.reshape((n, p) + a.shape[1:])[:, j], tree)
+                          for j in range(p)} for col, tree in variables.items()}
+
+        scanned = nn.scan(_ScanGroup, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast), length=n,
+                          metadata_params={nn.PARTITION_NAME: "layers"})
+        grouped = nn.map_variables(scanned, "params", trans_in_fn=to_groups)
+        x, per_group = grouped(self.config, self.options, kinds=tuple(kinds), name=SCAN)(
+            x, jnp.zeros((n,), jnp.int32), mask, ropes, deterministic, False)
+        return x, per_group.reshape((n * p,) + per_group.shape[2:])
 
 
 class ModernBertModel(ModernBertModule):
@@ -201,13 +263,20 @@ class ModernBertModel(ModernBertModule):
         if head_mask is not None:
             raise ValueError("head_mask: ModernBERT has no head mask (transformers' ModernBertModel takes none)")
         B, T = input_ids.shape
-        mask = (jnp.ones((B, 1, 1, T), bool) if attention_mask is None
-                else attention_mask.astype(bool)[:, None, None, :])
-        if segment_ids is not None:
-            # [B, 1, T, T]: within each document; sliding layers narrow it further to their band.
-            mask = mask & segment_mask(segment_ids)[:, None]
-            if position_ids is None:  # rotary positions count from 0 in each document
-                position_ids = segment_positions(segment_ids, 0)
+        if takes_fused(cfg, self.options, deterministic, output_attentions):
+            # the fused paths take segment ids [B, T], formed once here: a token attends to its document's
+            # keys; padding (attention_mask 0) gets a segment of its own, which no real token's keys are in
+            mask = (jnp.ones((B, T), jnp.int32) if segment_ids is None else jnp.asarray(segment_ids, jnp.int32))
+            if attention_mask is not None:
+                mask = jnp.where(attention_mask.astype(bool), mask, fused.PAD_SEGMENT)
+        else:
+            mask = (jnp.ones((B, 1, 1, T), bool) if attention_mask is None
+                    else attention_mask.astype(bool)[:, None, None, :])
+            if segment_ids is not None:
+                # [B, 1, T, T]: within each document; sliding layers narrow it further to their band.
+                mask = mask & segment_mask(segment_ids)[:, None]
+        if segment_ids is not None and position_ids is None:  # rotary positions count from 0 in each document
+            position_ids = segment_positions(segment_ids, 0)
         positions = jnp.arange(T)[None] if position_ids is None else position_ids
         D, dtype = cfg.head_dim, self.options.dtype
         ropes = {True: rope_tables(positions, D, cfg.global_theta, dtype),
