@@ -16,7 +16,7 @@ from tests.helpers.modernbert import config_of, params_of, tiny_hf
 
 NAME = "ModernBertForMaskedLM"
 # 3 layers: global, sliding, global; a window of 4 (+-2 tokens), far shorter than each document.
-SMALL_WINDOW = dict(local_attention=4, global_attn_every_n_layers=2)
+SMALL_WINDOW = dict(local_attention=4, global_attn_every_n_layers=2, num_hidden_layers=7)
 LENGTHS = (7, 9, 5)  # doc A, doc B, doc C; then 3 padding tokens: T = 24
 T = 24
 
@@ -48,7 +48,9 @@ def _apply(module, params, ids, mask, segments=None):
 
 OPTIONS = [dict(attention_impl="einsum"), dict(attention_impl="dot_product"),
            dict(attention_impl="einsum", scan_layers=True), dict(attention_impl="dot_product", scan_layers=True),
-           dict(attention_impl="einsum", attention_chunks=2)]
+           dict(attention_impl="einsum", attention_chunks=2),
+           # segment ids formed once by the model, the scanned layers of this 7-layer model in groups of static kinds
+           dict(attention_impl="blocked"), dict(attention_impl="blocked", scan_layers=True)]
 
 
 @pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "-".join(f"{v}" for v in o.values()))
