@@ -4,6 +4,7 @@ and ModelOutput, what every model returns."""
 from __future__ import annotations
 
 import functools
+import math
 import sys
 import warnings
 from typing import Any, Optional
@@ -168,6 +169,26 @@ class Dense(nn.Dense):
         y = jnp.dot(inputs.reshape(-1, inputs.shape[-1]), kernel, precision=self.precision)
         y = constrain_batch(y.reshape(inputs.shape[:-1] + (self.features,)))
         return y if bias is None else y + bias
+
+
+class EinsumDense(Dense):
+    """Dense's params ([in, out] kernel, [out] bias, same init) applied as one einsum over a view of them:
+    `spec` reads the kernel reshaped to `kernel_view` and adds the bias reshaped to `bias_view`. A layer that
+    wants its output in another layout (attention heads first, say) gets it from the matmul itself instead of
+    a transpose after it."""
+
+    spec: str = ""
+    kernel_view: tuple = ()
+    bias_view: tuple = ()
+
+    @nn.compact
+    def __call__(self, inputs: Array) -> Array:
+        kernel = self.param("kernel", self.kernel_init, (math.prod(self.kernel_view) // self.features, self.features),
+                            self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        y = jnp.einsum(self.spec, inputs, kernel.reshape(self.kernel_view), precision=self.precision)
+        return y if bias is None else y + bias.reshape(self.bias_view)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

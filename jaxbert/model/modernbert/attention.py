@@ -92,8 +92,6 @@ class ModernBertAttention(ModernBertModule):
         cfg = self.config
         B, T, H = hidden_states.shape
         N, D = cfg.num_attention_heads, cfg.head_dim
-        qkv = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in)(hidden_states)
-        qkv = qkv.reshape(B, T, 3, N, D)  # transformers' q | k | v blocks, each head-major
         cos, sin = rope
         rate = cfg.attention_dropout
         if takes_fused(cfg, self.options, deterministic, output_attentions):
@@ -101,20 +99,25 @@ class ModernBertAttention(ModernBertModule):
             if jnp.dtype(self.options.dtype) == jnp.float64:
                 impl = "blocked"  # splash takes float32 and bfloat16
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
-            # heads first [3, B, N, T, D], the kernel's layout: one transpose in, one out
-            qkv = jnp.transpose(qkv, (2, 0, 3, 1, 4))
+            # q, k, v heads first [3, B, N, T, D] (the kernel's layout) from the matmul itself, and Wo reading
+            # the context [B, N, T, D] as it comes: no transpose in or out
+            qkv = self.linear_view(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in,
+                                   "BTH,HcND->cBNTD", (H, 3, N, D), (3, 1, N, 1, D))(hidden_states)
             q, k = (apply_rope(x, cos, sin, heads_first=True) for x in (qkv[0], qkv[1]))
             context = fused.attend(q, k, qkv[2], segments, D ** -0.5, cfg.half_window, impl, is_global,
                                    heads_first=True)
-            context, probs = jnp.swapaxes(context, 1, 2), None
+            out = self.linear_view(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out,
+                                   "BNTD,NDH->BTH", (N, D, H), (H,))(context)
+            return self.dropout_layer(rate)(out, deterministic=deterministic), None
+        qkv = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in)(hidden_states)
+        qkv = qkv.reshape(B, T, 3, N, D)  # transformers' q | k | v blocks, each head-major
+        q, k, v = apply_rope(qkv[:, :, 0], cos, sin), apply_rope(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
+        needs_probs = output_attentions or (not deterministic and rate > 0)
+        if (self.options.attention_impl == "dot_product" and not needs_probs
+                and jnp.dtype(self.options.dtype) != jnp.float64):
+            context, probs = self._dot_product(q, k, v, mask, is_global), None
         else:
-            q, k, v = apply_rope(qkv[:, :, 0], cos, sin), apply_rope(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
-            needs_probs = output_attentions or (not deterministic and rate > 0)
-            if (self.options.attention_impl == "dot_product" and not needs_probs
-                    and jnp.dtype(self.options.dtype) != jnp.float64):
-                context, probs = self._dot_product(q, k, v, mask, is_global), None
-            else:
-                context, probs = self._einsum(q, k, v, mask, is_global, deterministic, output_attentions)
+            context, probs = self._einsum(q, k, v, mask, is_global, deterministic, output_attentions)
         out = self.linear(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out)(context.reshape(B, T, H))
         # transformers' out_drop: the attention_dropout rate again, on the projected output.
         return self.dropout_layer(rate)(out, deterministic=deterministic), probs
