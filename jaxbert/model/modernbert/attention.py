@@ -49,12 +49,18 @@ def rope_tables(positions: Array, head_dim: int, theta: float, dtype) -> tuple[A
     return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
 
 
-def apply_rope(x: Array, cos: Array, sin: Array, heads_first: bool = False) -> Array:
-    """x [B, T, N, D] (or [B, N, T, D] with heads_first) rotated by cos, sin [B, T, D]:
-    x * cos + rotate_half(x) * sin."""
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    cos, sin = ((t[:, None] if heads_first else t[:, :, None]) for t in (cos, sin))
+def apply_rope(x: Array, cos: Array, sin: Array, layout: str = "BTND") -> Array:
+    """x rotated by cos, sin [B, T, D]: x * cos + rotate_half(x) * sin. x is [B, T, N, D] (layout "BTND"),
+    or heads first with the sequence minor, [B, N, D, T] ("BNDT": the splash kernel's layout, where the
+    halves of the head dim are rows, not lanes)."""
+    D = x.shape[-1] if layout == "BTND" else x.shape[-2]
+    half, axis = D // 2, (-1 if layout == "BTND" else -2)
+    lo, hi = jax.lax.slice_in_dim(x, 0, half, axis=axis), jax.lax.slice_in_dim(x, half, D, axis=axis)
+    rotated = jnp.concatenate([-hi, lo], axis=axis)
+    if layout == "BTND":
+        cos, sin = cos[:, :, None], sin[:, :, None]
+    else:
+        cos, sin = (jnp.swapaxes(t, 1, 2)[:, None] for t in (cos, sin))
     return x * cos + rotated * sin
 
 
@@ -99,12 +105,15 @@ class ModernBertAttention(ModernBertModule):
             if jnp.dtype(self.options.dtype) == jnp.float64:
                 impl = "blocked"  # splash takes float32 and bfloat16
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
-            # q, k, v heads first [3, B, N, T, D] (the kernel's layout) from the matmul itself, and Wo reading
-            # the context [B, N, T, D] as it comes: no transpose in or out
+            # q, k, v heads first and sequence-minor [3, B, N, D, T] (the kernel's layout) from the matmul
+            # itself, RoPE on that layout, and Wo reading the context [B, N, T, D] as it comes
             qkv = self.linear_view(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in,
-                                   "BTH,HcND->cBNTD", (H, 3, N, D), (3, 1, N, 1, D))(hidden_states)
-            q, k = (apply_rope(x, cos, sin, heads_first=True) for x in (qkv[0], qkv[1]))
-            context = fused.attend(q, k, qkv[2], segments, D ** -0.5, cfg.half_window, impl, is_global,
+                                   "BTH,HcND->cBNDT", (H, 3, N, D), (3, 1, N, D, 1))(hidden_states)
+            q, k = (apply_rope(x, cos, sin, layout="BNDT") for x in (qkv[0], qkv[1]))
+            # [B, N, T, D] as attend takes them: the transpose back meets splash's own (it lays q, k, v out
+            # sequence-minor), and XLA drops the pair
+            q, k, v = (jnp.swapaxes(x, -1, -2) for x in (q, k, qkv[2]))
+            context = fused.attend(q, k, v, segments, D ** -0.5, cfg.half_window, impl, is_global,
                                    heads_first=True)
             out = self.linear_view(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out,
                                    "BNTD,NDH->BTH", (N, D, H), (H,))(context)
