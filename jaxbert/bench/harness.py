@@ -431,8 +431,8 @@ def train_shapes(quick: bool, accelerator: bool = True) -> list[tuple[str, int, 
 
 
 # ModernBERT against transformers' (Bench.modernbert_work): a 6-layer, hidden-384 one at pretraining's
-# 8 x 512 and at a long sequence, where the local layers' window is a small share of T.
-MODERNBERT_SHAPES = (("modernbert-6x384", 8, 512), ("modernbert-6x384", 1, 2048))
+# 8 x 512 and at long sequences (2048, 4096), where the local layers' window is a small share of T.
+MODERNBERT_SHAPES = (("modernbert-6x384", 8, 512), ("modernbert-6x384", 1, 2048), ("modernbert-6x384", 1, 4096))
 
 
 def modernbert_shapes(quick: bool) -> list[tuple[str, str, int, int]]:

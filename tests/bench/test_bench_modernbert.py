@@ -51,7 +51,7 @@ def _in_process(monkeypatch):
 def test_the_rows_are_named_and_selectable():
     names = harness.work_names(quick=False)
     for work in ("train", "infer"):
-        for B, T in ((8, 512), (1, 2048)):
+        for B, T in ((8, 512), (1, 2048), (1, 4096)):
             assert f"{work}/modernbert-6x384/{B}x{T}" in names
     assert [n for n in harness.work_names(quick=True) if "modernbert" in n] == [
         "train/modernbert-6x384/8x512", "infer/modernbert-6x384/8x512"]
