@@ -7,15 +7,16 @@ dense mask a model builds) and, on a sliding layer, the half window w (|query - 
 
 * ``blocked`` (any backend; plain jax): a sliding layer cuts the queries into blocks of ``local_block`` and
   scores each block against the keys its window reaches (the block, and w keys either side), so its scores
-  are [B, N, T, local_block + 2w]: memory and FLOPs grow as T x window. The block's keys are three
-  shifted slices of the keys (no gather). A global layer runs
+  are [B, N, T, local_block + 2w]: memory and FLOPs grow as T x window. A block's keys are shifted
+  slices of the keys (no gather, whose gradient is a scatter-add). A global layer runs
   ``global_block`` queries at a time against every key, each block recomputed in the backward pass
   (jax.checkpoint inside lax.map): one block's [B, N, global_block, T] scores are held at a time.
 * ``splash`` (TPU): jax's Pallas splash attention kernel, LocalMask for a window, FullMask for a global
   layer, the segment ids ANDed inside it. Off a TPU the same kernel runs in Pallas' interpret mode (slow; for
-  checking it on a CPU). The head dim goes to the kernel as it is (64 is not padded to the 128 lanes). A
-  layer whose kind is data (the scanned stack) chooses between the two kernels by lax.cond around the
-  kernel call alone. Under the mesh runner (the batch split over a mesh axis by the logical rule
+  checking it on a CPU). q, k, v go in sequence-minor (LAYOUT), the head dim as it is (64 is not padded
+  to the 128 lanes). A layer whose kind is data chooses between the two kernels by lax.cond around the
+  kernel call alone (ModernBERT's scanned stack avoids even that: it runs in groups of static kinds, since
+  on a TPU a cond copies the kernel's operands into its branches). Under the mesh runner (the batch split over a mesh axis by the logical rule
   BATCH) the kernel runs per device through shard_map, as a custom call cannot be partitioned by XLA.
 * ``auto``: splash where the step is lowered for a TPU, blocked elsewhere (jax.lax.platform_dependent:
   the choice is made when lowering, so a step compiled ahead of time for a TPU topology gets the kernel).
@@ -255,22 +256,3 @@ def _batch_axis():
         return None
     axis = nn.logical_to_mesh_axes((BATCH,))[0]
     return axis if axis in mesh.axis_names else None
-
-
-def splash_flops(T: int, heads: int, D: int, window, backward: bool = True) -> float:
-    """FLOPs the splash kernels of one call [heads, T, D] run (per sequence), from the blocks the mask visits:
-    each visited block pair is 2 matmuls forward (q k^T, p v), and 7 backward (the dq kernel recomputes
-    q k^T and forms dp = do v^T and dq = ds k; the dkv kernel recomputes q k^T and dp, and forms dv = p^T do
-    and dk = ds^T q). Counts the padded length, as the kernel does."""
-    Tp, Dp, block = splash_geometry(T, D, window)
-    info = splash_kernel(Tp, heads, window, block, False).fwd_mask_info
-    nq = Tp // block
-    pairs = nq * nq if info.block_mask is None else int(np.count_nonzero(np.asarray(info.block_mask)[0]))
-    per_pair = 2.0 * block * block * Dp
-    return heads * pairs * per_pair * ((2 + 7) if backward else 2)
-
-
-def dense_flops(T: int, heads: int, D: int, backward: bool = True) -> float:
-    """FLOPs of the dense [T, T] attention of one call (per sequence): the einsum path's count."""
-    return heads * 2.0 * T * T * D * ((2 + 4) if backward else 2)
-
