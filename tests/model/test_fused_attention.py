@@ -347,6 +347,12 @@ def test_a_scanned_stack_of_repeating_kinds_runs_in_groups_without_a_cond_and_co
     for a, b in zip(jax.tree.leaves(runs["blocked"][1]), jax.tree.leaves(runs["einsum"][1])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=1e-4)
     assert "cond[" not in str(runs["blocked"][2])  # grouped: every layer's kind static
+    # each layer's output, read back in the stack's order
+    states = [m.apply({"params": params}, ids, attention_mask=mask, output_hidden_states=True).hidden_states
+              for m in (runs["blocked"][3], runs["einsum"][3])]
+    assert len(states[0]) == len(states[1]) == 8
+    for a, b in zip(*states):
+        np.testing.assert_allclose(np.asarray(a)[real], np.asarray(b)[real], atol=2e-5, rtol=0)
     init = [m.init(jax.random.PRNGKey(0), ids)["params"] for m in (runs["blocked"][3], runs["einsum"][3])]
     assert jax.tree.structure(init[0]) == jax.tree.structure(params)
     for a, b in zip(jax.tree.leaves(init[0]), jax.tree.leaves(init[1])):
