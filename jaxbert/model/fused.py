@@ -10,7 +10,8 @@ dense mask a model builds) and, on a sliding layer, the half window w (|query - 
   are [B, N, T, local_block + 2w]: memory and FLOPs grow as T x window. A block's keys are shifted
   slices of the keys (no gather, whose gradient is a scatter-add). A global layer runs
   ``global_block`` queries at a time against every key, each block recomputed in the backward pass
-  (jax.checkpoint inside lax.map): one block's [B, N, global_block, T] scores are held at a time.
+  (jax.checkpoint inside lax.map): one block's [B, N, global_block, T] scores are held at a time; where its
+  whole float32 scores take at most DENSE_SCORES_BYTES, as one block kept for the backward pass.
 * ``splash`` (TPU): jax's Pallas splash attention kernel, LocalMask for a window, FullMask for a global
   layer, the segment ids ANDed inside it. Off a TPU the same kernel runs in Pallas' interpret mode (slow; for
   checking it on a CPU). q, k, v go in sequence-minor (LAYOUT), the head dim as it is (64 is not padded
@@ -45,6 +46,9 @@ Array = jax.Array
 FUSED_IMPLS = ("blocked", "splash", "auto")
 LANES = 128  # splash's blocks and head dim are multiples of the TPU's 128 lanes
 GLOBAL_BLOCK = 512  # queries per block of a global layer (blocked path), and splash's block there
+# a global layer whose whole float32 scores [B, N, T, T] take at most this runs them as one block, kept for the
+# backward pass (blocked path): below it, recomputing blocks costs more time than the memory it saves
+DENSE_SCORES_BYTES = 128 << 20
 # splash's q, k, v laid out sequence-minor ([.., D, T] in memory): a head dim of 64 then fills 64 sublanes of
 # a tile instead of half of its 128 lanes (the head-dim-minor layout pads it to 128 in memory)
 LAYOUT = splash.QKVLayout.SEQ_MINOR
@@ -161,20 +165,22 @@ def _local_blocks(q, k, v, segments, scale, w):
 
 def _global_blocks(q, k, v, segments, scale):
     B, N, T, D = q.shape
-    C = min(GLOBAL_BLOCK, T)
-    n = -(-T // C)
-    Tp = n * C
-    qb = jnp.moveaxis(_pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D), 2, 0)
-    sq = jnp.moveaxis(_pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C), 1, 0)
 
-    @jax.checkpoint
     def block(args):
         qc, sc = args
         scores = jnp.einsum("BNqD,BNkD->BNqk", qc, k) * scale
         probs = masked_softmax(scores, (sc[:, :, None] == segments[:, None, :])[:, None])
         return jnp.einsum("BNqk,BNkD->BNqD", probs, v)
 
-    out = jax.lax.map(block, (qb, sq))  # one block at a time, forward and backward: [n, B, N, C, D]
+    if B * N * T * T * 4 <= DENSE_SCORES_BYTES:
+        return block((q, segments))
+    C = min(GLOBAL_BLOCK, T)
+    n = -(-T // C)
+    Tp = n * C
+    qb = jnp.moveaxis(_pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D), 2, 0)
+    sq = jnp.moveaxis(_pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C), 1, 0)
+
+    out = jax.lax.map(jax.checkpoint(block), (qb, sq))  # one block at a time, forward and backward: [n, B, N, C, D]
     return jnp.moveaxis(out, 0, 2).reshape(B, N, Tp, D)[:, :, :T]
 
 

@@ -357,3 +357,21 @@ def test_a_scanned_stack_of_repeating_kinds_runs_in_groups_without_a_cond_and_co
     assert jax.tree.structure(init[0]) == jax.tree.structure(params)
     for a, b in zip(jax.tree.leaves(init[0]), jax.tree.leaves(init[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_global_layer_too_large_for_one_block_runs_in_blocks_of_queries_with_the_same_result(monkeypatch):
+    """Blocked path, global layer: under DENSE_SCORES_BYTES one block kept for the backward pass; above it
+    (here forced: 0 bytes) blocks of GLOBAL_BLOCK queries (forced: 64, so T = 150 takes 3, the last one
+    padded), each recomputed in the backward. Values and gradients equal the dense reference either way."""
+    q, k, v = _qkv(seed=4)
+    segments = _segments()
+    weights = jnp.asarray(np.random.default_rng(5).normal(size=(B, T, N, D))) * (segments > 0)[..., None, None]
+    want = _value_and_grads(lambda q, k, v: dense(q, k, v, segments, SCALE, None), q, k, v, weights)
+    whole = _value_and_grads(lambda q, k, v: fused.attend(q, k, v, segments, SCALE, None, "blocked"), q, k, v, weights)
+    monkeypatch.setattr(fused, "DENSE_SCORES_BYTES", 0)
+    monkeypatch.setattr(fused, "GLOBAL_BLOCK", 64)
+    blocks = _value_and_grads(lambda q, k, v: fused.attend(q, k, v, segments, SCALE, None, "blocked"), q, k, v, weights)
+    assert "scan[" in str(jax.make_jaxpr(lambda q: fused.attend(q, k, v, segments, SCALE, None, "blocked"))(q))
+    for got in (whole, blocks):
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(_real(a, segments), _real(b, segments), atol=2e-5, rtol=0)
