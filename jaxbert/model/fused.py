@@ -1,7 +1,7 @@
 """Attention that never holds a [B, N, T, T] array: the paths behind attention_impl "blocked", "splash" and "auto".
 
-Both take the queries, keys and values of a self-attention, [B, T, N, D] or head-major [B, N, T, D] (the
-kernel's own layout: a model that builds its heads that way saves two transposes per call), a segment id
+Both take the queries, keys and values of a self-attention, [B, T, N, D] or heads first [B, N, T, D] (a model
+that builds its heads that way saves the transposes; splash then lays them out sequence-minor), a segment id
 per token [B, T] (a query attends to the keys of its own segment; ``key_segments`` derives them from the
 dense mask a model builds) and, on a sliding layer, the half window w (|query - key| <= w):
 
@@ -138,7 +138,7 @@ def _pad_to(x: Array, axis: int, before: int, after: int, value=0) -> Array:
 def _local_blocks(q, k, v, segments, scale, w):
     B, N, T, D = q.shape
     C = local_block(w)
-    r = -(-w // C)  # key blocks either side that the window reaches (1 unless w < 16)
+    r = -(-w // C)  # key blocks either side that the window reaches (C >= w, so 1)
     n = -(-T // C)
     Tp = n * C
     qb = _pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D)

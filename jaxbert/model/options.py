@@ -20,17 +20,18 @@ from jaxbert.model.dropout import DROPOUT_IMPLS
 
 ATTENTION_IMPLS = ("einsum", "dot_product", "blocked", "splash", "auto")
 LAYER_INPUT = "layer_input"  # checkpoint_name of each layer's input, the value remat_policy "offload" moves
-# checkpoint_name of the fused attention's inputs (q, k, v as the kernel takes them) and outputs (the context
-# and its softmax statistics): what remat_policy "keep_attention" keeps
+# checkpoint_name of the fused attention's inputs (q, k, v as the kernel takes them) and output (the context;
+# splash's softmax statistics too): what remat_policy "keep_attention" keeps
 ATTENTION_IO = "attention_io"
 REMAT_POLICIES = {
     "none": None,  # no remat
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.checkpoint_dots,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    # full's recomputation, except the fused attention's inputs and outputs (ATTENTION_IO), which are kept: the
-    # backward pass runs the attention's backward kernels without re-running Wqkv, RoPE or the forward kernel,
-    # for 4 [B, T, H]-sized arrays per layer. On the einsum and dot_product paths (nothing named) it is full.
+    # full's recomputation, except the fused attention's inputs and outputs (ATTENTION_IO), which are kept: on
+    # splash the backward pass runs no Wqkv, RoPE or forward kernel again (the blocked path still recomputes
+    # its scores), for 4 [B, T, H]-sized arrays per layer. On the einsum and dot_product paths (nothing
+    # named) it is full.
     "keep_attention": jax.checkpoint_policies.save_only_these_names(ATTENTION_IO),
     # full's recomputation, with each layer's input (the one thing full keeps) moved to the host's pinned
     # memory in the forward pass and fetched back for the backward: device memory then holds no activation

@@ -301,8 +301,8 @@ def test_no_kernel_of_a_modernbert_train_step_lowered_for_tpu_counts_zero():
 @pytest.mark.parametrize("impl", ["blocked", "splash"])
 def test_remat_keep_attention_keeps_the_kernel_inputs_and_gives_fulls_gradients(impl):
     """remat_policy keep_attention: the same gradients as full (and as no remat), and the scanned step's
-    backward pass runs the forward kernel no more (splash) / recomputes no q k^T of the attention forward:
-    fewer attention ops than under full."""
+    backward pass runs the forward kernel no more (splash) / recomputes fewer matmuls (blocked: Wqkv's outputs
+    are kept; its scores are still recomputed)."""
     hf = tiny_hf(NAME, seed=3)
     params = params_of(hf, NAME, True)
     ids = jnp.asarray(np.random.default_rng(0).integers(5, 90, size=(2, 160)), jnp.int32)
@@ -330,8 +330,9 @@ def test_remat_keep_attention_keeps_the_kernel_inputs_and_gives_fulls_gradients(
 def test_a_scanned_stack_of_repeating_kinds_runs_in_groups_without_a_cond_and_computes_the_same():
     """7 layers, global every 2nd: the scanned layers 1..6 are (sliding, global) x 3. On a fused path they run as 3
     groups of 2 layers of static kinds (no lax.cond choosing the attention by data), from the same params
-    (layers/scan, leaves [6, ..]); logits and gradients equal the einsum path's, and init is the per-layer scan's."""
-    hf = tiny_hf(NAME, seed=3, num_hidden_layers=7)
+    (layers/scan, leaves [6, ..]); logits and gradients equal the einsum path's, and init is the per-layer scan's.
+    With biases on (Wqkv's is read through the heads-first view)."""
+    hf = tiny_hf(NAME, seed=3, num_hidden_layers=7, attention_bias=True, mlp_bias=True)
     cfg = config_of(hf)
     params = params_of(hf, NAME, True)
     ids = jnp.asarray(np.random.default_rng(0).integers(5, 90, size=(2, 96)), jnp.int32)
@@ -368,6 +369,7 @@ def test_a_global_layer_too_large_for_one_block_runs_in_blocks_of_queries_with_t
     weights = jnp.asarray(np.random.default_rng(5).normal(size=(B, T, N, D))) * (segments > 0)[..., None, None]
     want = _value_and_grads(lambda q, k, v: dense(q, k, v, segments, SCALE, None), q, k, v, weights)
     whole = _value_and_grads(lambda q, k, v: fused.attend(q, k, v, segments, SCALE, None, "blocked"), q, k, v, weights)
+    assert "scan[" not in str(jax.make_jaxpr(lambda q: fused.attend(q, k, v, segments, SCALE, None, "blocked"))(q))
     monkeypatch.setattr(fused, "DENSE_SCORES_BYTES", 0)
     monkeypatch.setattr(fused, "GLOBAL_BLOCK", 64)
     blocks = _value_and_grads(lambda q, k, v: fused.attend(q, k, v, segments, SCALE, None, "blocked"), q, k, v, weights)

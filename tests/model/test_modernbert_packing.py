@@ -15,7 +15,8 @@ from jaxbert.model.options import ModelOptions
 from tests.helpers.modernbert import config_of, params_of, tiny_hf
 
 NAME = "ModernBertForMaskedLM"
-# 3 layers: global, sliding, global; a window of 4 (+-2 tokens), far shorter than each document.
+# 7 layers: global, then (sliding, global) x 3 (a scanned stack runs them in groups); a window of 4 (+-2 tokens),
+# far shorter than each document.
 SMALL_WINDOW = dict(local_attention=4, global_attn_every_n_layers=2, num_hidden_layers=7)
 LENGTHS = (7, 9, 5)  # doc A, doc B, doc C; then 3 padding tokens: T = 24
 T = 24
