@@ -44,7 +44,7 @@ from jaxbert.model.softmax import masked_softmax
 Array = jax.Array
 
 FUSED_IMPLS = ("blocked", "splash", "auto")
-LANES = 128  # splash's blocks and head dim are multiples of the TPU's 128 lanes
+LANES = 128  # splash's blocks are multiples of the TPU's 128 lanes
 GLOBAL_BLOCK = 512  # queries per block of a global layer (blocked path), and splash's block there
 # a global layer whose whole float32 scores [B, N, T, T] take at most this runs them as one block, kept for the
 # backward pass (blocked path): below it, recomputing blocks costs more time than the memory it saves
@@ -187,8 +187,8 @@ def _global_blocks(q, k, v, segments, scale):
 # -- splash: Pallas on TPU ---------------------------------------------------------------------------
 
 
-def splash_geometry(T: int, D: int, window) -> tuple[int, int, int]:
-    """(padded length, head dim, block) of a splash call: blocks of 128 on sliding layers (a larger block
+def splash_geometry(T: int, window) -> tuple[int, int]:
+    """(padded length, block) of a splash call: blocks of 128 on sliding layers (a larger block
     skips fewer keys outside a +-64 window), up to GLOBAL_BLOCK on global ones; the length padded to a
     multiple of 128 (so both kinds of a scanned stack take one padded length). The head dim is passed as it
     is: the kernel takes a head dim below the 128 lanes (64 is ModernBERT's and BERT-base's)."""
@@ -196,7 +196,7 @@ def splash_geometry(T: int, D: int, window) -> tuple[int, int, int]:
     block = LANES
     if window is None:
         block = max(b for b in (LANES, 256, GLOBAL_BLOCK) if Tp % b == 0)
-    return Tp, D, block
+    return Tp, block
 
 
 @functools.lru_cache(maxsize=64)
@@ -224,7 +224,7 @@ def splash_attention(q, k, v, segments, scale, window, is_global=None):
 
 def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
     B, N, T, D = q.shape
-    Tp, _, _ = splash_geometry(T, D, window)
+    Tp = splash_geometry(T, window)[0]
     # the kernel applies no softmax scale: scale q first (in the compute dtype, as the einsum path scales)
     prep = lambda x: _pad_to(x, 2, 0, Tp - T)  # [B, N, Tp, D]
     qh, kh, vh = prep(q * jnp.asarray(scale, q.dtype)), prep(k), prep(v)
@@ -234,7 +234,7 @@ def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
     seg = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT)
 
     def run(qh, kh, vh, seg, window):
-        kernel = splash_kernel(Tp, N, window, splash_geometry(T, D, window)[2], interpret)
+        kernel = splash_kernel(Tp, N, window, splash_geometry(T, window)[1], interpret)
         return jax.vmap(lambda a, b, c, s: kernel(a, b, c, segment_ids=splash.SegmentIds(q=s, kv=s)))(
             qh, kh, vh, seg)
 

@@ -39,23 +39,20 @@ class ModernBertModule(BertModule):
         c = self.config.cutoff
         return nn.initializers.truncated_normal(std, lower=-c, upper=c)
 
-    def linear(self, features: int, axes: tuple, name: str, use_bias: bool, std: float) -> Dense:
+    def linear(self, features: int, axes: tuple, name: str, use_bias: bool, std: float, cls=Dense, **view) -> Dense:
         """A Linear under transformers' name: kernel [in, out] from the truncated normal, zero bias."""
-        return Dense(
+        return cls(
             features, use_bias=use_bias, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
             kernel_init=nn.with_logical_partitioning(self.trunc_normal(std), axes),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
-            name=name)
+            name=name, **view)
 
     def linear_view(self, features: int, axes: tuple, name: str, use_bias: bool, std: float, spec: str,
                     kernel_view: tuple, bias_view: tuple) -> EinsumDense:
         """linear's params (the same names, shapes and init), applied as einsum `spec` over the kernel viewed
         as `kernel_view` (its bias as `bias_view`): an output laid out as the next op wants it."""
-        return EinsumDense(
-            features, use_bias=use_bias, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
-            kernel_init=nn.with_logical_partitioning(self.trunc_normal(std), axes),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, axes[1:]),
-            spec=spec, kernel_view=kernel_view, bias_view=bias_view, name=name)
+        return self.linear(features, axes, name, use_bias, std, EinsumDense, spec=spec, kernel_view=kernel_view,
+                           bias_view=bias_view)
 
     def norm(self, name: str) -> nn.LayerNorm:
         """LayerNorm(norm_eps), with a bias only when config.norm_bias (ModernBERT's default has none)."""

@@ -133,6 +133,16 @@ class _ScanLayer(ModernBertEncoderLayer):
         return hidden, (hidden, probs)
 
 
+def remat_layer(cls, options, in_scan: bool):
+    """cls under options.remat_policy (cls itself for "none"). deterministic and output_attentions stay static
+    (arguments 5 and 6 counting self); under scan, CSE cannot merge the recomputation into the forward pass,
+    so its guard is not needed."""
+    if options.remat_policy == "none":
+        return cls
+    return nn.remat(cls, policy=REMAT_POLICIES[options.remat_policy], prevent_cse=not in_scan,
+                    static_argnums=(5, 6))
+
+
 class _ScanGroup(ModernBertModule):
     """One period of a scanned stack whose kinds repeat (ModernBERT's local, local, global): its layers in
     sequence, each of a static kind, so no layer chooses its attention by data (a lax.cond there copies the
@@ -142,10 +152,7 @@ class _ScanGroup(ModernBertModule):
 
     @nn.compact
     def __call__(self, carry, unused, mask, ropes, deterministic=True, output_attentions=False):
-        layer_cls = ModernBertEncoderLayer
-        if self.options.remat_policy != "none":
-            layer_cls = nn.remat(layer_cls, policy=REMAT_POLICIES[self.options.remat_policy], prevent_cse=False,
-                                 static_argnums=(5, 6))
+        layer_cls = remat_layer(ModernBertEncoderLayer, self.options, in_scan=True)
         states = []
         for j, kind in enumerate(self.kinds):
             carry, _ = layer_cls(self.config, self.options, kind=kind, name=str(j))(
@@ -176,17 +183,7 @@ class _Layers(ModernBertModule):
     def __call__(self, x, mask, ropes, deterministic, output_attentions):
         cfg, opts = self.config, self.options
         kinds = cfg.layer_kinds
-        remat = opts.remat_policy != "none"
-
-        def wrap(cls, in_scan):
-            if not remat:
-                return cls
-            # deterministic and output_attentions stay static (arguments 5 and 6 counting self); under
-            # scan, CSE cannot merge the recomputation into the forward pass, so its guard is not needed.
-            return nn.remat(cls, policy=REMAT_POLICIES[opts.remat_policy], prevent_cse=not in_scan,
-                            static_argnums=(5, 6))
-
-        layer_cls = wrap(ModernBertEncoderLayer, False)
+        layer_cls = remat_layer(ModernBertEncoderLayer, opts, in_scan=False)
         states, probs = [], []
         n_unscanned = 1 if opts.scan_layers else cfg.num_hidden_layers
         for i in range(n_unscanned):
@@ -196,12 +193,6 @@ class _Layers(ModernBertModule):
             probs.append(p)
         rest = cfg.num_hidden_layers - n_unscanned
         if rest:
-            scanned = nn.scan(
-                wrap(_ScanLayer, True), variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
-            is_global = jnp.array([k == FULL for k in kinds[1:]])
             period = kind_period(kinds[1:])
             if (period and not self.is_initializing()
                     and takes_fused(cfg, opts, deterministic, output_attentions)):
@@ -211,6 +202,12 @@ class _Layers(ModernBertModule):
                 states += [per_layer[i] for i in range(rest)]
                 probs += [None] * rest
                 return x, tuple(states), tuple(probs)
+            scanned = nn.scan(
+                remat_layer(_ScanLayer, opts, in_scan=True), variable_axes={"params": 0},
+                split_rngs={"params": True, "dropout": True},
+                in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
+                length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
+            is_global = jnp.array([k == FULL for k in kinds[1:]])
             # When the scanned layers are all of one kind (every layer global, say), the kind stays static.
             same = kinds[1] if len(set(kinds[1:])) == 1 else None
             x, (per_layer, p) = scanned(cfg, opts, kind=same, name=SCAN)(x, is_global, mask, ropes, deterministic,
@@ -218,7 +215,6 @@ class _Layers(ModernBertModule):
             states += [per_layer[i] for i in range(rest)]
             probs += [None if p is None else p[i] for i in range(rest)]
         return x, tuple(states), tuple(probs)
-
 
     def _grouped(self, x, mask, ropes, deterministic, kinds, n):
         """x through the scanned stack as n groups of len(kinds) layers ([L - 1, ..] params read as [n, p, ..]);
