@@ -228,8 +228,11 @@ def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
     # the kernel applies no softmax scale: scale q first (in the compute dtype, as the einsum path scales)
     prep = lambda x: _pad_to(x, 2, 0, Tp - T)  # [B, N, Tp, D]
     qh, kh, vh = prep(q * jnp.asarray(scale, q.dtype)), prep(k), prep(v)
-    # named as the kernel's inputs, so a remat policy may keep them (remat_policy "keep_attention")
-    qh, kh, vh = (checkpoint_name(x, ATTENTION_IO) for x in (qh, kh, vh))
+    # named as the kernel's inputs, so a remat policy may keep them (remat_policy "keep_attention"), in the
+    # kernel's own layout [B, N, D, Tp]: a scanned stack saves them in a buffer of the named array's default
+    # layout, and named [B, N, Tp, D] they were transposed into it and out again for the backward kernels
+    qh, kh, vh = (jnp.swapaxes(checkpoint_name(jnp.swapaxes(x, -1, -2), ATTENTION_IO), -1, -2)
+                  for x in (qh, kh, vh))
     # every query needs one key it may attend to: the added tokens form a segment of their own
     seg = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT)
 

@@ -17,7 +17,7 @@ from scipy.stats import truncnorm
 
 from jaxbert.model.config import ConfigError
 from jaxbert.model.modernbert import ModernBertConfig, build
-from jaxbert.model.modernbert.attention import inverse_frequencies, rope_tables
+from jaxbert.model.modernbert.attention import apply_rope, inverse_frequencies, rope_tables
 from jaxbert.model.modernbert.config import FULL, SLIDING
 from jaxbert.model.modernbert.table import Table, param_count
 from jaxbert.model.options import ModelOptions
@@ -419,3 +419,57 @@ def test_rope_tables_are_float64_on_the_float64_path_and_the_same_under_jit():
         torch_inv = (1.0 / (theta ** (torch.arange(0, 64, 2, dtype=torch.int64).float() / 64))).numpy()
         ours = inverse_frequencies(64, theta, np.float32)
         assert ours.dtype == np.float32 and np.abs(ours / torch_inv - 1).max() <= 2 ** -23  # within an ulp
+
+
+@pytest.mark.parametrize("layout", ["BTND", "BNDT"])
+def test_rope_and_its_gradient_are_the_rotation_and_its_transpose(layout):
+    """apply_rope's value is each position's pair rotation (cos -sin; sin cos on dims i, i + D / 2) and its
+    gradient that rotation transposed, checked in float64 against the [D, D] matrices built here with NumPy,
+    on both layouts."""
+    B, T, N, D = 2, 7, 3, 8
+    rng = np.random.default_rng(0)
+    x, g = rng.normal(size=(2, B, T, N, D))
+    positions = rng.integers(0, 50, size=(B, T))
+    angles = positions[..., None] * (1.0 / 10000.0 ** (np.arange(0, D, 2) / D))  # [B, T, D / 2]
+    rot = np.zeros((B, T, D, D))
+    for i in range(D // 2):
+        c, s = np.cos(angles[..., i]), np.sin(angles[..., i])
+        rot[..., i, i], rot[..., i, i + D // 2] = c, -s
+        rot[..., i + D // 2, i], rot[..., i + D // 2, i + D // 2] = s, c
+    want = np.einsum("BTed,BTNd->BTNe", rot, x)
+    want_grad = np.einsum("BTed,BTNe->BTNd", rot, g)  # R^T g
+    to = (lambda a: a) if layout == "BTND" else (lambda a: np.transpose(a, (0, 2, 3, 1)))
+    back = (lambda a: a) if layout == "BTND" else (lambda a: np.transpose(a, (0, 3, 1, 2)))
+    with jax.enable_x64(True):
+        cos, sin = rope_tables(jnp.asarray(positions), D, 10000.0, jnp.float64)
+        y, vjp = jax.vjp(lambda a: apply_rope(a, cos, sin, layout=layout), jnp.asarray(to(x)))
+        (grad,) = vjp(jnp.asarray(to(g)))
+        np.testing.assert_allclose(back(np.asarray(y)), want, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(back(np.asarray(grad)), want_grad, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_rotary_qkv_backward_equals_autodiff_of_its_forward(bias):
+    """The fused path's Wqkv (rotary_qkv) has a hand-written backward (RoPE's transpose as a matmul, the
+    gradient matmuls per q, k, v block); in float64 it equals what autodiff derives from the forward, for
+    every input, with per-row positions (packed documents restart them) and a scale that is not 1."""
+    from jaxbert.model.modernbert.attention import _rotary_qkv, rotary_qkv
+    B, T, N, D = 2, 9, 3, 8
+    H = N * D
+    rng = np.random.default_rng(1)
+    with jax.enable_x64(True):
+        x, kernel, b, gq, gk, gv = (jnp.asarray(rng.normal(size=shape)) for shape in
+                                    [(B, T, H), (H, 3 * H), (3 * H,), (B, N, T, D), (B, N, T, D), (B, N, T, D)])
+        b = b if bias else None
+        cos, sin = rope_tables(jnp.asarray(rng.integers(0, 40, (B, T))), D, 10000.0, jnp.float64)
+        outs, vjp = jax.vjp(lambda *a: rotary_qkv(*a, cos, sin, 0.3), x, kernel, b)
+        want_outs, want_vjp = jax.vjp(lambda *a: _rotary_qkv(*a, cos, sin, 0.3), x, kernel, b)
+        for got, want in zip(outs, want_outs):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        got, want = vjp((gq, gk, gv)), want_vjp((gq, gk, gv))
+        for name, g, w in zip(("x", "kernel", "bias"), got, want):
+            if w is None:
+                assert g is None
+                continue
+            assert float(jnp.abs(w).max()) > 0.1, name
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-12, err_msg=name)

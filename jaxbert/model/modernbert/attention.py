@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxbert.model.attention import masked_softmax
 from jaxbert.model import fused
+from jaxbert.model.base import Dense
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.modernbert.base import ModernBertModule
 
@@ -64,6 +65,85 @@ def apply_rope(x: Array, cos: Array, sin: Array, layout: str = "BTND") -> Array:
     return x * cos + rotated * sin
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def rotary_qkv(x: Array, kernel: Array, bias, cos: Array, sin: Array, scale: float):
+    """q * scale, k rotated by RoPE and v, each [B, N, T, D], from x [B, T, H] and the fused Wqkv kernel
+    [H, 3H] (transformers' q | k | v blocks, each head-major) and bias [3H] or None; cos, sin [B or 1, T, D].
+
+    The forward computes them heads first and sequence-minor ([3, B, N, D, T] from the matmul itself, RoPE on
+    that layout) and hands them over transposed: the splash kernel lays them out sequence-minor again, and
+    XLA drops the pair. The backward is written out. The kernel returns dq, dk, dv head-minor; autodiff's
+    way back rotated them in several passes, stacked the three and copied the stack into the layout of each
+    of Wqkv's two gradient matmuls (on a v5e, about 1.5 ms of a modernbert-base layer at 36 x 1024). Here
+    RoPE's transpose is one matmul pass (rotate_half^T as a [D, D] signed permutation: a matmul writes its
+    result in whatever layout its reader wants), and Wqkv's gradients are three matmuls per q, k, v block,
+    each reading its block as it is.
+    """
+    return _rotary_qkv(x, kernel, bias, cos, sin, scale)
+
+
+def _rotary_qkv(x, kernel, bias, cos, sin, scale):
+    B, T, H = x.shape
+    D = cos.shape[-1]
+    N = kernel.shape[1] // (3 * D)
+    qkv = jnp.einsum("BTH,HcND->cBNDT", x, kernel.reshape(H, 3, N, D))
+    if bias is not None:
+        qkv = qkv + bias.reshape(3, 1, N, D, 1)
+    q, k = (apply_rope(t, cos, sin, layout="BNDT") for t in (qkv[0], qkv[1]))
+    q = q * jnp.asarray(scale, q.dtype)  # rounded as the other paths scale
+    return tuple(jnp.swapaxes(t, -1, -2) for t in (q, k, qkv[2]))
+
+
+def _rotary_qkv_fwd(x, kernel, bias, cos, sin, scale):
+    return _rotary_qkv(x, kernel, bias, cos, sin, scale), (x, kernel, bias, cos, sin)
+
+
+def _rotary_qkv_bwd(scale, residuals, grads):
+    x, kernel, bias, cos, sin = residuals
+    B, T, H = x.shape
+    D = cos.shape[-1]
+    N = kernel.shape[1] // (3 * D)
+    acc = jnp.promote_types(x.dtype, jnp.float32)
+    # RoPE's transpose g * cos + rotate_half^T(g * sin), rotate_half^T(z) = [z_hi, -z_lo] = z @ turn; sin may
+    # move past it because rope_tables repeats each angle in both halves of the head dim
+    eye, zero = np.eye(D // 2), np.zeros((D // 2, D // 2))
+    turn = jnp.asarray(np.block([[zero, -eye], [eye, zero]]), x.dtype)
+    c, s = jnp.swapaxes(cos, 1, 2)[:, None], jnp.swapaxes(sin, 1, 2)[:, None]  # [B or 1, 1, D, T]
+
+    def unrotate(g):  # [B, N, T, D] -> [B, N, D, T]
+        turned = jnp.einsum("BNTd,de->BNeT", g, turn, precision=jax.lax.Precision.HIGHEST)
+        return jnp.swapaxes(g, -1, -2) * c + turned * s
+
+    gq, gk, gv = grads  # [B, N, T, D]
+    blocks = [unrotate(gq * jnp.asarray(scale, gq.dtype)), unrotate(gk), jnp.swapaxes(gv, -1, -2)]
+    view = kernel.reshape(H, 3, N, D)
+    dx = sum(jnp.einsum("BNDT,HND->BTH", g, view[:, i], preferred_element_type=acc) for i, g in enumerate(blocks))
+    dkernel = jnp.stack([jnp.einsum("BTH,BNDT->HND", x, g) for g in blocks], axis=1).reshape(H, 3 * H)
+    dbias = None
+    if bias is not None:
+        dbias = jnp.stack([jnp.sum(g, axis=(0, 3), dtype=acc) for g in blocks]).reshape(3 * H).astype(bias.dtype)
+    # cos and sin are tables of positions (integers): nothing differentiable lies behind them
+    return dx.astype(x.dtype), dkernel, dbias, jnp.zeros_like(cos), jnp.zeros_like(sin)
+
+
+rotary_qkv.defvjp(_rotary_qkv_fwd, _rotary_qkv_bwd)
+
+
+class RotaryQKV(Dense):
+    """Wqkv as Dense's params ([H, 3H] kernel, [3H] bias, the same init), applied by rotary_qkv: q (scaled by
+    `scale`), k rotated by `rope`, v, each [B, N, T, D]."""
+
+    scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, inputs: Array, rope) -> tuple[Array, Array, Array]:
+        H = jnp.shape(inputs)[-1]
+        kernel = self.param("kernel", self.kernel_init, (H, self.features), self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        return rotary_qkv(inputs, kernel, bias, *rope, float(self.scale))
+
+
 def band(length: int, half_window: int) -> Array:
     """bool [1, 1, T, T]: True where |query - key| <= half_window (a sliding layer's reach)."""
     pos = jnp.arange(length)
@@ -107,14 +187,10 @@ class ModernBertAttention(ModernBertModule):
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
             # q, k, v heads first and sequence-minor [3, B, N, D, T] (the kernel's layout) from the matmul
             # itself, RoPE on that layout, and Wo reading the context [B, N, T, D] as it comes
-            qkv = self.linear_view(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in,
-                                   "BTH,HcND->cBNDT", (H, 3, N, D), (3, 1, N, D, 1))(hidden_states)
-            q, k = (apply_rope(x, cos, sin, layout="BNDT") for x in (qkv[0], qkv[1]))
-            # [B, N, T, D] as attend takes them: the transpose back meets splash's own (it lays q, k, v out
-            # sequence-minor), and XLA drops the pair
-            q, k, v = (jnp.swapaxes(x, -1, -2) for x in (q, k, qkv[2]))
-            context = fused.attend(q, k, v, segments, D ** -0.5, cfg.half_window, impl, is_global,
-                                   heads_first=True)
+            # q (scaled), k (rotated) and v [B, N, T, D], laid out for the kernel by the matmul itself
+            q, k, v = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in, RotaryQKV,
+                                  scale=D ** -0.5)(hidden_states, rope)
+            context = fused.attend(q, k, v, segments, 1.0, cfg.half_window, impl, is_global, heads_first=True)
             out = self.linear_view(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out,
                                    "BNTD,NDH->BTH", (N, D, H), (H,))(context)
             return self.dropout_layer(rate)(out, deterministic=deterministic), None
