@@ -28,7 +28,7 @@ import optax
 from flax import jax_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxbert.model.options import BATCH
+from jaxbert.model.options import BATCH, compiling_for
 from jaxbert.engine.recipe import ParallelSection, RecipeError
 from jaxbert.engine.step import TrainState
 
@@ -169,13 +169,15 @@ class MeshRunner:
 
     def _rows_per_device(self, fn):
         """fn traced with the activations' batch dim split over 'data' (the logical rule BATCH -> data,
-        see jaxbert.model.options.constrain_batch); on one device there is nothing to split."""
-        if self.num_devices == 1:
-            return fn
-
+        see jaxbert.model.options.constrain_batch; on one device there is nothing to split), and for
+        this runner's devices (jaxbert.model.options.compiling_for)."""
         @functools.wraps(fn)
         def traced(*args, **kwargs):
-            with nn.logical_axis_rules(((BATCH, "data"),)), jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh):
+            if self.num_devices == 1:
+                with compiling_for(self.devices):
+                    return fn(*args, **kwargs)
+            with (compiling_for(self.devices), nn.logical_axis_rules(((BATCH, "data"),)),
+                  jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)):
                 return fn(*args, **kwargs)
         return traced
 

@@ -9,6 +9,8 @@ mesh axis with ``nn.logical_axis_rules``; outside such rules nothing is constrai
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from typing import Any
 
@@ -128,3 +130,24 @@ def constrain_batch(x: jax.Array) -> jax.Array:
     if x.ndim == 0:
         return x
     return nn.with_logical_constraint(x, (BATCH,) + (None,) * (x.ndim - 1))
+
+
+_TARGET_KIND = contextvars.ContextVar("jaxbert_target_kind", default=None)
+
+
+@contextlib.contextmanager
+def compiling_for(devices):
+    """Inside it, a model traced is compiled for `devices` (their `device_kind`, e.g. "TPU v4"): a module whose
+    best lowering differs between TPU generations reads it (target_kind). The runners trace their steps in it,
+    so a step compiled ahead of time for a TPU topology from a CPU box sees the topology's kind."""
+    token = _TARGET_KIND.set(getattr(devices[0], "device_kind", None) if devices else None)
+    try:
+        yield
+    finally:
+        _TARGET_KIND.reset(token)
+
+
+def target_kind() -> str:
+    """The device_kind a model is being compiled for: compiling_for's, else the default backend's first device's."""
+    kind = _TARGET_KIND.get()
+    return kind if kind is not None else jax.devices()[0].device_kind

@@ -473,3 +473,28 @@ def test_rotary_qkv_backward_equals_autodiff_of_its_forward(bias):
                 continue
             assert float(jnp.abs(w).max()) > 0.1, name
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-12, err_msg=name)
+
+
+def test_rotary_qkv_backward_is_chosen_by_the_device_kind_compiled_for():
+    """The written-out backward is traced unless the step is compiled for a TPU v4 (compiling_for, which
+    the runners enter; outside it the default backend's kind, here a CPU): its custom_vjp (rotary_qkv) is in the
+    jaxpr or not, and the gradients agree either way."""
+    from types import SimpleNamespace
+
+    from jaxbert.model.modernbert.attention import written_backward
+    from jaxbert.model.options import compiling_for, target_kind
+    assert not written_backward("TPU v4") and written_backward("TPU v5 lite") and written_backward("cpu")
+    hf = tiny_hf("ModernBertForMaskedLM", seed=2)
+    module = build("ModernBertForMaskedLM", config_of(hf), ModelOptions(attention_impl="blocked"))
+    params = params_of(hf, "ModernBertForMaskedLM")
+    ids = jnp.asarray(np.random.default_rng(0).integers(3, 100, (1, 24)), jnp.int32)
+    runs = {}
+    for kind in (None, "TPU v4", "TPU v5 lite"):
+        loss = lambda p: module.apply({"params": p}, ids).logits.sum()  # a new function: jax caches traces by it
+        with compiling_for([SimpleNamespace(device_kind=kind)] if kind else []):
+            assert target_kind() == (kind or jax.devices()[0].device_kind)
+            runs[kind] = ("name=rotary_qkv" in str(jax.make_jaxpr(loss)(params)), jax.grad(loss)(params))
+    assert [runs[k][0] for k in (None, "TPU v4", "TPU v5 lite")] == [True, False, True]
+    want = runs["TPU v4"][1]["model"]["layers"]["0"]["attn"]["Wqkv"]["kernel"]
+    got = runs["TPU v5 lite"][1]["model"]["layers"]["0"]["attn"]["Wqkv"]["kernel"]
+    np.testing.assert_allclose(got, want, atol=2e-5 * float(np.abs(want).max()), rtol=0)

@@ -16,6 +16,7 @@ from jaxbert.model import fused
 from jaxbert.model.base import Dense
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.modernbert.base import ModernBertModule
+from jaxbert.model.options import target_kind
 
 Array = jax.Array
 
@@ -129,9 +130,18 @@ def _rotary_qkv_bwd(scale, residuals, grads):
 rotary_qkv.defvjp(_rotary_qkv_fwd, _rotary_qkv_bwd)
 
 
+def written_backward(kind: str) -> bool:
+    """Whether rotary_qkv's written-out backward serves a step compiled for devices of this `device_kind`. Not on
+    a TPU v4, where libtpu lays it out worse than autodiff's (per 16 micro-batches of modernbert-base phase 1 at
+    36 x 1024, v4:2x2x1: a bound of 11,957 against 11,728 ms; modernbert-large's phase 2 at 7 x 8192 no longer
+    fit a 16 GiB v4 device; docs/tpu.md): there the same forward is differentiated by autodiff."""
+    return not kind.startswith("TPU v4")
+
+
 class RotaryQKV(Dense):
     """Wqkv as Dense's params ([H, 3H] kernel, [3H] bias, the same init), applied by rotary_qkv: q (scaled by
-    `scale`), k rotated by `rope`, v, each [B, N, T, D]."""
+    `scale`), k rotated by `rope`, v, each [B, N, T, D]. Its backward is rotary_qkv's written-out one, or
+    autodiff's where written_backward says (the kind of device the step is compiled for)."""
 
     scale: float = 1.0
 
@@ -141,7 +151,8 @@ class RotaryQKV(Dense):
         kernel = self.param("kernel", self.kernel_init, (H, self.features), self.param_dtype)
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
         inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        return rotary_qkv(inputs, kernel, bias, *rope, float(self.scale))
+        fn = rotary_qkv if written_backward(target_kind()) else _rotary_qkv
+        return fn(inputs, kernel, bias, *rope, float(self.scale))
 
 
 def band(length: int, half_window: int) -> Array:
