@@ -18,6 +18,7 @@ batch, [A, B_host, ...] for training and [B_host, ...] for evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -173,11 +174,11 @@ class MeshRunner:
         this runner's devices (jaxbert.model.options.compiling_for)."""
         @functools.wraps(fn)
         def traced(*args, **kwargs):
-            if self.num_devices == 1:
-                with compiling_for(self.devices):
-                    return fn(*args, **kwargs)
-            with (compiling_for(self.devices), nn.logical_axis_rules(((BATCH, "data"),)),
-                  jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh)):
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(compiling_for(self.devices))
+                if self.num_devices > 1:
+                    stack.enter_context(nn.logical_axis_rules(((BATCH, "data"),)))
+                    stack.enter_context(jax.sharding.use_abstract_mesh(self.mesh.abstract_mesh))
                 return fn(*args, **kwargs)
         return traced
 

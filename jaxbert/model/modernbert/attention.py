@@ -101,7 +101,7 @@ def _rotary_qkv_fwd(x, kernel, bias, cos, sin, scale):
 
 def _rotary_qkv_bwd(scale, residuals, grads):
     x, kernel, bias, cos, sin = residuals
-    B, T, H = x.shape
+    H = x.shape[-1]
     D = cos.shape[-1]
     N = kernel.shape[1] // (3 * D)
     acc = jnp.promote_types(x.dtype, jnp.float32)
@@ -133,7 +133,7 @@ rotary_qkv.defvjp(_rotary_qkv_fwd, _rotary_qkv_bwd)
 def written_backward(kind: str) -> bool:
     """Whether rotary_qkv's written-out backward serves a step compiled for devices of this `device_kind`. Not on
     a TPU v4, where libtpu lays it out worse than autodiff's (per 16 micro-batches of modernbert-base phase 1 at
-    36 x 1024, v4:2x2x1: a bound of 11,957 against 11,728 ms; modernbert-large's phase 2 at 7 x 8192 no longer
+    36 x 1024, v4:2x2x1: a bound of 11,957 against 11,808 ms; modernbert-large's phase 2 at 7 x 8192 no longer
     fit a 16 GiB v4 device; docs/tpu.md): there the same forward is differentiated by autodiff."""
     return not kind.startswith("TPU v4")
 
@@ -196,9 +196,8 @@ class ModernBertAttention(ModernBertModule):
             if jnp.dtype(self.options.dtype) == jnp.float64:
                 impl = "blocked"  # splash takes float32 and bfloat16
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
-            # q, k, v heads first and sequence-minor [3, B, N, D, T] (the kernel's layout) from the matmul
-            # itself, RoPE on that layout, and Wo reading the context [B, N, T, D] as it comes
-            # q (scaled), k (rotated) and v [B, N, T, D], laid out for the kernel by the matmul itself
+            # q (scaled), k (rotated) and v [B, N, T, D], laid out for the kernel by the matmul itself (rotary_qkv),
+            # and Wo reading the context [B, N, T, D] as it comes
             q, k, v = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in, RotaryQKV,
                                   scale=D ** -0.5)(hidden_states, rope)
             context = fused.attend(q, k, v, segments, 1.0, cfg.half_window, impl, is_global, heads_first=True)
