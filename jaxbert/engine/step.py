@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxbert.model.options import target_kind
+
 
 @flax.struct.dataclass
 class TrainState:
@@ -78,6 +80,30 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     if jnp.dtype(logits.dtype).itemsize >= 4:
         return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
     return _nll_narrow(logits, labels)
+
+
+def predicted(logits: jax.Array) -> jax.Array:
+    """jnp.argmax(logits, -1): the first index of the largest entry of the last axis (of the first NaN, if any).
+
+    Where the step is compiled for a CPU it is taken in two passes: XLA's CPU backend runs argmax's paired
+    (value, index) reduction at about 2 ns an element (144 ms of the 3.1 s step of a 6-layer, hidden-384
+    ModernBERT at 8 x 512, 30% masked, V = 50,368), a plain max at a tenth of that. The last axis is viewed
+    as chunks (the smallest divisor of V at least its square root: 787 for 50,368, 5,087 for 30,522); a max
+    and a NaN test over each chunk find the first chunk holding the answer, and argmax runs over that chunk
+    alone (44 ms there).
+    """
+    V = logits.shape[-1]
+    q = next((d for d in range(1, V + 1) if V % d == 0 and d * d >= V), V)
+    if target_kind() != "cpu" or q == V:
+        return jnp.argmax(logits, -1)
+    chunks = logits.reshape(*logits.shape[:-1], V // q, q)
+    # XLA's CPU max passes over NaN (jnp.max of [1, nan] gives 1 there), so NaNs are looked for on their own
+    nans = jnp.any(jnp.isnan(chunks), -1)
+    tops = jnp.max(chunks, -1)
+    holds = jnp.where(jnp.any(nans, -1, keepdims=True), nans, tops == jnp.max(tops, -1, keepdims=True))
+    first = jnp.argmax(holds, -1)  # the first chunk holding a NaN, else the first holding the largest
+    inside = jnp.take_along_axis(chunks, first[..., None, None], axis=-2)[..., 0, :]
+    return first * q + jnp.argmax(inside, -1)
 
 
 @jax.custom_vjp

@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
-from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step
+from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step, predicted
 
 
 def _forward(params, apply_fn, mb, rng, deterministic):
@@ -37,7 +37,7 @@ def _sums(out, mb) -> dict:
     loss_dtype = jnp.promote_types(out.logits.dtype, jnp.float32)
     labels, weights = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
     nll = cross_entropy(out.logits, labels)  # [B, M]
-    correct = (jnp.argmax(out.logits, -1) == labels).astype(jnp.float32)
+    correct = (predicted(out.logits) == labels).astype(jnp.float32)
     m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
          "mlm_weight": jnp.sum(weights)}
     if "next_sentence_labels" in mb:

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxbert.model.activations import ACT_FNS
-from jaxbert.model.base import ModelOutput
+from jaxbert.model.base import ModelOutput, tied_logits
 from jaxbert.model.encoder import gather_positions
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.modernbert.modules import ModernBertModel
@@ -67,10 +67,8 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         cfg, dtype = self.config, self.options.dtype
         if cfg.tie_word_embeddings:
             table = self.get_variable("params", "model")["embeddings"]["tok_embeddings"]["embedding"]
-            logits = jnp.einsum("BMH,VH->BMV", x, nn.meta.unbox(table).astype(dtype))
-            if cfg.decoder_bias:
-                logits = logits + _DecoderBias(cfg, self.options, name="decoder")()
-            return logits
+            bias = _DecoderBias(cfg, self.options, name="decoder")() if cfg.decoder_bias else None
+            return tied_logits(x, nn.meta.unbox(table).astype(dtype), bias)
         return self.linear(cfg.vocab_size, ("embed", "vocab"), "decoder", cfg.decoder_bias, self.std_out)(x)
 
 
