@@ -238,8 +238,7 @@ def tied_logits(x: Array, table: Array, bias: Optional[Array]) -> Array:
 
 @jax.custom_vjp
 def _tied_logits(x, table, bias):
-    # as rows [B x M, H]: XLA's CPU backend then adds the bias in the matmul's own pass (one more pass over the
-    # [B, M, V] logits otherwise, 200 ms in the step above)
+    # one 2-D matmul over the rows [B x M, H], as Dense multiplies (the same values as the einsum)
     logits = jnp.dot(x.reshape(-1, x.shape[-1]), table.T)
     logits = logits if bias is None else logits + bias
     return logits.reshape(*x.shape[:-1], table.shape[0])
