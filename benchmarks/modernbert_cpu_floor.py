@@ -20,18 +20,8 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from matmul_bench import median_seconds  # this folder's: the script runs as benchmarks/...py
 
 
 def step_matmuls(batch: int, seq: int, layers: int = 6, hidden: int = 384, vocab: int = 50368):

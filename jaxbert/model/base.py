@@ -17,7 +17,7 @@ import numpy as np
 
 from jaxbert.model.config import BertConfig
 from jaxbert.model.dropout import make_dropout
-from jaxbert.model.options import ModelOptions, constrain_batch, target_kind
+from jaxbert.model.options import ModelOptions, constrain_batch, cpu_target
 
 Array = jax.Array
 
@@ -230,7 +230,7 @@ def tied_logits(x: Array, table: Array, bias: Optional[Array]) -> Array:
     V = 50,368), and the table's gradient as a [V, B x M] x [B x M, H] matmul after transposing the cotangent
     (465 ms). Written out, the bias gradient is the same sum as a matmul by ones (8 ms) and the table's is
     formed [H, V] and transposed (270 ms). Elsewhere autodiff's is kept."""
-    if target_kind() == "cpu":
+    if cpu_target():
         return _tied_logits(x, table, bias)
     logits = jnp.einsum("...H,VH->...V", x, table)
     return logits if bias is None else logits + bias

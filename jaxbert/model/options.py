@@ -138,8 +138,9 @@ _TARGET_KIND = contextvars.ContextVar("jaxbert_target_kind", default=None)
 @contextlib.contextmanager
 def compiling_for(devices):
     """Inside it, a model traced is compiled for `devices` (their `device_kind`, e.g. "TPU v4"): a module whose
-    best lowering differs between TPU generations reads it (target_kind). The runners trace their steps in it,
-    so a step compiled ahead of time for a TPU topology from a CPU box sees the topology's kind."""
+    best lowering differs between kinds of device (TPU generations, a CPU) reads it (target_kind, cpu_target).
+    The runners trace their steps in it, so a step compiled ahead of time for a TPU topology from a CPU box
+    sees the topology's kind."""
     token = _TARGET_KIND.set(getattr(devices[0], "device_kind", None) if devices else None)
     try:
         yield
@@ -151,3 +152,10 @@ def target_kind() -> str:
     """The device_kind a model is being compiled for: compiling_for's, else the default backend's first device's."""
     kind = _TARGET_KIND.get()
     return kind if kind is not None else jax.devices()[0].device_kind
+
+
+def cpu_target() -> bool:
+    """Whether the model is being compiled for a CPU (target_kind "cpu"). What XLA's CPU backend runs slowly is
+    then written another way, with the same values: the tied decoder's backward (jaxbert.model.base.tied_logits),
+    the MLM accuracy's argmax (jaxbert.engine.step.predicted), ModernBERT's Wqkv (RotaryQKV)."""
+    return target_kind() == "cpu"

@@ -16,7 +16,7 @@ from jaxbert.model import fused
 from jaxbert.model.base import Dense
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.modernbert.base import ModernBertModule
-from jaxbert.model.options import target_kind
+from jaxbert.model.options import cpu_target, target_kind
 
 Array = jax.Array
 
@@ -169,10 +169,9 @@ class RotaryQKV(Dense):
         kernel = self.param("kernel", self.kernel_init, (H, self.features), self.param_dtype)
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
         inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        kind = target_kind()
-        if kind == "cpu":
+        if cpu_target():
             return _rotary_qkv_rows(inputs, kernel, bias, *rope, float(self.scale))
-        fn = rotary_qkv if written_backward(kind) else _rotary_qkv
+        fn = rotary_qkv if written_backward(target_kind()) else _rotary_qkv
         return fn(inputs, kernel, bias, *rope, float(self.scale))
 
 
