@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
-import warnings
-from typing import Any, Optional
+from typing import Optional
 
 import flax
 import flax.linen as nn
@@ -52,36 +50,10 @@ class BertModule(nn.Module):
     Attributes:
       config: the model description (transformers' fields).
       options: how it computes (dtype, scan, remat, attention and dropout implementations).
-      dtype, param_dtype, scan_layers, remat_policy, attention_impl, attention_chunks, ffn_chunks,
-        dropout_impl, decode: deprecated since 0.2.0, the keywords of 0.1.0
-        (``BertModel(config, dtype=jnp.bfloat16)``, ``module.clone(dtype=...)``); each given one
-        replaces that field of ``options``, with a DeprecationWarning.
     """
 
     config: BertConfig
     options: ModelOptions = ModelOptions()
-    dtype: Any = None
-    param_dtype: Any = None
-    scan_layers: Any = None
-    remat_policy: Any = None
-    attention_impl: Any = None
-    attention_chunks: Any = None
-    ffn_chunks: Any = None
-    dropout_impl: Any = None
-    decode: Any = None
-
-    def __post_init__(self):
-        legacy = {name: getattr(self, name) for name in _LEGACY_KEYWORDS if getattr(self, name) is not None}
-        if legacy:
-            given = ", ".join(f"{k}=..." for k in legacy)
-            warnings.warn(f"{type(self).__name__}({given}) is deprecated and will be removed in jaxbert 0.3.0; "
-                          f"pass jaxbert.ModelOptions({given}) as the second argument", DeprecationWarning,
-                          stacklevel=_caller_level())
-            # Modules are frozen dataclasses: fold the keywords into options before flax sees them.
-            object.__setattr__(self, "options", self.options.replace(**legacy))
-            for name in legacy:
-                object.__setattr__(self, name, None)
-        super().__post_init__()
 
     def require_hash_dropout(self, option: str, what: str) -> None:
         """A dropout applied block by block needs dropout_impl 'hash': its mask is a function of each
@@ -134,21 +106,6 @@ class BertModule(nn.Module):
         if untied is None:
             return tied_logits(x, word_embeddings.astype(self.options.dtype), bias)
         return untied + bias
-
-
-def _caller_level() -> int:
-    """The warnings stacklevel of the first frame outside flax's and the dataclass machinery's
-    constructors, so the warning names the user's line."""
-    frame, level = sys._getframe(2), 2
-    while frame is not None and ("flax" in frame.f_code.co_filename or frame.f_code.co_filename.startswith("<")
-                                 or frame.f_code.co_name == "__post_init__"):
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-# The 0.1.0 module keywords (ModelOptions' fields then); options added since are ModelOptions-only.
-_LEGACY_KEYWORDS = ("dtype", "param_dtype", "scan_layers", "remat_policy", "attention_impl", "attention_chunks",
-                    "ffn_chunks", "dropout_impl", "decode")
 
 
 class Dense(nn.Dense):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -243,12 +242,3 @@ def build_model(model_class: str, config: BertConfig, options: ModelOptions = Mo
     if model_class not in ALL_MODEL_CLASSES:
         raise ValueError(f"model class {model_class!r} is unknown; expected one of {tuple(ALL_MODEL_CLASSES)}")
     return family_of_class(model_class).build(model_class, config, options, **kwargs)
-
-
-def __getattr__(name: str):
-    # RoBERTa's and XLM-RoBERTa's classes were made here until they became definitions in their family's module
-    if name in ALL_MODEL_CLASSES and name not in MODEL_CLASSES:
-        warnings.warn(f"jaxbert.model.heads.{name} moved: import it from jaxbert "
-                      f"({ALL_MODEL_CLASSES[name].__module__})", DeprecationWarning, stacklevel=2)
-        return ALL_MODEL_CLASSES[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,48 +1,33 @@
-"""The 0.1.0 keywords (dtype=, param_dtype=, scan_layers=, ...) keep working for a release, with a
-DeprecationWarning naming ModelOptions, and compute exactly what the ModelOptions spelling computes."""
+"""0.3.0 removed the 0.1.0 module keywords (dtype=, param_dtype=, scan_layers=, ...) that 0.2.0 deprecated:
+a module takes its run-time options as one ModelOptions, and an old keyword is refused by the dataclass."""
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import jaxbert
 from jaxbert import BertConfig, ModelOptions
 
 CFG = BertConfig(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32)
-IDS = jnp.asarray(np.random.default_rng(0).integers(1, 60, (2, 7)), jnp.int32)
 
 
-def _run(model):
-    params = model.init(jax.random.PRNGKey(0), IDS, jnp.zeros_like(IDS))
-    return params, model.apply(params, IDS, jnp.zeros_like(IDS))
+@pytest.mark.parametrize("keyword", ["dtype", "param_dtype", "scan_layers", "remat_policy", "attention_impl",
+                                     "attention_chunks", "ffn_chunks", "dropout_impl", "decode"])
+def test_old_module_keywords_are_refused(keyword):
+    with pytest.raises(TypeError, match=keyword):
+        jaxbert.BertModel(CFG, **{keyword: jnp.bfloat16})
 
 
-def test_dtype_keyword_warns_and_equals_model_options():
-    with pytest.warns(DeprecationWarning, match=r"BertModel\(dtype=\.\.\.\).*ModelOptions\(dtype=\.\.\.\)"):
-        old = jaxbert.BertModel(CFG, dtype=jnp.bfloat16)
-    new = jaxbert.BertModel(CFG, ModelOptions(dtype="bfloat16"))
-    assert old.options == new.options and old.dtype is None
-    _, a = _run(old)
-    _, b = _run(new)
-    assert a.last_hidden_state.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(a.last_hidden_state, np.float32), np.asarray(b.last_hidden_state, np.float32))
+def test_model_options_is_the_one_spelling():
+    model = jaxbert.BertForMaskedLM(CFG, ModelOptions(dtype="bfloat16", scan_layers=True))
+    assert model.options.dtype == jnp.bfloat16 and model.options.scan_layers
+    assert not hasattr(model, "param_dtype")
 
 
-def test_clone_with_old_keywords_changes_the_options():
-    base = jaxbert.BertForMaskedLM(CFG)
-    with pytest.warns(DeprecationWarning, match="scan_layers"):
-        scanned = base.clone(scan_layers=True, param_dtype=jnp.bfloat16)
-    assert scanned.options.scan_layers and scanned.options.param_dtype == jnp.bfloat16
-    params, out = _run(scanned)
-    kernel = params["params"]["bert"]["encoder"]["layer"]["attention"]["self"]["query"]["kernel"]
-    assert kernel.shape == (2, 16, 16) and kernel.dtype == jnp.bfloat16  # one stacked dict, layer axis first
-    assert out.logits.shape == (2, 7, 60)
+def test_moved_class_aliases_are_gone_from_heads():
+    import jaxbert.model.heads as heads
 
-
-def test_a_bad_old_keyword_value_is_refused_as_model_options_refuses_it():
-    with pytest.raises(ValueError, match="remat_policy 'sometimes' is unknown"):
-        with pytest.warns(DeprecationWarning):
-            jaxbert.BertModel(CFG, remat_policy="sometimes")
+    with pytest.raises(AttributeError):
+        heads.XLMRobertaForMaskedLM  # noqa: B018  (jaxbert.XLMRobertaForMaskedLM is the name)
+    assert jaxbert.XLMRobertaForMaskedLM.__name__ == "XLMRobertaForMaskedLM"

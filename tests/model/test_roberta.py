@@ -127,7 +127,7 @@ def test_other_model_types_and_missing_heads_are_refused_by_name(tmp_path):
 
 
 def test_xlmr_base_250k_vocabulary_shards_under_fsdp_with_nothing_allocated():
-    from jaxbert.model.heads import XLMRobertaForMaskedLM
+    from jaxbert import XLMRobertaForMaskedLM
     from jaxbert.engine.parallel import param_specs
     from jaxbert.train.recipe import ParallelSection
     # xlm-roberta-base's config.json
