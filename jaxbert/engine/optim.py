@@ -124,9 +124,15 @@ def _polynomial(o: OptimSection, peak, end, rest: int, total: int):
     return optax.polynomial_schedule(peak, end, 1.0 if o.schedule == "linear" else o.decay_power, rest)
 
 
+def _decay_steps(o: OptimSection, rest: int, total: int) -> int:
+    """wsd's and 1-sqrt's decay: decay_fraction of the run's steps, but no more than the rest after
+    warmup (rest), so that the lr reaches end_lr_factor * peak at the last step however long the warmup."""
+    return min(max(int(round(total * o.decay_fraction)), 1), rest)
+
+
 def _wsd(o: OptimSection, peak, end, rest: int, total: int):
-    decay_steps = max(int(round(total * o.decay_fraction)), 1)
-    stable = max(rest - decay_steps, 0)
+    decay_steps = _decay_steps(o, rest, total)
+    stable = rest - decay_steps
     return optax.join_schedules([optax.constant_schedule(peak), optax.linear_schedule(peak, end, decay_steps)],
                                 [stable])
 
@@ -136,8 +142,8 @@ def _one_minus_sqrt(o: OptimSection, peak, end, rest: int, total: int):
     lr = end + (peak - end) * (1 - sqrt(progress)), progress 0 -> 1 across the decay
     (ModernBERT's decay phase; Hägele et al. 2024): it falls fastest at the start of
     the decay and flattens towards the end, where linear decay keeps falling."""
-    decay_steps = max(int(round(total * o.decay_fraction)), 1)
-    stable = max(rest - decay_steps, 0)
+    decay_steps = _decay_steps(o, rest, total)
+    stable = rest - decay_steps
 
     def decay(count):
         progress = jnp.clip(count / decay_steps, 0.0, 1.0)
@@ -160,7 +166,9 @@ def make_schedule(o: OptimSection, total_steps: int) -> optax.Schedule:
 
     linear / polynomial: decay to learning_rate * end_lr_factor at total_steps.
     wsd (warmup-stable-decay): hold the peak, then decay linearly over the last
-    decay_fraction of the steps. 1-sqrt: the same with a 1 - sqrt(progress) decay.
+    decay_fraction of the steps (at most the steps after warmup: decay_fraction 1 decays from the
+    end of warmup), reaching learning_rate * end_lr_factor at total_steps. 1-sqrt: the same with a
+    1 - sqrt(progress) decay.
     constant: hold the peak.
     """
     peak, end = o.learning_rate, o.learning_rate * o.end_lr_factor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jax
 import jax.numpy as jnp
@@ -131,6 +132,25 @@ def test_one_minus_sqrt_decay_hits_hand_computed_values():
     # ModernBERT's decay phase: the whole run decays from the peak, no warmup
     s = make_schedule(OptimSection(learning_rate=3e-4, schedule="1-sqrt", decay_fraction=1.0), 400)
     assert [float(s(t)) for t in (0, 100, 256, 400)] == pytest.approx([3e-4, 1.5e-4, 6e-5, 0.0], abs=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["1-sqrt", "wsd", "linear"])
+def test_a_decay_longer_than_the_steps_after_warmup_still_ends_at_the_end_lr(schedule):
+    """decay_fraction 1 with a warmup: the decay spans the steps after warmup (900 of 1,000), so the
+    last step reaches end_lr_factor * peak (1-sqrt ended at 0.052, wsd at 0.10: they decayed over 1,000)."""
+    o = OptimSection(learning_rate=1.0, warmup_steps=100, schedule=schedule, decay_fraction=1.0,
+                     end_lr_factor=0.001)
+    s = make_schedule(o, 1000)
+    assert float(s(100)) == pytest.approx(1.0) and float(s(1000)) == pytest.approx(0.001, rel=1e-5)
+    assert float(s(550)) == pytest.approx({"1-sqrt": 0.001 + 0.999 * (1 - math.sqrt(0.5)),
+                                           "wsd": 0.5005, "linear": 0.5005}[schedule], rel=1e-5)
+    # where warmup + decay fit in the run nothing changes (the values the schedules gave before)
+    o = OptimSection(learning_rate=1.0, warmup_steps=100, schedule=schedule, decay_fraction=0.3, end_lr_factor=0.01)
+    s = make_schedule(o, 1000)
+    expected = {"1-sqrt": [0.0, 0.5, 1.0, 1.0, 0.505, 0.2999643, 0.0116514, 0.01],
+                "wsd": [0.0, 0.5, 1.0, 1.0, 0.7525, 0.505, 0.0133, 0.01],
+                "linear": [0.0, 0.5, 1.0, 0.34, 0.2575, 0.175, 0.0111, 0.01]}[schedule]
+    assert [float(s(t)) for t in (0, 50, 100, 700, 775, 850, 999, 1000)] == pytest.approx(expected, abs=1e-6)
 
 
 def test_schedules_run_in_float64_under_x64():
