@@ -27,7 +27,7 @@ from jaxbert.train.recipe import load
 from jaxbert.train.mlm import train_step
 steps = int(sys.argv[2])
 r = load("tiny-demo", ["data.source=synthetic"])
-model = build_model(r.model.model_class, r.bert_config(r.data.vocab_size), r.model.options())
+model = build_model(r.model.model_class, r.model_config(r.data.vocab_size), r.model.options())
 runner = parallel.make_runner(r.parallel)
 tx, schedule = make_optimizer(r.optim, r.train.steps)
 dummy = jnp.zeros((1, r.data.seq_len), jnp.int32)

@@ -47,7 +47,7 @@ def main() -> None:
 
     devices = compile_step.target_devices(args.target)
     r = recipes.load(args.recipe, LAYOUT + args.set)
-    cfg = r.bert_config()
+    cfg = r.model_config()
     for b in args.batches:
         if args.contender == "jaxbert":
             c = compile_step.compile_train_step(r, cfg, devices, b)

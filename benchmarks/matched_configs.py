@@ -39,7 +39,7 @@ def compile_layout(layout: str, target: str, batch: int, sets: list[str]) -> dic
     from jaxbert.train import recipe as recipes
 
     r = recipes.load("bert-base-phase1", LAYOUTS[layout] + COMMON + sets)
-    c = compile_step.compile_train_step(r, r.bert_config(), compile_step.target_devices(target), batch)
+    c = compile_step.compile_train_step(r, r.model_config(), compile_step.target_devices(target), batch)
     gib = lambda n: round(n / 2**30, 3)
     return {"layout": layout, "hbm_gib": gib(c.hbm), "arguments_gib": gib(c.arguments), "outputs_gib": gib(c.outputs),
             "aliased_gib": gib(c.aliased), "temporaries_gib": gib(c.temporaries),

@@ -77,7 +77,7 @@ def time_steps(folders: dict, seq_len: int, batch: int, steps: int, repeats: int
                                                f"data.packing={mode}", "data.source=prepared"])
         loader = MLMLoader(folder, batch, seq_len, seed=0, mask_rate=recipe.data.mask_rate,
                            max_predictions=recipe.data.masked_slots())
-        cfg = recipe.bert_config(loader.meta["vocab_size"])
+        cfg = recipe.model_config(loader.meta["vocab_size"])
         model = build_model(recipe.model.model_class, cfg, recipe.model.options())
         runner = parallel.make_runner(recipe.parallel)
         tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)

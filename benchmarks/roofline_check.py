@@ -73,7 +73,7 @@ def cpu_check(args) -> None:
         r = recipes.load("bert-base-phase1", [f"model.preset={model}", "model.dtype=float32", "parallel.fsdp=false",
                                               "model.remat_policy=none", f"data.seq_len={args.seq_len}",
                                               f"train.per_device_batch_size={args.batch}", "train.accum_steps=1"])
-        cfg = r.bert_config()
+        cfg = r.model_config()
         compiled, run = compile_step.runnable_train_step(r, cfg, jax.devices()[:1], args.batch)
         run()
         secs = []
@@ -110,7 +110,7 @@ def target_check(args) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.recipes:
         r = recipes.load(name, list(args.set))
-        cfg = r.bert_config()
+        cfg = r.model_config()
         B, A = r.train.per_device_batch_size, r.train.accum_steps
         hlo = None if args.hlo_dir is None else f"{args.hlo_dir}/{args.target.replace(':', '-')}/{r.name}"
         if args.from_hlo:  # bound a step compiled before (--hlo-dir) again, without compiling it

@@ -100,6 +100,7 @@ class ComputeSection:
     # Recipes default to the hash dropout, which is cheap on TPU (ModelOptions' own default is flax's threefry).
     dropout_impl: str = "hash"
     first_token_only: bool = False
+    vocab_loss_chunk: Optional[int] = None  # None: chunked from a 65,536-entry vocabulary up; 0: plain; n: chunks of n
 
     def options(self, **changes) -> ModelOptions:
         """The ModelOptions this section describes (an 'auto' remat_policy is planned before this)."""
@@ -190,6 +191,34 @@ def check_sections(recipe) -> None:
 AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
 
 
+def shown_integer(value: int) -> str:
+    """An integer as a message shows it: its digits, or how many there are when they would fill the line."""
+    text = str(value)
+    return text if len(text) <= 24 else f"an integer of {len(text.lstrip('-'))} digits"
+
+
+def read_number(value: Any, key: str) -> float:
+    """A recipe's number, read one way wherever a recipe holds one (typed fields and the numbers inside
+    lists and mappings, such as data.sources[k].weight): an int within 64 bits, a float, or a string
+    PyYAML left unread (YAML 1.1 reads ``1e-3``, without a dot, as a string), as a finite float.
+    RecipeError naming key otherwise (true/false are not numbers)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not -2**63 < value < 2**63:
+            raise RecipeError(f"{key}: {shown_integer(value)} is out of range (a 64-bit integer)")
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise RecipeError(f"{key}: expected a number, got {value!r}") from None
+        value = number
+    if not isinstance(value, float):
+        raise RecipeError(f"{key}: expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise RecipeError(f"{key}: expected a finite number, got {value!r}")
+    return value
+
+
 def _check(value: Any, tp: Any, key: str, defaults: Optional[dict] = None) -> Any:
     """Returns value converted to type tp, or raises RecipeError naming key. defaults: a section's
     defaults that the recipe holding it sets over the section class's own."""
@@ -206,24 +235,15 @@ def _check(value: Any, tp: Any, key: str, defaults: Optional[dict] = None) -> An
         if not isinstance(value, dict):
             raise RecipeError(f"{key}: expected a mapping, got {value!r}")
         return build(tp, value, key + ".", defaults)
-    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-                dict: "a mapping", list: "a list"}[origin or tp]
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        if not -2**63 < value < 2**63:
-            raise RecipeError(f"{key}: {value} is out of range")
-        return float(value)
-    if tp is float and isinstance(value, str):
-        try:  # PyYAML reads 1e-3 (no dot) as a string
-            value = float(value)
-        except ValueError:
-            pass
-    if tp is float and isinstance(value, float) and not math.isfinite(value):
-        raise RecipeError(f"{key}: expected a finite number, got {value!r}")
-    ok = isinstance(value, origin or tp) and not (tp in (int, float) and isinstance(value, bool))
+    if tp is float:
+        return read_number(value, key)
+    expected = {int: "an integer", str: "a string", bool: "true or false", dict: "a mapping",
+                list: "a list"}[origin or tp]
+    ok = isinstance(value, origin or tp) and not (tp is int and isinstance(value, bool))
     if not ok:
         raise RecipeError(f"{key}: expected {expected}, got {value!r}")
     if tp is int and not -2**63 < value < 2**63:
-        raise RecipeError(f"{key}: {value} is out of range (a 64-bit integer)")
+        raise RecipeError(f"{key}: {shown_integer(value)} is out of range (a 64-bit integer)")
     return value
 
 

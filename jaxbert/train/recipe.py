@@ -10,10 +10,8 @@ key=value`` overrides are parsed as YAML scalars and checked the same way.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -25,8 +23,8 @@ from jaxbert.data.tokenizer import TOKENIZER_KINDS
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, CheckpointSection,  # noqa: F401
                                    ComputeSection, ParallelSection, RecipeError, RunRecipe, apply_override, build,
-                                   check_choice, check_ranges, check_sections, read_yaml, recipe_names,
-                                   recipe_path)
+                                   check_choice, check_ranges, check_sections, read_number, read_yaml,
+                                   recipe_names, recipe_path)
 from jaxbert.engine import recipe as engine_recipe
 from jaxbert.model.config import BertConfig, ConfigError, build_config
 from jaxbert.model.config import position_limit as config_position_limit
@@ -78,8 +76,9 @@ class DataSection:
     # none: one document per padded row. Prepared data must have been made so (`data prepare --packing`).
     packing: str = "stream"
     # a mixture, in place of dir: [{dir: FOLDER, weight: 3}, {dir: FOLDER, weight: 1}], each source's rows
-    # drawn in proportion to its weight (an optional name: keys the reports, default the folder's name)
-    sources: list = dataclasses.field(default_factory=list)
+    # drawn in proportion to its weight (an optional name: keys the reports, default the folder's name);
+    # null: no mixture (an empty list is refused: it would fall back to data.dir or the embedded corpus)
+    sources: Optional[list] = None
     temperature: Optional[float] = None  # weights = each source's training rows ** temperature (no weight keys)
 
     def check(self, prefix: str = "data.") -> None:
@@ -104,6 +103,10 @@ class DataSection:
         """data.sources and data.temperature: each source a folder with a weight > 0 (or the
         temperature instead), distinct names; refused naming the key."""
         check_ranges(prefix, {"temperature": (self.temperature, lambda v: 0 <= v <= 1, "in [0, 1]")})
+        if self.sources is not None and not self.sources:
+            raise RecipeError(f"{prefix}sources: an empty list names no folder; list the mixture's folders "
+                              f"({{dir: FOLDER, weight: 3}}), or leave {prefix}sources out to train on "
+                              f"{prefix}dir or the embedded corpus")
         if not self.sources:
             if self.temperature is not None:
                 raise RecipeError(f"{prefix}temperature: weighs the folders of {prefix}sources, and there are none")
@@ -131,9 +134,18 @@ class DataSection:
             elif weight is None:
                 raise RecipeError(f"{where}.weight: missing; every source needs a weight > 0 "
                                   f"(or set {prefix}temperature)")
-            elif isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) \
-                    or weight <= 0:
-                raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
+            else:
+                number = None
+                if not isinstance(weight, bool):
+                    try:  # read as every recipe number is (YAML reads 1e3 as a string)
+                        number = read_number(weight, f"{where}.weight")
+                    except RecipeError:
+                        if isinstance(weight, int):  # beyond 64 bits: the reader's own words
+                            raise
+                if number is None or number <= 0:
+                    raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
+                if isinstance(weight, str):
+                    item["weight"] = number  # the recipe holds (and records) the number, as for other keys
             name = item.get("name", source_name(item["dir"]))
             if not isinstance(name, str) or not _NAME.fullmatch(name):
                 raise RecipeError(f"{where}.name: {name!r} cannot key the run's reports (tokens/NAME); give a "
@@ -142,16 +154,19 @@ class DataSection:
                 raise RecipeError(f"{where}.name: {name!r} already names {prefix}sources[{names[name]}]; give each "
                                   "source its own name")
             names[name] = k
+        if self.temperature is None and sum(float(item["weight"]) for item in self.sources) == float("inf"):
+            raise RecipeError(f"{prefix}sources: the weights add up to more than a float holds; scale them down "
+                              "(only their ratios count)")
 
     def source_dirs(self) -> list[str]:
-        return [item["dir"] for item in self.sources]
+        return [item["dir"] for item in self.sources or ()]
 
     def source_names(self) -> list[str]:
-        return [item.get("name", source_name(item["dir"])) for item in self.sources]
+        return [item.get("name", source_name(item["dir"])) for item in self.sources or ()]
 
     def source_weights(self) -> list[float] | None:
         """None when data.temperature sets them."""
-        return None if self.temperature is not None else [float(item["weight"]) for item in self.sources]
+        return None if self.temperature is not None else [float(item["weight"]) for item in self.sources or ()]
 
     def split_mask_rate(self, split: str = "train") -> float:
         """The masking rate of a split: eval_mask_rate for held-out batches when set."""
@@ -178,6 +193,10 @@ class TrainSection:
     batch_warmup_tokens: int = 0
 
     def check(self, prefix: str = "train.") -> None:
+        if self.batch_warmup_start is None and self.batch_warmup_tokens != 0:
+            raise RecipeError(f"{prefix}batch_warmup_tokens: {self.batch_warmup_tokens} tokens of batch-size "
+                              f"warmup, but {prefix}batch_warmup_start (the first step's global batch) is not set; "
+                              f"set both, or neither")
         if self.batch_warmup_start is not None:
             if self.accum_steps < 2:
                 raise RecipeError(f"{prefix}batch_warmup_start: the batch grows by micro-batches, but "
@@ -248,12 +267,6 @@ class Recipe(RunRecipe):
             return build_config(self.model.preset, self.model.config, vocab_size, self.model.model_class)
         except (ConfigError, TypeError) as e:
             raise RecipeError(f"model.config: {e}") from e
-
-    def bert_config(self, vocab_size: int | None = None):
-        """Deprecated: model_config (the config of any family, not only a BertConfig)."""
-        warnings.warn("Recipe.bert_config is deprecated: use Recipe.model_config (it returns the config "
-                      "class of the model's family)", DeprecationWarning, stacklevel=2)
-        return self.model_config(vocab_size)
 
 
 # ---- checking ----------------------------------------------------------------

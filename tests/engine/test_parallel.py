@@ -28,7 +28,7 @@ STRATEGIES = textwrap.dedent("""
         out[name] = [json.loads(l)["loss"] for l in open(root + "/" + name + "/metrics.jsonl") if '"loss"' in l]
     # where FSDP puts the word embeddings and their Adam moments
     runner = MeshRunner(r.parallel)
-    model = build_model(r.model.model_class, r.bert_config(), r.model.options())
+    model = build_model(r.model.model_class, r.model_config(), r.model.options())
     tx, sched = make_optimizer(r.optim, 10)
     ids = jax.numpy.zeros((1, 16), "int32")
     runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), ids, ids)["params"], tx, sched)
@@ -96,7 +96,7 @@ FSDP_ROWS = textwrap.dedent("""
             "model.scan_layers=true", "model.remat_policy=full", "parallel.fsdp=true", "train.accum_steps=1"]
     r = R.load("tiny-demo", over)
     with tempfile.TemporaryDirectory() as d:
-        compile_step.compile_train_step(r, r.bert_config(), jax.devices(), 2, hlo_dir=d)
+        compile_step.compile_train_step(r, r.model_config(), jax.devices(), 2, hlo_dir=d)
         hlo = open(d + "/train_step.hlo.txt").read()
     print("RESULT " + json.dumps({"devices": len(jax.devices()),
                                   "ffn": sorted(set(re.findall(r"\\[(\\d+),16,256\\]", hlo)))}))

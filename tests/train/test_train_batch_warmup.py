@@ -99,6 +99,19 @@ def test_batch_warmup_needs_micro_batches_to_grow_by(tmp_path):
         load_recipe(write_recipe(tmp_path / "r2.yaml", **bad))
 
 
+def test_warmup_tokens_without_a_start_are_refused_not_ignored(tmp_path, capsys):
+    """batch_warmup_tokens alone trained at the full batch from step 1, without a word."""
+    train = {k: v for k, v in RECIPE["train"].items() if k != "batch_warmup_start"}
+    recipe = write_recipe(tmp_path / "r.yaml", **dict(RECIPE, train=train))
+    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"jaxbert train: error: {recipe}: train.batch_warmup_tokens: 128 tokens of batch-size warmup, but "
+        "train.batch_warmup_start (the first step's global batch) is not set"), err
+    assert not (tmp_path / "run").exists()
+    assert load_recipe(write_recipe(tmp_path / "off.yaml", train=dict(train, batch_warmup_tokens=0)))  # off: fine
+
+
 def test_a_warmup_start_at_the_full_batch_is_refused_naming_the_key(tmp_path, capsys):
     bad = dict(RECIPE, train=dict(RECIPE["train"], batch_warmup_start=6))  # 2 x 1 device x 3 = 6: nothing to grow
     recipe = write_recipe(tmp_path / "r.yaml", **bad)

@@ -156,3 +156,41 @@ def test_a_mixture_recipe_is_refused_naming_the_key(data, expected):
     with pytest.raises(R.RecipeError, match="^" + expected):
         R.from_dict({"data": data})
     assert R.from_dict({"data": {"sources": [{"dir": "x/a", "weight": 1}, {"dir": "y/a", "weight": 1, "name": "b"}]}})
+
+
+@pytest.mark.parametrize("case", ["empty list", "huge integer weight", "weights overflow"])
+def test_a_mixture_that_names_nothing_or_weighs_past_a_float_is_one_line_and_exit_2(tmp_path, capsys, case):
+    """`data.sources: []` trained on the embedded corpus (a tokenizer trained, the data built, exit 0);
+    a 330-digit integer weight ended in math.isfinite's OverflowError traceback; two weights of 1e308
+    in fsum's. Each is one line naming the key, exit 2, before anything is written."""
+    sources, expected = {
+        "empty list": ("[]", r"data\.sources: an empty list names no folder; list the mixture's folders"),
+        "huge integer weight": (f"[{{dir: {tmp_path}/a, weight: {10**330}}}]",
+                                r"data\.sources\[0\]\.weight: an integer of 331 digits is out of range"),
+        "weights overflow": (f"[{{dir: {tmp_path}/a, weight: 1.0e+308}}, {{dir: {tmp_path}/b, weight: 1.0e+308}}]",
+                             r"data\.sources: the weights add up to more than a float holds"),
+    }[case]
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"data:\n  sources: {sources}\ntrain:\n  steps: 1\n")
+    err = _refused(capsys, ["--config", str(recipe), "--workdir", str(tmp_path / "wd")])
+    assert re.search(r"^jaxbert train: error: \S+r\.yaml: " + expected, err.strip()), err
+    assert not (tmp_path / "wd").exists()
+
+
+def test_a_weight_in_exponent_notation_reads_as_a_number_as_every_recipe_number_does(tmp_path):
+    """YAML 1.1 reads `1e3` (no dot) as a string: optim.learning_rate and data.temperature were
+    converted, a mixture weight was refused ("must be a finite number > 0, got '1e3'")."""
+    from jaxbert.train import recipe as R
+    path = tmp_path / "r.yaml"
+    path.write_text("data:\n  sources: [{dir: x/a, weight: 1e3}, {dir: y/b, weight: 1}]\n"
+                    "optim:\n  learning_rate: 1e-3\n")
+    assert yaml.safe_load(path.read_text())["data"]["sources"][0]["weight"] == "1e3"  # YAML's reading
+    r = R.load(str(path))
+    assert r.optim.learning_rate == 1e-3 and r.data.source_weights() == [1000.0, 1.0]
+    assert r.data.sources[0]["weight"] == 1000.0  # recorded in recipe.yaml as the number
+    assert R.from_dict({"data": {"sources": [{"dir": "x/a", "weight": "2.5e1"}, {"dir": "y/b", "weight": 1}]}}
+                       ).data.source_weights() == [25.0, 1.0]
+    for bad in ("1e3x", "-1e3", ".nan"):
+        with pytest.raises(R.RecipeError, match=r"^data\.sources\[0\]\.weight: must be a finite number > 0"):
+            R.from_dict({"data": {"sources": [{"dir": "x/a", "weight": bad if bad != ".nan" else float("nan")}]}})
+    assert R.from_dict({}).data.sources is None  # no key: no mixture (recorded as null)

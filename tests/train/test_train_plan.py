@@ -90,7 +90,7 @@ def test_plan_on_the_local_backend_picks_a_batch_that_fits_and_one_more_does_not
         recipes.apply_override(data, item)
     r = recipes.from_dict(data)
     devices = compile_step.target_devices("local")
-    assert compile_step.compile_train_step(r, r.bert_config(), devices, b + 1).hbm > budget
+    assert compile_step.compile_train_step(r, r.model_config(), devices, b + 1).hbm > budget
     assert "recommended: scan_layers=False remat_policy=none per_device_batch_size" in capsys.readouterr().out
 
 
@@ -115,7 +115,7 @@ def test_auto_without_a_known_memory_size_is_a_clear_error():
     import jax
     r = recipes.from_dict({"train": {"per_device_batch_size": "auto"}})
     with pytest.raises(InputError, match="memory of .* is unknown"):
-        plan.resolve_auto(r, r.bert_config(), jax.devices("cpu"), log=lambda m: None)
+        plan.resolve_auto(r, r.model_config(), jax.devices("cpu"), log=lambda m: None)
 
 
 def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeypatch, capsys):
@@ -205,7 +205,7 @@ def _planned(monkeypatch, recipe, budget, slopes):
         return _fake_cost(slopes[r.model.remat_policy] * b + (50 if r.train.accum_steps > 1 else 0), b)
 
     monkeypatch.setattr(plan, "compile_train_step", fake_compile)
-    cands = plan.plan(recipe, recipe.bert_config(), [], budget, tuple(slopes), (True,), log=lambda m: None)
+    cands = plan.plan(recipe, recipe.model_config(), [], budget, tuple(slopes), (True,), log=lambda m: None)
     for c in cands:  # what each policy recomputes (a scanned compile measures none): none 0, dots 5%, full 33%
         c.remat_extra = {"none": 0.0, "dots": 0.05, "full": 1 / 3}[c.remat_policy]
     compiled.clear()
@@ -265,14 +265,14 @@ def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_p
     # our own compile of that split agrees that it fits
     r = recipes.load("tiny-demo", TINY + ["model.dtype=bfloat16", "model.scan_layers=false",
                                           "model.remat_policy=none", f"train.accum_steps={split['accum_steps']}"])
-    cost = compile_step.compile_train_step(r, r.bert_config(), compile_step.target_devices("local"), split["per_device_batch_size"])
+    cost = compile_step.compile_train_step(r, r.model_config(), compile_step.target_devices("local"), split["per_device_batch_size"])
     assert cost.hbm == split["hbm_bytes"] <= result["budget_bytes"]
 
 
 @pytest.mark.parametrize("accum", [1, 2])
 def test_what_remat_adds_is_measured_per_micro_batch_when_the_recipe_accumulates(monkeypatch, accum):
     r = recipes.load("bert-base-phase1", [f"train.accum_steps={accum}", "train.per_device_batch_size=4"])
-    cfg = r.bert_config()
+    cfg = r.model_config()
     per_micro_batch = plan.model_flops_per_device(r, cfg, 4) / accum
 
     def fake_compile(recipe, cfg, devices, b):  # XLA counts a scanned micro-batch loop's body once

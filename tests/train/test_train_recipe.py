@@ -31,7 +31,7 @@ def _write(tmp_path, data) -> str:
 def test_every_shipped_recipe_loads_and_builds_its_model_config(name):
     r = R.load(name)
     assert r.name == name
-    cfg = r.bert_config(vocab_size=1000)
+    cfg = r.model_config(vocab_size=1000)
     assert cfg.num_hidden_layers >= 1 and r.train.steps > 0
 
 
@@ -51,7 +51,7 @@ def test_unknown_key_is_an_error_naming_it(tmp_path):
     with pytest.raises(RecipeError, match=r"trian: unknown key"):
         R.load(_write(tmp_path, {"trian": {}}))
     with pytest.raises(RecipeError, match=r"model\.config\.hiden_size: not a BertConfig field"):
-        R.load(_write(tmp_path, {"model": {"config": {"hiden_size": 8}}})).bert_config()
+        R.load(_write(tmp_path, {"model": {"config": {"hiden_size": 8}}})).model_config()
 
 
 def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
@@ -74,7 +74,7 @@ def test_model_options_reach_the_model_the_loop_builds():
     from jaxbert.model.heads import build_model
     r = R.load("tiny-demo", ["model.remat_policy=offload", "model.attention_chunks=2", "model.ffn_chunks=4",
                              "model.scan_layers=true", "model.dropout_impl=threefry"])
-    m = build_model(r.model.model_class, r.bert_config(), r.model.options())
+    m = build_model(r.model.model_class, r.model_config(), r.model.options())
     o = m.options
     assert (o.remat_policy, o.attention_chunks, o.ffn_chunks, o.scan_layers, o.dropout_impl) == \
         ("offload", 2, 4, True, "threefry")
@@ -101,6 +101,15 @@ def test_cli_reports_recipe_errors_with_exit_code_2(tmp_path, capsys):
     assert "data.seq_lenn: unknown key" in capsys.readouterr().err
     assert main(["train", "--set", "optim.name=sgd"]) == 2
     assert "optim.name: 'sgd' is not one of" in capsys.readouterr().err
+
+
+def test_the_deprecated_bert_config_shim_is_gone_and_model_config_gives_any_family():
+    """0.3.0 removes what 0.2.0 deprecated: Recipe.bert_config (model_config returns the config class of
+    the model's family); the recipe-key renames that warn stay, since they guard users' YAML files."""
+    assert not hasattr(R.Recipe, "bert_config")
+    r = R.load("tiny-demo", ["model.preset=modernbert", "model.model_class=ModernBertForMaskedLM",
+                             "model.config={hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2}"])
+    assert type(r.model_config()).__name__ == "ModernBertConfig"
 
 
 def test_effective_recipe_round_trips(tmp_path):

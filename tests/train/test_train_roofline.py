@@ -142,7 +142,7 @@ def test_a_real_cpu_step_never_beats_its_bound():
                                    "model.config.hidden_size=32", "model.config.num_attention_heads=2",
                                    "model.config.intermediate_size=64", "model.config.vocab_size=256",
                                    "data.seq_len=16"])
-    compiled, run = compile_step.runnable_train_step(r, r.bert_config(), jax.devices()[:1], 4)
+    compiled, run = compile_step.runnable_train_step(r, r.model_config(), jax.devices()[:1], 4)
     # This machine's figures, generous: the best of several calls of a matmul and of a copy about the size
     # of the step's arrays (they stay in cache, so a DRAM-sized copy would understate the bandwidth).
     n = 512
@@ -178,7 +178,7 @@ def test_plan_ranks_candidates_by_the_tokens_per_second_their_bound_allows(monke
                         lambda r, cfg, devices, b: _bounded_cost(b, hbm[r.model.remat_policy] * b,
                                                                  per_seq[r.model.remat_policy] * b))
     r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=auto", "train.accum_steps=1"])
-    cands = plan.plan(r, r.bert_config(), [], 800, ("full", "none"), (True,), log=lambda m: None)
+    cands = plan.plan(r, r.model_config(), [], 800, ("full", "none"), (True,), log=lambda m: None)
     full, none = cands
     assert (full.batch, none.batch) == (32, 8) and full.score() > none.score()  # FLOPs would pick full
     assert none.bound_tokens_per_s() == pytest.approx(8 * 128 / 16e-3)

@@ -70,7 +70,7 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     pt = transformers.BertForMaskedLM.from_pretrained(hf).eval()
     params, meta = restore_params(wd)
     r = from_dict(meta["recipe"])
-    model = build_model(r.model.model_class, r.bert_config(), r.model.options())
+    model = build_model(r.model.model_class, r.model_config(), r.model.options())
     ids = np.array([[2, 7, 9, 11, 4, 13, 3]], np.int32)
     ours = np.asarray(model.apply({"params": params}, ids, np.zeros_like(ids)).logits)
     with torch.no_grad():
