@@ -53,12 +53,21 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
                "on the embedded corpus into ./runs/tiny-demo.\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    parser.verb_parsers = {}  # verb -> its parser, which reports an option it does not know (main)
     for name, (module_name, help_text) in _available().items():
         p = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES_HELP)
         p.set_defaults(_module=module_name)
+        parser.verb_parsers[name] = p
         if name == verb:
             importlib.import_module(module_name).add_arguments(p)
     return parser
+
+
+def _unknown(parser: argparse.ArgumentParser, verb: str, extras: list[str]) -> None:
+    """An argument the verb does not take: reported by the verb's own parser (its usage, not the
+    top level's), with the verb module's ``unknown_hint(extras)`` when it has one (exit 2)."""
+    hint = getattr(importlib.import_module(VERBS[verb][0]), "unknown_hint", lambda extras: None)(extras)
+    parser.verb_parsers[verb].error(f"unrecognized arguments: {' '.join(extras)}" + (f"; {hint}" if hint else ""))
 
 
 def _fail(verb: str, message: object, code: int) -> int:
@@ -74,10 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:  # bare `jaxbert`: the verbs and the quick start, nothing started
         parser.print_help()
         return 0
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras and args.verb is None:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     if args.verb is None:
         parser.print_help()
         return EXIT_BAD_INPUT
+    if extras:
+        _unknown(parser, args.verb, extras)
     try:
         module = importlib.import_module(args._module)
         for dest, flag in getattr(module, "MODEL_ARGUMENTS", {}).items():

@@ -8,12 +8,16 @@ JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables).
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
+from jaxbert.engine.optim import OPTIMIZERS
 from jaxbert.errors import InputError
 from jaxbert.finetune.downstream import check_items, run_downstream
 from jaxbert.train import outputs
 from jaxbert.train.allocator import keep_freed_memory
 from jaxbert.train.loop import train_and_evaluate
-from jaxbert.train.recipe import load, recipe_names
+from jaxbert.train.recipe import Recipe, load, recipe_names
 
 
 def add_arguments(parser) -> None:
@@ -33,6 +37,34 @@ def add_arguments(parser) -> None:
     parser.add_argument("--coordinator", default=None, help="multi-host: HOST:PORT of process 0")
     parser.add_argument("--num-processes", type=int, default=None)
     parser.add_argument("--process-id", type=int, default=None)
+
+
+def _recipe_keys() -> list[str]:
+    """Every recipe key, dotted (train.steps, optim.learning_rate, every optimizer's own keys)."""
+    hints, keys = typing.get_type_hints(Recipe), []
+    for f in dataclasses.fields(Recipe):
+        section = hints[f.name]
+        classes = OPTIMIZERS.values() if f.name == "optim" else [section] if dataclasses.is_dataclass(section) else []
+        keys += [f"{f.name}.{g.name}" for c in classes for g in dataclasses.fields(c)] or [f.name]
+    return list(dict.fromkeys(keys))
+
+
+def unknown_hint(extras: list[str]) -> str:
+    """What an option train does not take should have been: `--steps 100` is `--set train.steps=100`
+    (jaxbert.cli.main reports it with train's usage)."""
+    keys, hints, i = _recipe_keys(), [], 0
+    while i < len(extras):
+        if extras[i].startswith("--"):
+            name, eq, value = extras[i][2:].partition("=")
+            if not eq and i + 1 < len(extras) and not extras[i + 1].startswith("-"):
+                i += 1
+                value = extras[i]
+            name = name.replace("-", "_")
+            hints += [f"--set {k}={value or 'VALUE'}" for k in keys if name in (k, k.rsplit(".", 1)[-1])]
+        i += 1
+    if hints:
+        return f"recipe keys are set with --set: {' or '.join(hints)}"
+    return "recipe keys are set with --set KEY=VALUE, e.g. --set train.steps=100"
 
 
 def run(args) -> int:

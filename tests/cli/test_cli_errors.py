@@ -66,6 +66,26 @@ def test_every_verb_help_lists_the_exit_codes(verb):
     assert "3 the run diverged" in " ".join(text.split())
 
 
+@pytest.mark.parametrize("argv,hint", [
+    (["--steps", "100"], "--set train.steps=100"),
+    (["--learning-rate=3e-4", "--seed", "3"], "--set optim.learning_rate=3e-4 or --set train.seed=3"),
+    (["--nonsense"], "recipe keys are set with --set KEY=VALUE, e.g. --set train.steps=100"),
+])
+def test_an_option_train_does_not_take_gets_trains_usage_and_a_hint_toward_set(tmp_path, capsys, argv, hint):
+    """`jaxbert train --steps 100` answered with the top level's usage (`usage: jaxbert [-h] VERB ...`) and
+    no word of --set: the verb's own parser reports it, with the recipe key the option names."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", *argv, "--workdir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: jaxbert train "), err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"jaxbert train: error: unrecognized arguments: {' '.join(argv)}; ") and hint in last, err
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit):  # another verb: its own usage too
+        main(["plot", str(tmp_path), "--steps", "3"])
+    assert capsys.readouterr().err.startswith("usage: jaxbert plot ")
+
+
 
 
 @pytest.mark.parametrize("override,needle", [
