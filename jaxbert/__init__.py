@@ -51,7 +51,7 @@ _EXPORTS = {
     'save_pretrained': 'jaxbert.convert',
     'state_dict_to_params': 'jaxbert.convert',
 }
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def _family_names() -> dict:

@@ -1,7 +1,7 @@
 """The converter's side of the key tables: which family's table a class is read through
 (``table_for``), and the transforms their entries name (a Linear weight is transposed, every other
-tensor copied). BERT's table is ``jaxbert.model.table.Table`` (still importable from here);
-ModernBERT's is ``jaxbert.model.modernbert.table.Table``.
+tensor copied). BERT's table is ``jaxbert.model.table.Table``; ModernBERT's is
+``jaxbert.model.modernbert.table.Table``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from jaxbert.convert.result import ConversionError
 from jaxbert.model.families import family_of, family_of_class, root_of
 from jaxbert.model.keys import TRANSPOSE, Entry
-from jaxbert.model.table import Table  # noqa: F401  (its home until BERT's family named it)
 
 LINEAR = TRANSPOSE  # [out, in] <-> [in, out]
 _FLAX_TO_TORCH_LEAF = {"kernel": "weight", "scale": "weight", "embedding": "weight", "bias": "bias"}

@@ -13,8 +13,6 @@ Rows longer than max_length are truncated (longest first for pairs) and counted.
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -161,15 +159,3 @@ def running_text(words: Sequence[str]) -> list[str]:
     it was trained on and in a transformers pipeline given the joined sentence. WordPiece splits
     the spaces off: its pieces are the same either way."""
     return [w if i == 0 or not w else " " + w for i, w in enumerate(words)]
-
-
-# Names that moved into their task kind's module (a DeprecationWarning; still importable from here).
-MOVED = {**dict.fromkeys(("token_features", "word_labels", "EMPTY_WORD_TAG"), "jaxbert.finetune.kinds.tokens.features"),
-         "choice_features": "jaxbert.finetune.kinds.choice"}
-
-
-def __getattr__(name: str):
-    if name in MOVED:  # read from the kind's module when asked: that module imports this one
-        warnings.warn(f"jaxbert.finetune.features.{name} moved to {MOVED[name]}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

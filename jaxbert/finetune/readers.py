@@ -10,11 +10,9 @@ fixes the label set unless one is given.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -169,8 +167,6 @@ def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathL
         labels = check_label_names(labels)
     table = {**(table or {}), **{k: more.pop(k) for k in ("text_columns", "label_column", "columns", "values")
                                  if k in more}}
-    if "version_2" in more:  # the former keyword: version_2=False checked the eval files
-        options = kind.legacy_options(options, {"version_2": more.pop("version_2")}, "read_task", ("version_2",))
     if more:
         raise TypeError(f"read_task() got unexpected keyword argument(s) {sorted(more)}")
     train_examples, labels = kind.read(train, labels, table=table)
@@ -181,19 +177,6 @@ def read_task(kind, train: str | os.PathLike, evals: Mapping[str, str | os.PathL
         if options is not None:  # without options, as the former default version_2=True, nothing more is checked
             kind.check_scorable(path, eval_examples[name], options)
     return train_examples, eval_examples, labels
-
-
-# Names that moved into their task kind's module (a DeprecationWarning; still importable from here).
-MOVED = {"TokenExample": "jaxbert.finetune.kinds.tokens.reader", "read_tokens": "jaxbert.finetune.kinds.tokens.reader",
-         "CONLL_SUFFIXES": "jaxbert.finetune.kinds.tokens.reader",
-         "ChoiceExample": "jaxbert.finetune.kinds.choice", "read_choice": "jaxbert.finetune.kinds.choice"}
-
-
-def __getattr__(name: str):
-    if name in MOVED:  # read from the kind's module when asked: that module imports this one
-        warnings.warn(f"jaxbert.finetune.readers.{name} moved to {MOVED[name]}", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["TextExample", "label_list", "label_ids", "no_label", "read_text", "read_task", "check_label_names",

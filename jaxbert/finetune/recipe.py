@@ -141,12 +141,3 @@ def from_dict(data: dict) -> FinetuneRecipe:
 def load(name_or_path: str = DEFAULT_RECIPE, overrides: list[str] = ()) -> FinetuneRecipe:
     """A shipped recipe (by name) or a YAML file, with ``key=value`` overrides applied and checked."""
     return engine_recipe.load(FinetuneRecipe, check_sections, name_or_path, overrides, FOLDER)
-
-
-def __getattr__(name: str):
-    if name == "FinetuneOptimSection":  # each optimizer has its own section now (jaxbert.engine.optim)
-        warnings.warn("jaxbert.finetune.recipe.FinetuneOptimSection is gone: use "
-                      "jaxbert.engine.optim.OptimSection(**OPTIM_DEFAULTS, ...), which builds the section of "
-                      "the optimizer named", DeprecationWarning, stacklevel=2)
-        return lambda **fields: OptimSection(**{**OPTIM_DEFAULTS, **fields})
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,6 @@ the (eval set, metric) that picks the best checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -33,7 +32,6 @@ class TaskSpec:
     labels: tuple[str, ...] | None = None  # class / tag names in id order; None = from the training file
     glue: str | None = None
     data_dir: str | None = None
-    version_2: bool = False  # deprecated: the recipe's kinds.qa.version_2; read_task_data without options takes it
 
     def __post_init__(self):
         if not isinstance(self.kind, Kind):
@@ -47,7 +45,7 @@ class TaskSpec:
         return {"kind": self.kind.name, "train": self.train, "evals": dict(self.evals),
                 "text_columns": list(self.text_columns), "label_column": self.label_column,
                 "labels": None if self.labels is None else list(self.labels), "glue": self.glue,
-                "data_dir": self.data_dir, "version_2": self.version_2}
+                "data_dir": self.data_dir}
 
 
 def parse_task(task: str, train=None, evals: Sequence[str] = (), data_dir=None, **kwargs) -> TaskSpec:
@@ -92,9 +90,8 @@ def read_task_data(spec: TaskSpec, options=None) -> TaskData:
     """Every file of the task read and checked under the kind's options (default: the kind's
     defaults; TaskDataError names the file and line at fault)."""
     kind = spec.kind
-    if options is None:  # a former caller: TaskSpec.version_2 said it
-        own = {f.name for f in dataclasses.fields(kind.Options)}
-        options = kind.options({"version_2": spec.version_2} if "version_2" in own else {})
+    if options is None:
+        options = kind.options()
     if spec.glue:
         preset = glue_task(spec.glue)
         train, evals, labels = load_glue(spec.glue, spec.data_dir)

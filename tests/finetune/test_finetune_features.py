@@ -12,12 +12,12 @@ from jaxbert.finetune.batching import batch_maxima, batches, buckets_for, epoch_
 from jaxbert.finetune.features import IGNORE, bucket_for, bucket_lengths
 from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import squad_scores
-from jaxbert.finetune.qa_features import postprocess_qa, qa_features
 from jaxbert.finetune.kinds.choice import ChoiceExample
+from jaxbert.finetune.kinds.qa.features import postprocess_qa, qa_features
+from jaxbert.finetune.kinds.qa.squad import QAExample, gold_answers
 from jaxbert.finetune.kinds.tokens.features import word_labels
 from jaxbert.finetune.kinds.tokens.reader import TokenExample
 from jaxbert.finetune.readers import TextExample
-from jaxbert.finetune.squad import QAExample, gold_answers
 from jaxbert.finetune.tables import TaskDataError
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "un", "##aff", "##able",

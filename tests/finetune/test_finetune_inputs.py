@@ -18,9 +18,11 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune.glue import GLUE_TASKS, load_glue
 from jaxbert.finetune.model import load_task_model
 from jaxbert.finetune.kinds.choice import read_choice
+from jaxbert.finetune.kinds.qa import QAOptions
+from jaxbert.finetune.kinds.qa.squad import read_squad
+from jaxbert.finetune.kinds.tokens import TokensOptions
 from jaxbert.finetune.kinds.tokens.reader import TokenExample, read_tokens
 from jaxbert.finetune.readers import read_task
-from jaxbert.finetune.squad import read_squad
 from jaxbert.finetune.tables import TaskDataError
 from jaxbert.finetune.task import TaskSpec, parse_task, read_task_data
 from tests.helpers.cli import one_line
@@ -149,7 +151,7 @@ def test_sentences_longer_than_max_length_are_tagged_to_their_last_word(tok):
     vocab = "the a cat dog sat ran on mat big small red blue house tree bird fish apple river".split()
     sentences = [tuple(rng.choice(vocab + ["unaffable", "\u00ad"], n)) for n in (3, 30, 61)]
     examples = [TokenExample(f"s{i}", w, (0,) * len(w)) for i, w in enumerate(sentences)]
-    features, _ = kinds.get("tokens").featurize(examples, tok, max_length=10, stride=3)
+    features, _ = kinds.get("tokens").featurize(examples, tok, 10, TokensOptions(stride=3))
     assert len(features) > len(examples) and features.n_truncated == 0 and features.length == 10
     decoded = kinds.get("tokens").decode({"logits": _id_logits(features, len(labels))}, features, None, labels)
     assert decoded["predictions"] == [_first_piece_tags(tok, w) for w in sentences]
@@ -382,7 +384,7 @@ def test_unanswerable_questions_in_a_v1_eval_set_are_refused_when_read(models, s
     spec = TaskSpec("qa", str(tmp_path / "train.json"), {"dev": str(tmp_path / "dev.json")})
     with pytest.raises(TaskDataError, match=r"dev.json: 2 question\(s\) without an answer \('u1', 'u2'\)"):
         read_task_data(spec)
-    assert len(read_task_data(TaskSpec("qa", spec.train, spec.evals, version_2=True)).evals["dev"]) == 3
+    assert len(read_task_data(spec, QAOptions(version_2=True)).evals["dev"]) == 3
     assert main(["finetune", "--task", "qa", "--model", str(src), "--train", str(tmp_path / "train.json"),
                  "--eval", str(tmp_path / "dev.json"), "--workdir", str(tmp_path / "run"),
                  "--config", "finetune-tiny"]) == 2

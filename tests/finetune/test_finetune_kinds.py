@@ -98,11 +98,35 @@ MOVED_INTO_KINDS += [("features", "choice_features", "kinds.choice")]
 
 
 @pytest.mark.parametrize("old,name,new", MOVED_INTO_KINDS)
-def test_a_kinds_reader_and_features_live_with_it_and_their_old_paths_warn(old, name, new):
+def test_a_kinds_reader_and_features_live_with_it_alone(old, name, new):
+    """0.3.0 removed the old paths 0.2.0 deprecated: the names live in the kind's module only."""
     shared = importlib.import_module(f"jaxbert.finetune.{old}")
-    home = importlib.import_module(f"jaxbert.finetune.{new}")
-    assert name not in vars(shared)  # defined in the kind, not the shared module
-    with pytest.warns(DeprecationWarning, match=rf"finetune\.{old}\.{name} moved to jaxbert\.finetune\.{new}"):
-        assert getattr(shared, name) is vars(home)[name]
-    with pytest.raises(AttributeError, match="no attribute 'read_nothing'"):
-        shared.read_nothing
+    assert name in vars(importlib.import_module(f"jaxbert.finetune.{new}"))
+    with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+        getattr(shared, name)
+
+
+@pytest.mark.parametrize("module", ["jaxbert.finetune.squad", "jaxbert.finetune.qa_features", "jaxbert.engine.metrics"])
+def test_the_forwarding_modules_0_2_0_deprecated_are_gone(module):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(module)
+
+
+def test_the_kinds_former_keywords_and_finetune_optim_section_are_gone():
+    from jaxbert.finetune import readers, recipe
+    from jaxbert.finetune.kinds.qa import QAOptions
+    from jaxbert.finetune.task import TaskSpec
+    qa = kinds.get("qa")
+    assert not hasattr(qa, "legacy_options")
+    with pytest.raises(AttributeError, match="no attribute 'FinetuneOptimSection'"):
+        recipe.FinetuneOptimSection
+    with pytest.raises(TypeError, match="version_2"):
+        TaskSpec("qa", "train.json", {"dev": "dev.json"}, version_2=True)
+    with pytest.raises(TypeError, match="version_2"):
+        readers.read_task(qa, "train.json", {}, version_2=False)
+    with pytest.raises(TypeError, match="version_2"):
+        qa.read("train.json", version_2=False)
+    with pytest.raises(TypeError, match="stride"):
+        qa.featurize([], None, 64, stride=16)
+    with pytest.raises(TypeError, match="n_best"):
+        qa.decode({}, None, None, None, QAOptions(), n_best=2)

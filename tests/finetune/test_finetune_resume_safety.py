@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from jaxbert.engine.metrics import MetricsWriter
+from jaxbert.engine.metrics_log import MetricsWriter
 from jaxbert.errors import InputError
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.model import load_task_model

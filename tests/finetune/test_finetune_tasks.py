@@ -10,9 +10,9 @@ from jaxbert.errors import InputError
 from jaxbert.finetune.glue import GLUE_TASKS, glue_task, load_glue
 from jaxbert.finetune import kinds
 from jaxbert.finetune.kinds.choice import ChoiceExample, read_choice
+from jaxbert.finetune.kinds.qa.squad import gold_answers, read_squad
 from jaxbert.finetune.kinds.tokens.reader import read_tokens
 from jaxbert.finetune.readers import TextExample, label_list, read_task, read_text
-from jaxbert.finetune.squad import gold_answers, read_squad
 from jaxbert.finetune.tables import TaskDataError, read_rows
 
 T = "\t"

@@ -11,13 +11,14 @@ import pytest
 
 import jaxbert
 from jaxbert.convert import ConversionError
-from jaxbert.convert.table import Table, table_for
+from jaxbert.convert.table import table_for
 from jaxbert.model.config import BertConfig, MODEL_TYPES, build_config, read_config
 from jaxbert.model.families import FAMILIES, BY_MODEL_TYPE, family_of, family_of_class
 from jaxbert.model.flops import non_embedding_params, train_flops_per_token
 from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model, dummy_inputs
 from jaxbert.model.modernbert import CLASS_NAMES, ModernBertConfig, Table as ModernBertTable
 from jaxbert.model.registry import spec_of
+from jaxbert.model.table import Table
 
 SMALL = dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
              local_attention=4, max_position_embeddings=32, pad_token_id=0)
@@ -58,6 +59,7 @@ def test_a_class_of_another_architecture_is_refused_by_name_and_bert_families_mi
         table_for(BertConfig(), "ModernBertForMaskedLM")
     roberta = BertConfig(model_type="roberta", pad_token_id=1, max_position_embeddings=40)
     assert isinstance(table_for(roberta, "BertForMaskedLM"), Table)  # a Bert* class takes the config's family
+    assert not hasattr(jaxbert.convert.table, "Table")  # 0.3.0: BERT's table is jaxbert.model.table's alone
 
 
 def test_config_json_and_recipes_read_the_family_config_class(tmp_path):

@@ -18,7 +18,6 @@ a kind overrides what is its own.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -41,10 +40,6 @@ class NoOptions:
         pass
 
 
-# Keywords the kinds' methods took before options were typed per kind, by method.
-_OLD_READ = ("version_2",)
-_OLD_FEATURIZE = ("stride", "max_query_length")
-_OLD_DECODE = ("n_best", "max_answer_length", "version_2")
 _COLUMNS = ("text_columns", "label_column", "columns", "values")
 
 
@@ -95,35 +90,17 @@ class Kind:
         opts.check(prefix)
         return opts
 
-    def legacy_options(self, options, old: dict, method: str, allowed: tuple):
-        """options, or the kind's defaults, with the keywords the kinds' methods took before options
-        were typed folded in (a DeprecationWarning); a keyword no kind took is a TypeError."""
-        options = self.Options() if options is None else options
-        if not old:
-            return options
-        unknown = sorted(set(old) - set(allowed))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}.{method}() got unexpected keyword argument(s) {unknown}")
-        warnings.warn(f"Kind.{method}({', '.join(f'{k}=' for k in old)}) is deprecated: pass "
-                      f"options={type(options).__name__}(...) (the kind's own options)", DeprecationWarning,
-                      stacklevel=3)
-        own = {f.name for f in dataclasses.fields(options)}
-        return dataclasses.replace(options, **{k: v for k, v in old.items() if k in own})
-
     # -- reading ---------------------------------------------------------------------------
     def read(self, path, labels: Sequence[str] | None = None, *, labelled: bool = True, table: Mapping | None = None,
-             **old):
+             **columns):
         """(examples, labels) of one file; labels None where the kind names none. labelled=False
         reads a file to predict on (labels may be absent; those present are checked). table: how
         a table is read (text_columns, label_column; a GLUE preset's columns, values), for the
-        kinds that read tables (`reads_columns`); the former keywords of the same names still go there."""
-        table = {**(table or {}), **{k: old.pop(k) for k in _COLUMNS if k in old}}
-        checked = labelled and old.get("version_2") is False  # the former read(version_2=False) checked too
-        options = self.legacy_options(None, old, "read", _OLD_READ)
-        examples, labels = self.read_file(path, labels, labelled, table)
-        if checked:
-            self.check_scorable(path, examples, options)
-        return examples, labels
+        kinds that read tables (`reads_columns`); the keywords of the same names go there too."""
+        unknown = sorted(set(columns) - set(_COLUMNS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.read() got unexpected keyword argument(s) {unknown}")
+        return self.read_file(path, labels, labelled, {**(table or {}), **columns})
 
     def read_file(self, path, labels: Sequence[str] | None, labelled: bool, table: dict):
         """The kind's reader: (examples, labels) of one file."""
@@ -136,10 +113,10 @@ class Kind:
         """Refuses a labelled eval file the kind's metric cannot score under these options (TaskDataError)."""
 
     # -- arrays ----------------------------------------------------------------------------
-    def featurize(self, examples, tok, max_length: int, options=None, **old):
-        """(Features, windows): windows is what decoding needs beyond the features (QA's), else None."""
-        options = self.legacy_options(options, old, "featurize", _OLD_FEATURIZE)
-        return self.make_features(examples, tok, max_length, options)
+    def featurize(self, examples, tok, max_length: int, options=None):
+        """(Features, windows): windows is what decoding needs beyond the features (QA's), else None;
+        options: the kind's Options (default: its defaults)."""
+        return self.make_features(examples, tok, max_length, self.Options() if options is None else options)
 
     def make_features(self, examples, tok, max_length: int, options):
         """The kind's featurizer: (Features, windows or None)."""
@@ -168,11 +145,11 @@ class Kind:
         """(metric names for metrics.compute, the metric key that picks the best checkpoint) under these options."""
         return self.metric_names, self.main_metric
 
-    def decode(self, outputs: dict, features, windows=None, labels: Sequence[str] | None = None, options=None,
-               **old) -> dict:
-        """{"predictions": one per example, "scores": per example or None[, more the kind keeps]}."""
-        options = self.legacy_options(options, old, "decode", _OLD_DECODE)
-        return self.decode_outputs(outputs, features, windows, labels, options)
+    def decode(self, outputs: dict, features, windows=None, labels: Sequence[str] | None = None,
+               options=None) -> dict:
+        """{"predictions": one per example, "scores": per example or None[, more the kind keeps]};
+        options: the kind's Options (default: its defaults)."""
+        return self.decode_outputs(outputs, features, windows, labels, self.Options() if options is None else options)
 
     def decode_outputs(self, outputs: dict, features, windows, labels: Sequence[str] | None, options) -> dict:
         """The kind's decoding; by default the argmax class and its softmax probability."""
