@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -85,6 +85,13 @@ class ModelOptions:
         cover every token, so the logits are the same, with about 10/12 of one layer's
         per-token work saved. Their ``last_hidden_state`` is then [B, 1, H]. Not applied where
         hidden states or attentions are asked for, under decode, or with scan_layers.
+      vocab_loss_chunk: how the MLM train and eval steps take the loss over the vocabulary
+        (jaxbert.model.vocab_loss). None (the default): in chunks of 8,192 vocabulary entries where the
+        vocabulary has 65,536 or more (EuroBERT's 128,256, mmBERT's 256,000), so that no [masked tokens, V]
+        logits array is held, forward or backward (each chunk's logits are recomputed in the backward pass);
+        the plain [masked tokens, V] logits below that. 0: always the plain logits; n > 0: always chunks of
+        n entries. The loss, accuracy and gradients are the same either way (within float32 rounding), and
+        so are the params; what the model returns outside those steps is always logits.
     """
 
     dtype: Any = jnp.float32
@@ -97,6 +104,7 @@ class ModelOptions:
     dropout_impl: str = "threefry"
     decode: bool = False
     first_token_only: bool = False
+    vocab_loss_chunk: Optional[int] = None
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
@@ -110,6 +118,9 @@ class ModelOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        chunk = self.vocab_loss_chunk
+        if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0):
+            raise ValueError(f"vocab_loss_chunk must be None (auto), 0 (plain) or a positive integer, got {chunk!r}")
         if self.dropout_impl not in DROPOUT_IMPLS:
             raise ValueError(f"dropout_impl {self.dropout_impl!r} is unknown; expected one of {DROPOUT_IMPLS}")
         if self.remat_policy not in REMAT_POLICIES:
