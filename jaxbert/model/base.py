@@ -16,6 +16,7 @@ import numpy as np
 from jaxbert.model.config import BertConfig
 from jaxbert.model.dropout import make_dropout
 from jaxbert.model.options import ModelOptions, constrain_batch, cpu_target
+from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
 Array = jax.Array
 
@@ -97,12 +98,26 @@ class BertModule(nn.Module):
 
     def vocab_logits(self, x, word_embeddings=None):
         """x [B, M, H] -> logits [B, M, V]: the decoder (tied to word_embeddings [V, H] unless the
-        config unties it) plus the output bias. Call it from a compact method: it creates params."""
+        config unties it) plus the output bias. Call it from a compact method: it creates params.
+
+        Inside the MLM step's deferred_vocab_logits, where options.vocab_loss_chunk chooses the chunked
+        loss for this vocabulary (jaxbert.model.vocab_loss), it returns a VocabProjection of x, the
+        decoder's weight ([V, H] table or [H, V] kernel) and the bias instead: the same params."""
         cfg = self.config
-        untied = None if cfg.tie_word_embeddings else self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder",
-                                                                  use_bias=False)(x)
+        chunk = uses_chunks(cfg.vocab_size, self.options.vocab_loss_chunk)
+        untied = None
+        if not cfg.tie_word_embeddings and chunk:  # the decoder's kernel, not applied: dense's param, as built there
+            untied = DenseWeights(
+                cfg.vocab_size, use_bias=False, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
+                kernel_init=nn.with_logical_partitioning(nn.initializers.normal(cfg.initializer_range),
+                                                         ("embed", "vocab")), name="decoder")(x)
+        elif not cfg.tie_word_embeddings:
+            untied = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
         bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
                           (cfg.vocab_size,), self.options.param_dtype).astype(self.options.dtype)
+        if chunk:
+            weight = word_embeddings.astype(self.options.dtype) if untied is None else untied[0]
+            return VocabProjection(x, weight, bias, chunk=chunk, columns=untied is not None)
         if untied is None:
             return tied_logits(x, word_embeddings.astype(self.options.dtype), bias)
         return untied + bias
@@ -219,6 +234,19 @@ def _tied_logits_bwd(res, g):
 
 
 _tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
+
+
+class DenseWeights(Dense):
+    """Dense's params (the same names, shapes and init) returned, not applied: (kernel [in, out], bias [out]
+    or None), in the compute dtype as Dense multiplies them; `inputs` gives only the in size. What a decoder
+    hands the chunked MLM loss (jaxbert.model.vocab_loss) in place of its logits."""
+
+    @nn.compact
+    def __call__(self, inputs: Array) -> tuple:
+        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features), self.param_dtype)
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        _, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        return kernel, bias
 
 
 # Above this many rows the one-hot operand [tokens, rows] grows large (an 8192-position table at

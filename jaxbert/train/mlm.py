@@ -3,8 +3,9 @@
 ``train_step(state, batch, rng) -> (state, metrics)`` does one optimizer update
 from a batch of ``accum`` micro-batches (jaxbert.engine.step). The MLM loss is
 taken only at the masked positions: the model gathers them before the vocabulary
-projection. Metrics come back as sums with their denominators, normalised on the
-host by ``summarize``.
+projection; with a vocabulary of 64k entries or more (ModelOptions.vocab_loss_chunk) it is
+taken over vocabulary chunks, no [B, M, V] logits held (jaxbert.model.vocab_loss). Metrics
+come back as sums with their denominators, normalised on the host by ``summarize``.
 
 Batch keys (NumPy or jax arrays; the train batch has a leading accum axis):
   input_ids, token_type_ids, attention_mask  int32 [A, B, L]
@@ -21,14 +22,17 @@ import jax.numpy as jnp
 import optax
 
 from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step, predicted
+from jaxbert.model.vocab_loss import VocabProjection, deferred_vocab_logits
 
 
 def _forward(params, apply_fn, mb, rng, deterministic):
     # Packed documents (data.packing: documents) carry segment ids; other batches call as before.
     packed = {"segment_ids": mb["segment_ids"]} if "segment_ids" in mb else {}
-    return apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
-                    attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
-                    deterministic=deterministic, rngs={"dropout": rng}, **packed)
+    # A head whose options take the loss in vocabulary chunks returns a VocabProjection in place of its logits.
+    with deferred_vocab_logits():
+        return apply_fn({"params": params}, mb["input_ids"], mb["token_type_ids"],
+                        attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
+                        deterministic=deterministic, rngs={"dropout": rng}, **packed)
 
 
 def _sums(out, mb) -> dict:
@@ -36,8 +40,11 @@ def _sums(out, mb) -> dict:
     # The loss in float32 at least (bf16 logits lose it there), never below the compute dtype.
     loss_dtype = jnp.promote_types(out.logits.dtype, jnp.float32)
     labels, weights = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
-    nll = cross_entropy(out.logits, labels)  # [B, M]
-    correct = (predicted(out.logits) == labels).astype(jnp.float32)
+    if isinstance(out.logits, VocabProjection):  # the loss and argmax over vocabulary chunks, no [B, M, V] logits
+        nll, guess = out.logits.nll_and_predicted(labels)
+    else:
+        nll, guess = cross_entropy(out.logits, labels), predicted(out.logits)  # [B, M]
+    correct = (guess == labels).astype(jnp.float32)
     m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
          "mlm_weight": jnp.sum(weights)}
     if "next_sentence_labels" in mb:

@@ -11,10 +11,11 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxbert.model.activations import ACT_FNS
-from jaxbert.model.base import ModelOutput, tied_logits
+from jaxbert.model.base import DenseWeights, ModelOutput, tied_logits
 from jaxbert.model.encoder import gather_positions
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.modernbert.modules import ModernBertModel
+from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
 
 class ModernBertPredictionHead(ModernBertModule):
@@ -63,12 +64,22 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         return out.replace(logits=self.decoder(x))
 
     def decoder(self, x):
-        """x [B, M, H] -> [B, M, V]: the tied (or own) decoder weight, plus decoder_bias's bias."""
+        """x [B, M, H] -> [B, M, V]: the tied (or own) decoder weight, plus decoder_bias's bias. Inside the
+        MLM step's deferred_vocab_logits, where options.vocab_loss_chunk chooses the chunked loss for this
+        vocabulary, a VocabProjection of x, that weight and bias instead (jaxbert.model.vocab_loss)."""
         cfg, dtype = self.config, self.options.dtype
+        chunk = uses_chunks(cfg.vocab_size, self.options.vocab_loss_chunk)
         if cfg.tie_word_embeddings:
             table = self.get_variable("params", "model")["embeddings"]["tok_embeddings"]["embedding"]
             bias = _DecoderBias(cfg, self.options, name="decoder")() if cfg.decoder_bias else None
-            return tied_logits(x, nn.meta.unbox(table).astype(dtype), bias)
+            table = nn.meta.unbox(table).astype(dtype)
+            if chunk:
+                return VocabProjection(x, table, bias, chunk=chunk)
+            return tied_logits(x, table, bias)
+        if chunk:  # the kernel [H, V] and bias, not applied (the same params as the Dense below)
+            kernel, bias = self.linear(cfg.vocab_size, ("embed", "vocab"), "decoder", cfg.decoder_bias, self.std_out,
+                                       cls=DenseWeights)(x)
+            return VocabProjection(x, kernel, bias, chunk=chunk, columns=True)
         return self.linear(cfg.vocab_size, ("embed", "vocab"), "decoder", cfg.decoder_bias, self.std_out)(x)
 
 
