@@ -4,7 +4,6 @@ jaxbert.model.fused's blocked, splash and auto for an encoder's self-attention).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Optional
 
@@ -13,9 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert.model import fused
-from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.base import Array, BertModule
-from jaxbert.model.softmax import masked_softmax
+from jaxbert.model.layers import attention
+
 
 
 class BertSelfAttention(BertModule):
@@ -76,71 +75,21 @@ class BertSelfAttention(BertModule):
         dropout = cfg.attention_probs_dropout_prob
         needs_probs = (output_attentions or layer_head_mask is not None
                        or (not deterministic and dropout > 0))
-        impl = self.options.attention_impl
         # The fused paths take an encoder's self-attention under a padding or packed-documents mask (the
         # segment ids are read back from it), without position biases, probabilities or a head mask.
-        if (impl in fused.FUSED_IMPLS and not needs_probs and bias is None and not self.is_cross
-                and not cfg.is_decoder and not self.options.decode and kv is None):
-            if jnp.dtype(self.options.dtype) == jnp.float64:
-                impl = "blocked"  # splash takes float32 and bfloat16
+        fusable = (bias is None and not self.is_cross and not cfg.is_decoder and not self.options.decode
+                   and kv is None)
+        impl = attention.path(self.options, needs_probs, fusable)
+        if impl in fused.FUSED_IMPLS:
             context = fused.attend(q, k, v, fused.key_segments(mask, T), D ** -0.5, None, impl)
             return context.reshape(B, T, H), None
-        # jax.nn.dot_product_attention has no dropout, head mask or probs output,
-        # and takes its softmax in float32 whatever the dtype: anything that needs
-        # them, and float64 compute, takes the einsum path below.
-        if (self.options.attention_impl == "dot_product" and not needs_probs
-                and jnp.dtype(self.options.dtype) != jnp.float64):
-            context = jax.nn.dot_product_attention(
-                q, k, v, bias=bias, mask=jnp.broadcast_to(mask, (B, N, T, S)))
+        if impl == "dot_product":
+            context = attention.dot_product_attention(q, k, v, mask, bias=bias)
             return context.reshape(B, T, H), None
-
-        chunks = self.options.attention_chunks
-        if chunks > 1 and T % chunks == 0 and not output_attentions:
-            return self._chunked(q, k, v, mask, bias, scale, layer_head_mask, dropout, deterministic), None
-        scores = jnp.einsum("BTND,BSND->BNTS", q, k) / scale
-        if bias is not None:
-            scores = scores + bias
-        probs = masked_softmax(scores, mask)
-        probs = self.dropout_layer(dropout)(probs, deterministic=deterministic)
-        if layer_head_mask is not None:
-            probs = probs * layer_head_mask[None, :, None, None].astype(self.options.dtype)
-        context = jnp.einsum("BNTS,BSND->BTND", probs, v)
-        return context.reshape(B, T, H), (probs if output_attentions else None)
-
-    def _chunked(self, q, k, v, mask, bias, scale, layer_head_mask, dropout, deterministic):
-        """The einsum path over attention_chunks blocks of queries, each under jax.checkpoint: the
-        backward pass holds one block's [B, N, T / chunks, S] scores and probabilities at a time,
-        and recomputes them. The same result as the whole path, dropout included (HashDropout's mask
-        is a function of each element's position; with threefry's there is no block-wise form)."""
-        B, T, N, D = q.shape
-        S = k.shape[1]
-        C = T // self.options.attention_chunks
-        key = None
-        if not deterministic and dropout > 0:
-            self.require_hash_dropout("attention_chunks", "attention")
-            key = self.dropout_layer(dropout).draw_key()
-        mask = jnp.broadcast_to(mask, (mask.shape[0], 1, T, S)) if mask.shape[2] != 1 else mask
-        head = None if layer_head_mask is None else layer_head_mask[None, :, None, None].astype(self.options.dtype)
-
-        def block(qc, kk, vv, mc, bc, hc, kc, t0):
-            scores = jnp.einsum("BTND,BSND->BNTS", qc, kk) / scale
-            if bc is not None:
-                scores = scores + bc
-            probs = masked_softmax(scores, mc)
-            if kc is not None:
-                probs = apply_hash_dropout(probs, kc, dropout, whole=(B, N, T, S), start=(0, 0, t0, 0))
-            if hc is not None:
-                probs = probs * hc
-            return jnp.einsum("BNTS,BSND->BTND", probs, vv)
-
-        out = []
-        for i in range(self.options.attention_chunks):
-            rows = slice(i * C, (i + 1) * C)
-            mc = mask[:, :, rows] if mask.shape[2] != 1 else mask
-            bc = None if bias is None else bias[:, :, rows]
-            fn = jax.checkpoint(functools.partial(block, t0=i * C))
-            out.append(fn(q[:, rows], k, v, mc, bc, head, key))
-        return jnp.concatenate(out, axis=1).reshape(B, T, N * D)
+        context, probs = attention.einsum_attention(
+            self, q, k, v, mask, scale, divide=True, bias=bias, head_mask=layer_head_mask, rate=dropout,
+            deterministic=deterministic, output_probs=output_attentions)
+        return context.reshape(B, T, H), probs
 
     def _update_cache(self, k, v):
         """Write k, v [B, T, N, D] at cache_index; return the whole cache, the

@@ -15,6 +15,7 @@ import numpy as np
 
 from jaxbert.model.config import BertConfig
 from jaxbert.model.dropout import make_dropout
+from jaxbert.model.layers.norms import layer_norm
 from jaxbert.model.options import ModelOptions, constrain_batch, cpu_target
 from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
@@ -77,13 +78,7 @@ class BertModule(nn.Module):
             name=name)
 
     def layer_norm(self, name: str = "LayerNorm") -> nn.LayerNorm:
-        # use_fast_variance=False: two-pass variance, as PyTorch computes it.
-        return nn.LayerNorm(
-            epsilon=self.config.layer_norm_eps, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
-            use_fast_variance=False,
-            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-            name=name)
+        return layer_norm(self.config.layer_norm_eps, self.options, name)
 
     def embed(self, num: int, features: int, axes: tuple, name: str, pad_row: int | None = None,
               small: bool = False):

@@ -19,7 +19,9 @@ from jaxbert.model.attention import BertSelfAttention
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import Array, BertModule
-from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
+from jaxbert.model.layers.feedforward import dropout_key, in_token_blocks, takes_blocks
+from jaxbert.model.layers.stack import remat_layer, scan_layers
+from jaxbert.model.options import LAYER_INPUT, constrain_batch
 
 
 def check_length(length: int, config) -> None:
@@ -173,34 +175,19 @@ class BertLayer(BertModule):
                 encoder_mask = jnp.ones((1, 1, 1, 1), bool)
             x, cross_probs = self.crossattention(x, encoder_mask, encoder_hidden_states,
                                                  layer_head_mask, deterministic, output_attentions)
-        chunked = self.options.ffn_chunks > 1 and x.shape[1] % self.options.ffn_chunks == 0
-        # With hash dropout the feed-forward's mask comes from one key per layer call, for the whole [B, T, H],
-        # whether the block runs whole or in blocks of tokens (then each applies its slice): the same output.
-        key = None
-        if not deterministic and self.config.hidden_dropout_prob > 0:
-            if chunked:
-                self.require_hash_dropout("ffn_chunks", "hidden")
-            if self.options.dropout_impl == "hash":
-                key = self.make_rng("dropout")
-        if chunked:
-            y = self._ffn_chunked(x, deterministic, key)
+        blocks = takes_blocks(self.options, x.shape[1])
+        key = dropout_key(self, self.config.hidden_dropout_prob, deterministic, blocks, "hidden")
+        if blocks:
+            whole = x.shape
+
+            def block(layer, xc, key, t0):
+                return layer.output(layer.intermediate(xc), xc, deterministic, dropout_key=key, whole=whole,
+                                    start=(0, t0, 0))
+
+            y = in_token_blocks(self, block, x, key)
         else:
             y = self.output(self.intermediate(x), x, deterministic, dropout_key=key)
         return constrain_batch(y), (probs, cross_probs)
-
-    def _ffn_chunked(self, x, deterministic, key):
-        """The feed-forward block over ffn_chunks blocks of tokens, each under remat, so the backward
-        pass holds one block's [B, T / chunks, I] at a time; key: the hash dropout's, for the whole array."""
-        B, T, H = x.shape
-        C = T // self.options.ffn_chunks
-
-        def block(layer, xc, key, t0):
-            return layer.output(layer.intermediate(xc), xc, deterministic, dropout_key=key, whole=(B, T, H),
-                                start=(0, t0, 0))
-
-        remat_block = nn.remat(block, static_argnums=(3,))
-        return jnp.concatenate([remat_block(self, x[:, i * C:(i + 1) * C], key, i * C)
-                                for i in range(self.options.ffn_chunks)], axis=1)
 
 
 class _ScanBertLayer(BertLayer):
@@ -234,17 +221,12 @@ class BertEncoder(BertModule):
         attentions are returned, under decode and with scan_layers."""
         cfg = self.config
         L = cfg.num_hidden_layers
-        policy = REMAT_POLICIES[self.options.remat_policy]
-        layer_cls = _ScanBertLayer if self.options.scan_layers else BertLayer
-        if self.options.remat_policy != "none":
-            # deterministic and output_attentions (args 6, 7 counting self) stay static.
-            layer_cls = nn.remat(layer_cls, policy=policy, prevent_cse=not self.options.scan_layers,
-                                 static_argnums=(6, 7))
+        # deterministic and output_attentions (args 6, 7 counting self) stay static.
+        layer_cls = remat_layer(_ScanBertLayer if self.options.scan_layers else BertLayer, self.options,
+                                in_scan=self.options.scan_layers, static_argnums=(6, 7))
         if self.options.scan_layers:
-            scanned = nn.scan(
-                layer_cls, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True, "dropout": True},
-                in_axes=(0 if head_mask is not None else nn.broadcast,) + (nn.broadcast,) * 5,
-                length=L, metadata_params={nn.PARTITION_NAME: "layers"})
+            scanned = scan_layers(layer_cls, L, (0 if head_mask is not None else nn.broadcast,) + (nn.broadcast,) * 5,
+                                  variable_axes={"params": 0, "cache": 0})
             if not self.is_initializing():
                 # The Dense params, stacked [L, ...], cast to the compute dtype before the loop rather than
                 # slice by slice inside it: each Dense casts them anyway (same values), but the loop's

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxbert.model.attention import masked_softmax
+from jaxbert.model.softmax import masked_softmax
 from jaxbert.engine.optim import clip_by_global_norm
 
 

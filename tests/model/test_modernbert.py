@@ -17,7 +17,7 @@ from scipy.stats import truncnorm
 
 from jaxbert.model.config import ConfigError
 from jaxbert.model.modernbert import ModernBertConfig, build
-from jaxbert.model.modernbert.attention import apply_rope, inverse_frequencies, rope_tables
+from jaxbert.model.layers.rotary import apply_rope, inverse_frequencies, rope_tables
 from jaxbert.model.modernbert.config import FULL, SLIDING
 from jaxbert.model.modernbert.table import Table, param_count
 from jaxbert.model.options import ModelOptions

@@ -11,59 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbert.model.attention import masked_softmax
+from jaxbert.model.layers import attention
 from jaxbert.model import fused
 from jaxbert.model.base import Dense
-from jaxbert.model.dropout import apply_hash_dropout
+from jaxbert.model.layers.rotary import apply_rope
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.options import cpu_target, target_kind
 
 Array = jax.Array
-
-
-def inverse_frequencies(head_dim: int, theta: float, dtype) -> np.ndarray:
-    """RoPE's inverse frequencies theta ** (-2i / D), i < D / 2, computed on the host.
-
-    In float64 they are taken in float64 throughout. Otherwise they follow transformers' float32
-    recipe: the exponent rounded to float32, the power rounded to float32, then its reciprocal in
-    float32. They are computed with NumPy, not jnp, because XLA folds the jnp expression into a
-    constant under jit and rounds it differently from an eager call (a float32 ulp apart in 3 of 8
-    entries at D = 16, theta 10,000), which puts a float64 model's tables 6e-8 off.
-    """
-    if np.dtype(dtype) == np.float64:
-        return 1.0 / (float(theta) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-    exponent = np.arange(0, head_dim, 2).astype(np.float32) / np.float32(head_dim)
-    power = (np.float64(theta) ** exponent.astype(np.float64)).astype(np.float32)
-    return np.float32(1.0) / power
-
-
-def rope_tables(positions: Array, head_dim: int, theta: float, dtype) -> tuple[Array, Array]:
-    """cos, sin [B or 1, T, D] of rotate-half RoPE at positions [B or 1, T].
-
-    The angles and their cos / sin are taken in float32, or float64 when that is the compute dtype
-    (transformers takes them in float32 whatever the dtype: its float64 model is then only
-    float32-exact, and parity gives it float64 tables too), and cast to the compute dtype.
-    """
-    wide = jnp.float64 if jnp.dtype(dtype) == jnp.float64 else jnp.float32
-    inv_freq = jnp.asarray(inverse_frequencies(head_dim, theta, wide), wide)
-    angles = positions.astype(wide)[..., None] * inv_freq  # [B, T, D / 2]
-    angles = jnp.concatenate([angles, angles], axis=-1)
-    return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
-
-
-def apply_rope(x: Array, cos: Array, sin: Array, layout: str = "BTND") -> Array:
-    """x rotated by cos, sin [B, T, D]: x * cos + rotate_half(x) * sin. x is [B, T, N, D] (layout "BTND"),
-    or heads first with the sequence minor, [B, N, D, T] ("BNDT": the splash kernel's layout, where the
-    halves of the head dim are rows, not lanes)."""
-    D = x.shape[-1] if layout == "BTND" else x.shape[-2]
-    half, axis = D // 2, (-1 if layout == "BTND" else -2)
-    lo, hi = jax.lax.slice_in_dim(x, 0, half, axis=axis), jax.lax.slice_in_dim(x, half, D, axis=axis)
-    rotated = jnp.concatenate([-hi, lo], axis=axis)
-    if layout == "BTND":
-        cos, sin = cos[:, :, None], sin[:, :, None]
-    else:
-        cos, sin = (jnp.swapaxes(t, 1, 2)[:, None] for t in (cos, sin))
-    return x * cos + rotated * sin
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
@@ -182,11 +137,14 @@ def band(length: int, half_window: int) -> Array:
 
 
 def takes_fused(config, options, deterministic: bool, output_attentions: bool) -> bool:
-    """Whether ModernBertAttention runs one of jaxbert.model.fused's paths: attention_impl names one, and
-    no attention probabilities are needed (returned, or dropped out in training). The model then hands
+    """Whether ModernBertAttention runs one of jaxbert.model.fused's paths (jaxbert.model.layers.attention.path
+    names one: no attention probabilities needed, returned or dropped out in training). The model then hands
     the layers segment ids [B, T] instead of a dense mask."""
-    needs_probs = output_attentions or (not deterministic and config.attention_dropout > 0)
-    return options.attention_impl in fused.FUSED_IMPLS and not needs_probs
+    return attention.path(options, needs_probs(config, deterministic, output_attentions)) in fused.FUSED_IMPLS
+
+
+def needs_probs(config, deterministic: bool, output_attentions: bool) -> bool:
+    return output_attentions or (not deterministic and config.attention_dropout > 0)
 
 
 class ModernBertAttention(ModernBertModule):
@@ -211,10 +169,8 @@ class ModernBertAttention(ModernBertModule):
         N, D = cfg.num_attention_heads, cfg.head_dim
         cos, sin = rope
         rate = cfg.attention_dropout
-        if takes_fused(cfg, self.options, deterministic, output_attentions):
-            impl = self.options.attention_impl
-            if jnp.dtype(self.options.dtype) == jnp.float64:
-                impl = "blocked"  # splash takes float32 and bfloat16
+        impl = attention.path(self.options, needs_probs(cfg, deterministic, output_attentions))
+        if impl in fused.FUSED_IMPLS:
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
             # q (scaled), k (rotated) and v [B, N, T, D], laid out for the kernel by the matmul itself (rotary_qkv),
             # and Wo reading the context [B, N, T, D] as it comes
@@ -227,12 +183,16 @@ class ModernBertAttention(ModernBertModule):
         qkv = self.linear(3 * H, ("embed", "heads"), "Wqkv", cfg.attention_bias, self.std_in)(hidden_states)
         qkv = qkv.reshape(B, T, 3, N, D)  # transformers' q | k | v blocks, each head-major
         q, k, v = apply_rope(qkv[:, :, 0], cos, sin), apply_rope(qkv[:, :, 1], cos, sin), qkv[:, :, 2]
-        needs_probs = output_attentions or (not deterministic and rate > 0)
-        if (self.options.attention_impl == "dot_product" and not needs_probs
-                and jnp.dtype(self.options.dtype) != jnp.float64):
-            context, probs = self._dot_product(q, k, v, mask, is_global), None
+        if impl == "dot_product":
+            window = None if is_global is True else cfg.half_window  # a config of global layers has none
+            context = attention.dot_product_attention(q, k, v, mask, scale=D ** -0.5, window=window,
+                                                      is_global=is_global)
+            probs = None
         else:
-            context, probs = self._einsum(q, k, v, mask, is_global, deterministic, output_attentions)
+            scale = jnp.asarray(D ** -0.5, self.options.dtype)  # rounded once, as transformers multiplies
+            context, probs = attention.einsum_attention(
+                self, q, k, v, self._full_mask(mask, T, is_global), scale, rate=rate, deterministic=deterministic,
+                output_probs=output_attentions)
         out = self.linear(H, ("heads", "embed"), "Wo", cfg.attention_bias, self.std_out)(context.reshape(B, T, H))
         # transformers' out_drop: the attention_dropout rate again, on the projected output.
         return self.dropout_layer(rate)(out, deterministic=deterministic), probs
@@ -245,61 +205,3 @@ class ModernBertAttention(ModernBertModule):
         if is_global is not False:  # traced: every key is near on a global layer
             near = near | is_global
         return mask & near
-
-    def _einsum(self, q, k, v, mask, is_global, deterministic, output_attentions):
-        B, T, N, D = q.shape
-        scale = jnp.asarray(D ** -0.5, self.options.dtype)  # rounded once, as transformers multiplies
-        full = self._full_mask(mask, T, is_global)
-        rate = self.config.attention_dropout
-        chunks = self.options.attention_chunks
-        if chunks > 1 and T % chunks == 0 and not output_attentions:
-            return self._chunked(q, k, v, full, scale, deterministic), None
-        scores = jnp.einsum("BTND,BSND->BNTS", q, k) * scale
-        # A row with every key masked (padding far from any real token on a sliding layer) comes
-        # out uniform over all keys, as transformers' additive finfo.min mask makes it.
-        probs = masked_softmax(scores, full)
-        probs = self.dropout_layer(rate)(probs, deterministic=deterministic)
-        context = jnp.einsum("BNTS,BSND->BTND", probs, v)
-        return context, (probs if output_attentions else None)
-
-    def _chunked(self, q, k, v, full, scale, deterministic):
-        """The einsum path over attention_chunks blocks of queries, each recomputed in the backward
-        pass; dropout (hash only: its mask is a function of position) as on the whole array."""
-        B, T, N, D = q.shape
-        C = T // self.options.attention_chunks
-        rate = self.config.attention_dropout
-        key = None
-        if not deterministic and rate > 0:
-            self.require_hash_dropout("attention_chunks", "attention")
-            key = self.dropout_layer(rate).draw_key()
-        full = jnp.broadcast_to(full, (full.shape[0], 1, T, T))
-
-        def block(qc, kk, vv, mc, kc, t0):
-            probs = masked_softmax(jnp.einsum("BTND,BSND->BNTS", qc, kk) * scale, mc)
-            if kc is not None:
-                probs = apply_hash_dropout(probs, kc, rate, whole=(B, N, T, T), start=(0, 0, t0, 0))
-            return jnp.einsum("BNTS,BSND->BTND", probs, vv)
-
-        out = [jax.checkpoint(functools.partial(block, t0=i * C))(q[:, i * C:(i + 1) * C], k, v,
-                                                                 full[:, :, i * C:(i + 1) * C], key)
-               for i in range(self.options.attention_chunks)]
-        return jnp.concatenate(out, axis=1)
-
-    def _dot_product(self, q, k, v, mask, is_global):
-        """jax.nn.dot_product_attention: the window as local_window_size (its XLA implementation, which
-        jax picks when none is named, masks what lies outside it); only the padding mask is materialised, [B, N, T, T] as the API takes it.
-
-        Packed rows: `mask` is then the padding & segment mask [B, 1, T, T], passed whole as the
-        API's mask; its (XLA) implementation ANDs that mask with local_window_size, so a sliding
-        layer still attends within both its document and its window, with no fallback needed."""
-        B, T, N, D = q.shape
-        pad = jnp.broadcast_to(mask, (B, N, T, T))
-        attend = functools.partial(jax.nn.dot_product_attention, scale=D ** -0.5)
-        if is_global is True:
-            return attend(q, k, v, mask=pad)
-        w = self.config.half_window  # only reached with a sliding layer, so the config has a window
-        if is_global is False:
-            return attend(q, k, v, mask=pad, local_window_size=(w, w))
-        # A scanned layer: its kind is data, the window a static argument; cond runs one branch.
-        return jax.lax.cond(is_global, lambda q, k, v, m: attend(q, k, v, mask=m),
-                            lambda q, k, v, m: attend(q, k, v, mask=m, local_window_size=(w, w)), q, k, v, pad)

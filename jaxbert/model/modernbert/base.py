@@ -8,6 +8,7 @@ import math
 import flax.linen as nn
 
 from jaxbert.model.base import BertModule, Dense, EinsumDense
+from jaxbert.model.layers.norms import layer_norm
 
 
 class ModernBertModule(BertModule):
@@ -56,12 +57,7 @@ class ModernBertModule(BertModule):
 
     def norm(self, name: str) -> nn.LayerNorm:
         """LayerNorm(norm_eps), with a bias only when config.norm_bias (ModernBERT's default has none)."""
-        return nn.LayerNorm(
-            epsilon=self.config.norm_eps, use_bias=self.config.norm_bias, dtype=self.options.dtype,
-            param_dtype=self.options.param_dtype, use_fast_variance=False,  # two-pass, as PyTorch
-            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-            name=name)
+        return layer_norm(self.config.norm_eps, self.options, name, use_bias=self.config.norm_bias)
 
     def embed(self, num: int, features: int, axes: tuple, name: str, pad_row=None):
         return nn.Embed(num, features, dtype=self.options.dtype, param_dtype=self.options.param_dtype,

@@ -19,14 +19,15 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import ModelOutput
-from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model import fused
-from jaxbert.model.modernbert.attention import ModernBertAttention, rope_tables, takes_fused
+from jaxbert.model.layers.feedforward import GatedFeedForward, dropout_key, in_token_blocks, takes_blocks
+from jaxbert.model.layers.rotary import rope_tables
+from jaxbert.model.modernbert.attention import ModernBertAttention, takes_fused
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.modernbert.config import FULL
-from jaxbert.model.options import LAYER_INPUT, REMAT_POLICIES, constrain_batch
+from jaxbert.model.layers.stack import kind_period, remat_layer, scan_layers
+from jaxbert.model.options import LAYER_INPUT, constrain_batch
 from jaxbert.model.segments import segment_mask, segment_positions
 
 SCAN = "scan"  # the name of the scanned stack of layers 1..L-1 under layers/
@@ -47,22 +48,12 @@ class ModernBertEmbeddings(ModernBertModule):
         return self.dropout_layer(cfg.embedding_dropout)(x, deterministic=deterministic)
 
 
-class ModernBertMLP(ModernBertModule):
+def modernbert_mlp(module: ModernBertModule, name: str = "mlp") -> GatedFeedForward:
     """GeGLU: Wi [H -> 2I] splits into input | gate; Wo(dropout(act(input) * gate)) [.., H]."""
-
-    @nn.compact
-    def __call__(self, x, deterministic=True, dropout_key=None, whole=None, start=None):
-        """dropout_key: HashDropout's key for the whole [B, T, I] of which x's rows are the block at
-        `start` (default: all of it); None: this module's own dropout layer."""
-        cfg = self.config
-        I = cfg.intermediate_size
-        h = self.linear(2 * I, ("embed", "mlp"), "Wi", cfg.mlp_bias, self.std_in)(x)
-        h = ACT_FNS[cfg.hidden_activation](h[..., :I]) * h[..., I:]
-        if dropout_key is None:
-            h = self.dropout_layer(cfg.mlp_dropout)(h, deterministic=deterministic)
-        elif not deterministic and cfg.mlp_dropout > 0:
-            h = apply_hash_dropout(h, dropout_key, cfg.mlp_dropout, whole=whole, start=start)
-        return self.linear(cfg.hidden_size, ("mlp", "embed"), "Wo", cfg.mlp_bias, self.std_out)(h)
+    cfg = module.config
+    return GatedFeedForward(cfg.hidden_size, cfg.intermediate_size, cfg.hidden_activation, ("Wi", "Wo"),
+                            cfg.mlp_bias, cfg.mlp_dropout, module.options, module.trunc_normal(module.std_in),
+                            module.trunc_normal(module.std_out), name=name)
 
 
 class ModernBertEncoderLayer(ModernBertModule):
@@ -93,35 +84,19 @@ class ModernBertEncoderLayer(ModernBertModule):
         attn, probs = ModernBertAttention(self.config, self.options, name="attn")(
             x, mask, rope, is_global, deterministic, output_attentions)
         h = hidden_states + attn
-        mlp_norm, mlp = self.norm("mlp_norm"), ModernBertMLP(self.config, self.options, name="mlp")
-        chunked = self.options.ffn_chunks > 1 and h.shape[1] % self.options.ffn_chunks == 0
-        # With hash dropout the MLP's mask comes from one key per layer call, for the whole [B, T, I],
-        # whether the block runs whole or in blocks of tokens: the same output either way.
-        key = None
-        if not deterministic and self.config.mlp_dropout > 0:
-            if chunked:
-                self.require_hash_dropout("ffn_chunks", "mlp")
-            if self.options.dropout_impl == "hash":
-                key = self.make_rng("dropout")
-        if chunked:
-            h = h + self._mlp_chunked(h, mlp_norm, mlp, deterministic, key)
+        mlp_norm, mlp = self.norm("mlp_norm"), modernbert_mlp(self)
+        blocks = takes_blocks(self.options, h.shape[1])
+        key = dropout_key(self, self.config.mlp_dropout, deterministic, blocks, "mlp")
+        if blocks:
+            whole = (*h.shape[:2], self.config.intermediate_size)
+
+            def block(layer, hc, key, t0):
+                return mlp(mlp_norm(hc), deterministic, dropout_key=key, whole=whole, start=(0, t0, 0))
+
+            h = h + in_token_blocks(self, block, h, key)
         else:
             h = h + mlp(mlp_norm(h), deterministic, dropout_key=key)
         return constrain_batch(h), probs
-
-    def _mlp_chunked(self, h, mlp_norm, mlp, deterministic, key):
-        """mlp(mlp_norm(h)) over ffn_chunks blocks of tokens, each recomputed in the backward pass,
-        so one block's [B, T / chunks, 2I] is held at a time; key: the hash dropout's, for the whole."""
-        B, T, _ = h.shape
-        C = T // self.options.ffn_chunks
-        whole = (B, T, self.config.intermediate_size)
-
-        def block(layer, hc, key, t0):
-            return mlp(mlp_norm(hc), deterministic, dropout_key=key, whole=whole, start=(0, t0, 0))
-
-        remat_block = nn.remat(block, static_argnums=(3,))
-        return jnp.concatenate([remat_block(self, h[:, i * C:(i + 1) * C], key, i * C)
-                                for i in range(self.options.ffn_chunks)], axis=1)
 
 
 class _ScanLayer(ModernBertEncoderLayer):
@@ -133,14 +108,10 @@ class _ScanLayer(ModernBertEncoderLayer):
         return hidden, (hidden, probs)
 
 
-def remat_layer(cls, options, in_scan: bool):
-    """cls under options.remat_policy (cls itself for "none"). deterministic and output_attentions stay static
-    (arguments 5 and 6 counting self); under scan, CSE cannot merge the recomputation into the forward pass,
-    so its guard is not needed."""
-    if options.remat_policy == "none":
-        return cls
-    return nn.remat(cls, policy=REMAT_POLICIES[options.remat_policy], prevent_cse=not in_scan,
-                    static_argnums=(5, 6))
+def _remat(cls, options, in_scan: bool):
+    """A ModernBERT layer under the remat policy; deterministic and output_attentions (arguments 5 and 6
+    counting self) stay static."""
+    return remat_layer(cls, options, in_scan, static_argnums=(5, 6))
 
 
 class _ScanGroup(ModernBertModule):
@@ -152,25 +123,13 @@ class _ScanGroup(ModernBertModule):
 
     @nn.compact
     def __call__(self, carry, unused, mask, ropes, deterministic=True, output_attentions=False):
-        layer_cls = remat_layer(ModernBertEncoderLayer, self.options, in_scan=True)
+        layer_cls = _remat(ModernBertEncoderLayer, self.options, in_scan=True)
         states = []
         for j, kind in enumerate(self.kinds):
             carry, _ = layer_cls(self.config, self.options, kind=kind, name=str(j))(
                 carry, mask, ropes, None, deterministic, output_attentions)
             states.append(carry)
         return carry, jnp.stack(states)
-
-
-def kind_period(kinds) -> int | None:
-    """The shortest p < len(kinds) with kinds[i] == kinds[i % p] for all i (len(kinds) a multiple of p), where
-    the kinds are mixed; None where they are all one kind or repeat no shorter pattern."""
-    kinds = tuple(kinds)
-    if len(set(kinds)) < 2:
-        return None
-    for p in range(2, len(kinds)):
-        if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p):
-            return p
-    return None
 
 
 class _Layers(ModernBertModule):
@@ -183,7 +142,7 @@ class _Layers(ModernBertModule):
     def __call__(self, x, mask, ropes, deterministic, output_attentions):
         cfg, opts = self.config, self.options
         kinds = cfg.layer_kinds
-        layer_cls = remat_layer(ModernBertEncoderLayer, opts, in_scan=False)
+        layer_cls = _remat(ModernBertEncoderLayer, opts, in_scan=False)
         states, probs = [], []
         n_unscanned = 1 if opts.scan_layers else cfg.num_hidden_layers
         for i in range(n_unscanned):
@@ -202,11 +161,7 @@ class _Layers(ModernBertModule):
                 states += [per_layer[i] for i in range(rest)]
                 probs += [None] * rest
                 return x, tuple(states), tuple(probs)
-            scanned = nn.scan(
-                remat_layer(_ScanLayer, opts, in_scan=True), variable_axes={"params": 0},
-                split_rngs={"params": True, "dropout": True},
-                in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast),
-                length=rest, metadata_params={nn.PARTITION_NAME: "layers"})
+            scanned = scan_layers(_remat(_ScanLayer, opts, in_scan=True), rest, (0,) + (nn.broadcast,) * 4)
             is_global = jnp.array([k == FULL for k in kinds[1:]])
             # When the scanned layers are all of one kind (every layer global, say), the kind stays static.
             same = kinds[1] if len(set(kinds[1:])) == 1 else None
@@ -225,9 +180,7 @@ class _Layers(ModernBertModule):
             return {col: {str(j): jax.tree.map(lambda a: a.reshape((n, p) + a.shape[1:])[:, j], tree)
                           for j in range(p)} for col, tree in variables.items()}
 
-        scanned = nn.scan(_ScanGroup, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
-                          in_axes=(0, nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast), length=n,
-                          metadata_params={nn.PARTITION_NAME: "layers"})
+        scanned = scan_layers(_ScanGroup, n, (0,) + (nn.broadcast,) * 4)
         grouped = nn.map_variables(scanned, "params", trans_in_fn=to_groups)
         x, per_group = grouped(self.config, self.options, kinds=tuple(kinds), name=SCAN)(
             x, jnp.zeros((n,), jnp.int32), mask, ropes, deterministic, False)
