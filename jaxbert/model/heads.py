@@ -219,7 +219,7 @@ class _AllClasses(Mapping):
         return len(self._classes())
 
 
-# Every family's classes by name; a family on BERT's modules spells out its own (jaxbert.model.families.roberta_modules).
+# Every family's classes by name; a family on BERT's modules spells out its own (jaxbert.model.roberta.modules).
 ALL_MODEL_CLASSES = _AllClasses()
 
 

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 import jaxbert
 from jaxbert.convert import Table
 from jaxbert.model.config import MODEL_TYPES, BertConfig, ConfigError
-from jaxbert.model.families.roberta_modules import roberta_positions
+from jaxbert.model.roberta.modules import roberta_positions
 from jaxbert.parity.compare import compare
 from jaxbert.parity.inputs import make_inputs
 from tests.helpers.hf_models import tiny_roberta_model
@@ -172,7 +172,7 @@ def test_roberta_recipe_trains_and_exports_what_transformers_loads(tmp_path, cap
     out = capsys.readouterr().out
     assert "RobertaForMaskedLM 1x32" in out and "finished at step 3" in out and "[MASK] 1:" in out
     model, info = transformers.RobertaForMaskedLM.from_pretrained(wd / "hf", output_loading_info=True)
-    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert list(info["missing_keys"]) == [] and list(info["unexpected_keys"]) == []  # sets in transformers 5
     assert model.config.model_type == "roberta" and model.config.pad_token_id == 0
     module, params = jaxbert.from_pretrained(wd / "hf")
     ids = np.array([[2, 7, 9, 11, 4, 13, 3, 0, 0]])  # right padding with [PAD] = 0

@@ -1,7 +1,7 @@
 """RoBERTa and XLM-RoBERTa: BERT's encoder under "roberta.", positions counted from the padding
 index, an MLM head named lm_head, a classifier with its own dense layer, no NSP head.
 
-Its modules (the heads, the position ids) are in roberta_modules, read when a model is built."""
+Its modules (the heads, the position ids) are in jaxbert.model.roberta, read when a model is built."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from jaxbert.errors import ConfigError
 from jaxbert.model.families import bert
 from jaxbert.model.families.spec import Family, Ref
 
-_MODULES = "jaxbert.model.families.roberta_modules"
+_MODULES = "jaxbert.model.roberta.modules"
 
 
 def _mlm_rows(c) -> list:
