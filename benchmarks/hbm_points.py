@@ -42,7 +42,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     from jaxbert.bench.flax_port import compile_old_port_step
-    from jaxbert.train import compile_step
+    from jaxbert.plan import compile_step
     from jaxbert.train import recipe as recipes
 
     devices = compile_step.target_devices(args.target)

@@ -1,6 +1,6 @@
 """Where a compiled train step's bytes go: operand + result bytes of each top-level HLO instruction.
 
-Reads the optimized HLO text that `jaxbert.train.compile_step.compile_train_step(..., hlo_dir=D)` (or
+Reads the optimized HLO text that `jaxbert.plan.compile_step.compile_train_step(..., hlo_dir=D)` (or
 `jaxbert.bench.flax_port.compile_old_port_step(..., hlo_dir=D)`) writes to D/train_step.hlo.txt and
 groups the bytes each instruction of the entry computation (and of while bodies, times their trip
 count) reads and writes by what it came from: the encoder layers (forward / backward), the
@@ -18,8 +18,8 @@ import argparse
 import collections
 import re
 
-# The HLO parser is the library's (jaxbert.train.roofline, which also bounds the step's time from it).
-from jaxbert.train.roofline import INSTR, HloModule, computations, instructions, nbytes
+# The HLO parser is the library's (jaxbert.plan.roofline, which also bounds the step's time from it).
+from jaxbert.plan.roofline import INSTR, HloModule, computations, instructions, nbytes
 
 
 def category(op: str, source: str) -> str:

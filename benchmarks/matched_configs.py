@@ -2,7 +2,7 @@
 
 bert-base MLM (the bert-base-phase1 recipe), 32 x 128 per device, bf16 compute, fp32 params and AdamW
 moments, replicated params (no FSDP), one micro-batch, compiled for a TPU topology (default v4:2x2x1)
-exactly as `jaxbert bench --target` compiles its aot rows (jaxbert.train.compile_step.compile_train_step).
+exactly as `jaxbert bench --target` compiles its aot rows (jaxbert.plan.compile_step.compile_train_step).
 Layouts: scan-full (scan_layers + remat full: compared on HBM) and unscanned-full (layers unrolled + remat
 full: compared on bytes accessed; a scanned step's cost analysis counts its loop body once).
 
@@ -35,7 +35,7 @@ COMMON = ["model.remat_policy=full", "parallel.fsdp=false", "train.accum_steps=1
 
 
 def compile_layout(layout: str, target: str, batch: int, sets: list[str]) -> dict:
-    from jaxbert.train import compile_step
+    from jaxbert.plan import compile_step
     from jaxbert.train import recipe as recipes
 
     r = recipes.load("bert-base-phase1", LAYOUTS[layout] + COMMON + sets)

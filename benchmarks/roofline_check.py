@@ -1,9 +1,9 @@
-"""Check the step-time bound (jaxbert.train.roofline) where a step can run, and print it where one cannot.
+"""Check the step-time bound (jaxbert.plan.roofline) where a step can run, and print it where one cannot.
 
 On this machine (default): the peak is the best of several calls of the bench's roofline matmul (2048^2
 fp32), the memory bandwidth the best of several in-place passes over a 1 GiB array (2 GiB moved), both
 measured before the first model and again after each, the best of all kept;
-then the loop's train step (built from the recipe as jaxbert.train.compile_step builds it, fp32 compute,
+then the loop's train step (built from the recipe as jaxbert.plan.compile_step builds it, fp32 compute,
 one device) of each model is compiled, bounded from its HLO with those two figures, and timed. The
 measured step must never beat the bound; how far above it sits is what the bound leaves out.
 
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert import devices as devs
-from jaxbert.train import compile_step, plan, roofline
+from jaxbert.plan import batch_search, compile_step, roofline
 from jaxbert.train import recipe as recipes
 
 
@@ -82,7 +82,7 @@ def cpu_check(args) -> None:
             t0 = time.perf_counter()
             run()
             secs.append(time.perf_counter() - t0)
-        rows.append((model, compiled.as_text(), secs, plan.model_flops_per_device(r, cfg, args.batch)))
+        rows.append((model, compiled.as_text(), secs, batch_search.model_flops_per_device(r, cfg, args.batch)))
         p, b = machine_figures(repeats)
         peak, bw = max(peak, p), max(bw, b)
     print(f"\nbounds with the best seen: peak {peak / 1e9:.1f} GFLOP/s, bandwidth {bw / 1e9:.2f} GB/s")
@@ -119,7 +119,7 @@ def target_check(args) -> None:
         else:
             cost = compile_step.compile_train_step(r, cfg, devices, B, hlo_dir=hlo)
             b = cost.bound
-        mfu = b.mfu_ceiling(plan.model_flops_per_device(r, cfg, B))
+        mfu = b.mfu_ceiling(batch_search.model_flops_per_device(r, cfg, B))
         hbm = "—" if args.from_hlo else f"{cost.hbm / 2**30:.2f}"
         print(f"| {r.name} | {A} x {B} x {r.data.seq_len} | {hbm} | {b.seconds * 1e3:.1f} | "
               f"{b.compute_s * 1e3:.1f} | {b.memory_s * 1e3:.1f} | {b.collective_s * 1e3:.1f} | "

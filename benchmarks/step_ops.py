@@ -4,7 +4,7 @@
         python benchmarks/step_ops.py v5e:2x2 configs/train/modernbert-base.yaml 36 [--set KEY=VALUE ...] [--top 45]
 
 Compiles the recipe's train step for one per-device batch on a TPU topology (libtpu, compile only, as
-`jaxbert plan --target` does), prints its HBM and the bound (jaxbert.train.roofline: per operation the
+`jaxbert plan --target` does), prints its HBM and the bound (jaxbert.plan.roofline: per operation the
 larger of FLOPs / peak and bytes / bandwidth, summed, plus collectives), then the operations grouped by
 their source (`op_name` with layer indices folded, and the opcode), costliest first: for each, the bound's
 time, its compute and memory parts and how many times the step runs it. The figures are for the whole
@@ -17,7 +17,7 @@ import argparse
 import collections
 import re
 
-from jaxbert.train import compile_step, roofline
+from jaxbert.plan import compile_step, roofline
 from jaxbert.train import recipe as recipes
 
 

@@ -45,7 +45,8 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
 
     from jaxbert.model import attention
     from jaxbert.engine.step import make_train_step
-    from jaxbert.train import compile_step, mlm, plan
+    from jaxbert.plan import batch_search, compile_step
+    from jaxbert.train import mlm
     from jaxbert.train import recipe as recipes
 
     over = list(BASE)
@@ -80,7 +81,7 @@ def compile_variant(variant: str, target: str, batch: int, hlo_dir: str | None) 
     cfg = r.model_config()
     out = None if hlo_dir is None else os.path.join(hlo_dir, variant)
     cost = compile_step.compile_train_step(r, cfg, compile_step.target_devices(target), batch, hlo_dir=out)
-    model = plan.model_flops_per_device(r, cfg, batch)
+    model = batch_search.model_flops_per_device(r, cfg, batch)
     return {"variant": variant, "hbm_gib": round(cost.hbm / 2**30, 2), "gflop": round(cost.flops / 1e9, 1),
             "xla_over_model": round(cost.flops / model, 3), "gb_accessed": round(cost.bytes_accessed / 1e9, 1),
             "compile_s": round(cost.compile_s)}

@@ -15,9 +15,11 @@ from jaxbert.model.registry import HEADS
 
 ROOT = Path(jaxbert.__file__).parent
 # Layers, bottom first: a module imports only from layers below its own (and its own subpackage);
-# pretraining (train) and fine-tuning (finetune) are two users of the engine, neither above the other.
+# pretraining (train) and fine-tuning (finetune) are two users of the engine, neither above the other; the
+# planner (plan) compiles train's step, so it sits above train (the train loop is handed it, not importing it).
 RANK = {"errors": 0, "fs": 1, "terminal": 1, "devices": 1, "model": 2, "packaged": 2, "workdir": 3, "convert": 4,
-        "data": 5, "infer": 6, "engine": 7, "train": 8, "finetune": 8, "parity": 9, "bench": 9, "cli": 10}
+        "data": 5, "infer": 6, "engine": 7, "train": 8, "finetune": 8, "plan": 8.5, "parity": 9, "bench": 9,
+        "cli": 10}
 # Optional dependencies (extras), and `resource`, which only POSIX systems have.
 OPTIONAL = {"torch", "transformers", "matplotlib", "pyarrow", "tensorflow", "resource", "fsspec", "gcsfs"}
 

@@ -5,7 +5,7 @@ every position, the loss is the one-hot cross-entropy over the labelled
 (masked) positions divided by their count over the global batch, and AdamW
 (weight decay off biases and LayerNorm scales, no clipping) applies the
 gradient. ``gradient_checkpointing`` is the port's own remat switch. Compiled
-from shapes alone, like jaxbert.train.compile_step.compile_train_step, for the same
+from shapes alone, like jaxbert.plan.compile_step.compile_train_step, for the same
 devices, so the two steps' XLA figures sit side by side.
 """
 
@@ -20,7 +20,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxbert.errors import InputError
-from jaxbert.train.compile_step import StepCost, compiled_cost
+from jaxbert.plan.compile_step import StepCost, compiled_cost
 
 
 def _module(cfg, dtype, gradient_checkpointing: bool):

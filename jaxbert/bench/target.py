@@ -5,7 +5,7 @@ process (libtpu admits one process at a time) and reports XLA's per-chip
 figures: HBM (arguments + outputs - donated + temporaries), FLOPs, bytes
 accessed, the seconds lowering and compiling took, and XLA's FLOPs over the
 model FLOPs formula, and the step-time lower bound from the compiled HLO
-(jaxbert.train.roofline) with the MFU ceiling it leaves. jaxbert's step is the training loop's own, from a shipped
+(jaxbert.plan.roofline) with the MFU ceiling it leaves. jaxbert's step is the training loop's own, from a shipped
 recipe; beside it, transformers 4.57's FlaxBertForMaskedLM step as its
 run_mlm_flax example trained it, with and without its gradient checkpointing.
 A scanned step's cost analysis counts the scan body once, so its FLOPs and
@@ -22,7 +22,7 @@ from jaxbert.bench.flax_port import compile_old_port_step
 from jaxbert.bench.timing import Record, check_only, time_record
 from jaxbert.devices import device_hbm_bytes
 from jaxbert.model.flops import train_flops_per_token
-from jaxbert.train import compile_step, plan
+from jaxbert.plan import batch_search, compile_step
 from jaxbert.train import recipe as recipes
 
 # (model, recipe it ships in, per-chip batch, sequence length)
@@ -91,7 +91,7 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
     extra = {"device_kind": devices[0].device_kind, "devices": len(devices)}
     if work_type == "aot-max":
         budget = device_hbm_bytes(devices[0], devices)
-        b, seen = plan.largest_batch(lambda n: _compile(contender, r, cfg, devices, n, T, policy), budget, start=8)
+        b, seen = batch_search.largest_batch(lambda n: _compile(contender, r, cfg, devices, n, T, policy), budget, start=8)
         extra.update(largest_batch=b, budget_gib=round(budget / 2**30, 2), compiles=len(seen),
                      hbm_gib=round(seen[b].hbm / 2**30, 2) if b in seen else None,
                      over_gib=round(seen[b + 1].hbm / 2**30, 2) if b + 1 in seen else None,
@@ -99,7 +99,7 @@ def run_aot_work(work: str, contender: str, target: str, hlo_dir=None) -> dict:
         return {"seconds": [sum(c.lower_s + c.compile_s for c in seen.values())], "extra": extra}
     cost = _compile(contender, r, cfg, devices, B, T, policy, hlo_dir)
     if contender == "jaxbert":
-        model_flops = plan.model_flops_per_device(r, cfg, B)
+        model_flops = batch_search.model_flops_per_device(r, cfg, B)
     else:
         model_flops = train_flops_per_token(cfg, T, 1.0) * B * T  # its head runs at every position
     extra.update(hbm_gb=round(cost.hbm / 1e9, 2), hbm_gib=round(cost.hbm / 2**30, 2),
@@ -140,7 +140,7 @@ def target_table(records: list[Record], target: str) -> str:
         "compile s": lambda r: f"{r.median:.0f}"})
     out += ("\n\nGiB = 2^30 bytes; GFLOP and GB = 10^9. A device is what the topology lists "
             "(v2-v4: one TensorCore, half a chip). A scanned step's FLOPs and bytes count its loop body once: left out. "
-            "bound ms: the step-time lower bound from the compiled HLO, per device (jaxbert.train.roofline: each "
+            "bound ms: the step-time lower bound from the compiled HLO, per device (jaxbert.plan.roofline: each "
             "operation at the device's peak FLOP/s or HBM bandwidth, whichever binds, plus collectives over the "
             "interconnect), counting a scanned step's loop body per iteration; MFU ceiling: model FLOPs / (bound x peak).")
     if any(r.work.startswith("aot-max/") for r in records):

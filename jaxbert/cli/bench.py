@@ -24,7 +24,7 @@ from jaxbert.bench.harness import Bench, command_line, run_worker, work_names
 from jaxbert.bench.timing import MIN_ROUNDS, NOISY_SPREAD, check_only, markdown_table
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.options import ATTENTION_IMPLS
-from jaxbert.train.compile_step import check_target
+from jaxbert.plan.compile_step import check_target
 
 
 def add_arguments(p):

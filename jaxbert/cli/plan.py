@@ -1,7 +1,7 @@
 """`jaxbert plan`: the largest per-device batch that fits, per remat policy, and the best of them.
 
 Where the device's peak FLOP/s and memory bandwidth are known (TPUs, GPUs), each candidate also shows the
-step-time lower bound of its compiled step (jaxbert.train.roofline), the tokens/s it allows and the MFU
+step-time lower bound of its compiled step (jaxbert.plan.roofline), the tokens/s it allows and the MFU
 ceiling, and the candidates are ranked by those tokens/s."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from jaxbert import fs
 from jaxbert.devices import device_memory
 from jaxbert.errors import InputError
 from jaxbert.model.options import REMAT_POLICIES
-from jaxbert.train import compile_step, plan
+from jaxbert.plan import batch_search, compile_step
 from jaxbert.train import recipe as recipes
 
 
@@ -96,14 +96,14 @@ def run(args) -> int:
         raise InputError(f"--hbm: the memory of {devices[0].device_kind} is unknown; give a budget in GiB")
     mem = "memory" if devices[0].platform == "cpu" else "HBM"
     scans = {"recipe": (r.model.scan_layers,), "yes": (True,), "no": (False,), "both": (False, True)}[args.scan]
-    policies = tuple(args.policies) if args.policies else plan.POLICIES
+    policies = tuple(args.policies) if args.policies else batch_search.POLICIES
     print(f"plan {r.name}: {cfg.num_hidden_layers}x{cfg.hidden_size}, T={r.data.seq_len}, "
           f"{r.model.dtype} compute, fsdp={r.parallel.fsdp}, accum={r.train.accum_steps}; "
           f"{len(devices)} x {devices[0].device_kind}, budget {budget / 2**30:.2f} GiB per device "
           f"({source})", flush=True)
-    cands = plan.plan(r, cfg, devices, budget, policies, scans, args.start, args.max_batch,
+    cands = batch_search.plan(r, cfg, devices, budget, policies, scans, args.start, args.max_batch,
                       log=lambda m: print(m, flush=True))
-    choice = plan.best(cands)
+    choice = batch_search.best(cands)
     split = None
     fixed_batch = args.recipe and r.train.per_device_batch_size != "auto"
     print("\n" + table(cands, None if fixed_batch else choice, mem))
@@ -112,11 +112,11 @@ def run(args) -> int:
         ici = f"{bound.interconnect_bandwidth / 1e9:.0f} GB/s" if bound.interconnect_bandwidth else "unknown"
         print(f"\nbound: the sum over the compiled step's operations of max(FLOPs / {bound.peak_flops / 1e12:.1f} "
               f"TFLOP/s, bytes / {bound.memory_bandwidth / 1e9:.0f} GB/s), plus collective bytes / {ici} "
-              "(figures per device; jaxbert.train.roofline): no step of that HLO runs faster")
+              "(figures per device; jaxbert.plan.roofline): no step of that HLO runs faster")
     if fixed_batch:  # the recipe's own batch is what to recommend: one recommendation, the split's
         split = _recipe_split(r, cfg, devices, budget, cands, args.max_batch, mem)
     else:
-        why = ("the most tokens/s its step-time bound allows" if plan.ranked_by_bound(cands) else
+        why = ("the most tokens/s its step-time bound allows" if batch_search.ranked_by_bound(cands) else
                "the most useful FLOPs per step; no step-time bound: the device's peak and bandwidth are unknown")
         print(f"\nrecommended: scan_layers={choice.scan_layers} remat_policy={choice.remat_policy} "
               f"per_device_batch_size={choice.batch} ({why}, the batch left free)")
@@ -138,7 +138,7 @@ def _recipe_split(r, cfg, devices, budget, cands, max_batch: int = 4096, mem: st
           f"{r.train.per_device_batch_size} x accum_steps {r.train.accum_steps}; {total * len(devices)} per step "
           f"on {'these' if len(devices) > 1 else 'this'} {len(devices)} device{'s' if len(devices) > 1 else ''}):",
           flush=True)
-    splits = plan.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True),
+    splits = batch_search.split_recipe_batch(r, cfg, devices, budget, cands, log=lambda m: print(m, flush=True),
                                      max_batch=max_batch)
     rows = [{"scan_layers": s.candidate.scan_layers, "remat_policy": s.candidate.remat_policy,
              "per_device_batch_size": s.size, "accum_steps": s.micro_batches,
@@ -178,8 +178,8 @@ def table(cands, choice, mem: str = "HBM") -> str:
         ["FLOPs remat adds"] if measured else []) + ["useful TFLOP/step/device"] + (
         ["bound ms", "tokens/s/device at bound", "MFU ceiling"] if bounded else []) + ["compiles"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    if plan.ranked_by_bound(cands):
-        key = plan.rank_key(cands)
+    if batch_search.ranked_by_bound(cands):
+        key = batch_search.rank_key(cands)
         cands = sorted(cands, key=lambda c: key(c) if c.batch > 0 else (-1.0, 0), reverse=True)
     for c in cands:
         gib = lambda s: f"{s.hbm / 2**30:.2f}" if s else "—"

@@ -14,6 +14,7 @@ import typing
 from jaxbert.engine.optim import OPTIMIZERS
 from jaxbert.errors import InputError
 from jaxbert.finetune.downstream import check_items, run_downstream
+from jaxbert.plan.batch_search import resolve_auto
 from jaxbert.train import outputs
 from jaxbert.train.allocator import keep_freed_memory
 from jaxbert.train.loop import train_and_evaluate
@@ -83,7 +84,8 @@ def run(args) -> int:
     check_items(recipe.outputs.downstream)  # every task, file and recipe, before any training
     workdir = args.workdir or f"runs/{recipe.name}"
     keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
-    summary = train_and_evaluate(recipe, workdir, stop_at=args.stop_after)  # errors: one line and an exit code (cli.main)
+    # errors: one line and an exit code (cli.main)
+    summary = train_and_evaluate(recipe, workdir, stop_at=args.stop_after, plan_auto=resolve_auto)
     if summary["status"] == "already finished":  # the loop said so in one line; show what the run left
         print(outputs.summary_block(recipe, workdir, outputs.last_eval(workdir)))
         _downstream(recipe, workdir, summary["step"])  # a rerun completes the tasks still missing

@@ -101,7 +101,7 @@ class MeshRunner:
     strategy = "mesh"
 
     def __init__(self, p: ParallelSection, devices=None):
-        # devices: the training devices by default; jaxbert.train.compile_step passes the
+        # devices: the training devices by default; jaxbert.plan.compile_step passes the
         # abstract devices of a TPU topology to compile for hardware it lacks.
         explicit = devices
         devices = jax.devices() if devices is None else list(devices)

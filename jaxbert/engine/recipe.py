@@ -187,7 +187,7 @@ def check_sections(recipe) -> None:
 
 # ---- loading and checking --------------------------------------------------
 
-# Keys that may say "auto": the loop plans them for its devices (jaxbert.train.plan).
+# Keys that may say "auto": the loop plans them for its devices (jaxbert.plan.batch_search).
 AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
 
 

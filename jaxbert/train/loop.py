@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -32,20 +33,31 @@ from jaxbert.engine.session import Session, Start, prepare_runner
 from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
-from jaxbert.train import plan, sources, warmstart
+from jaxbert.train import sources, warmstart
 from jaxbert.train.batch_warmup import BatchWarmup
 from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
 from jaxbert.train.recipe import Recipe, RecipeError, save_effective
 
+# plan_auto(recipe, cfg, devices, log) -> the recipe with its 'auto' keys planned
+# (jaxbert.plan.batch_search.resolve_auto: the planner compiles this package's train step, so it sits above
+# train/ and is handed in, not imported).
+PlanAuto = Callable[[Recipe, object, list, Callable], Recipe]
 
-def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None = None) -> dict:
+
+def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None = None,
+                       plan_auto: PlanAuto | None = None) -> dict:
     """Trains recipe.train.steps optimizer steps; returns a summary with the last metrics.
 
     stop_at: save and stop after this step, as a SIGTERM would (status "stopped"; a later run
     resumes on the same schedule). The workdir is locked for the run: a second run on it is
-    refused (WorkdirBusy).
+    refused (WorkdirBusy). plan_auto: plans a recipe's `auto` batch size and remat policy for the
+    run's devices (`jaxbert train` passes jaxbert.plan.batch_search.resolve_auto); a recipe with
+    an `auto` key and no planner is refused before anything is written.
     """
+    if plan_auto is None and "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
+        raise RecipeError("train.per_device_batch_size / model.remat_policy 'auto' need the planner: pass "
+                          "plan_auto=jaxbert.plan.batch_search.resolve_auto (jaxbert train does)")
     sources.check_data(recipe, workdir)  # a mixture's folders and resume: refused by name before anything is written
     workdir_lib.check_placement(workdir)  # before anything is written there
     if not jax.distributed.is_initialized():  # the caller may have joined a multi-host run already
@@ -53,7 +65,7 @@ def train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None 
     primary = jax.process_index() == 0
     with workdir_lib.claimed(workdir, workdir_lib.PRETRAINING, active=primary), \
             workdir_lock(workdir, active=primary, log=lambda m: tqdm.write(str(m))):
-        return _train_and_evaluate(recipe, workdir, stop_at)
+        return _train_and_evaluate(recipe, workdir, stop_at, plan_auto)
 
 
 @dataclasses.dataclass
@@ -82,8 +94,8 @@ class _Run:
                                    vocab_size=self.cfg.vocab_size)
 
 
-def _train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None) -> dict:
-    run = _set_up(recipe, workdir)
+def _train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None, plan_auto: PlanAuto | None) -> dict:
+    run = _set_up(recipe, workdir, plan_auto)
     with Session(run.workdir, run.recipe.checkpoint, run.log, run.primary) as session:
         start, source = _restore_or_initialise(run, session)
         if start.step >= run.recipe.train.steps:  # nothing left to train: say so, compile nothing
@@ -95,7 +107,7 @@ def _train_and_evaluate(recipe: Recipe, workdir: str | Path, stop_at: int | None
     return _finish(run, state, step, status, last, last_eval)
 
 
-def _set_up(recipe: Recipe, workdir) -> _Run:
+def _set_up(recipe: Recipe, workdir, plan_auto: PlanAuto | None) -> _Run:
     """Data and tokenizer, model config, runner (with 'auto' values planned), model and optimizer."""
     primary, workdir = jax.process_index() == 0, fs.as_path(workdir)
     log = (lambda msg: tqdm.write(str(msg))) if primary else (lambda msg: None)
@@ -114,7 +126,7 @@ def _set_up(recipe: Recipe, workdir) -> _Run:
         sources.check_fits(cfg, tok, data_dir, recipe.data.packing)
     runner = parallel.make_runner(recipe.parallel)
     if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
-        recipe = plan.resolve_auto(recipe, cfg, runner.devices, log)
+        recipe = plan_auto(recipe, cfg, runner.devices, log)
     if data_dir is not None:  # every run evaluates at its end: refuse data without held-out rows before a step
         _check_held_out(recipe, runner, data_dir)
     model = build_model(recipe.model.model_class, cfg, recipe.model.options())

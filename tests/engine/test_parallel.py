@@ -90,7 +90,8 @@ def test_two_processes_give_the_losses_of_one_process_with_two_devices(tmp_path)
 FSDP_ROWS = textwrap.dedent("""
     import json, re, sys, tempfile
     import jax
-    from jaxbert.train import compile_step, recipe as R
+    from jaxbert.plan import compile_step
+    from jaxbert.train import recipe as R
     over = ["model.preset=bert-tiny", "model.config.num_hidden_layers=2", "model.config.hidden_size=64",
             "model.config.num_attention_heads=2", "model.config.intermediate_size=256", "data.seq_len=16",
             "model.scan_layers=true", "model.remat_policy=full", "parallel.fsdp=true", "train.accum_steps=1"]

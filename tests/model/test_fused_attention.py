@@ -19,7 +19,7 @@ from jaxbert.model.config import BertConfig
 from jaxbert.model.modernbert import build
 from jaxbert.model.options import BATCH, ModelOptions
 from jaxbert.model.softmax import masked_softmax
-from jaxbert.train import roofline
+from jaxbert.plan import roofline
 from tests.helpers.modernbert import config_of, params_of, tiny_hf
 
 B, T, N, D, W = 2, 150, 2, 8, 16  # T: no multiple of splash's 128 nor of the local block (16)
@@ -302,7 +302,7 @@ def test_roofline_counts_each_splash_kernel_from_the_blocks_it_visits(window):
         assert op.bytes > 0
     bound = roofline.step_bound(hlo, 197e12, 819e9)
     assert bound.flops >= sum(want.values())
-    # what jaxbert.train.compile_step adds to XLA's FLOPs (which count each kernel as -1)
+    # what jaxbert.plan.compile_step adds to XLA's FLOPs (which count each kernel as -1)
     assert roofline.kernel_flops(hlo) == (3, sum(want.values()))
 
 

@@ -8,7 +8,7 @@ import pytest
 from jaxbert.data import prepare, tokenizer
 from jaxbert.train import recipe as recipes
 from jaxbert.train import sources
-from jaxbert.train.compile_step import abstract_batch
+from jaxbert.plan.compile_step import abstract_batch
 
 WORDS = ("the module imports a class that returns a value from the function the path names a file "
          "whose bytes are read while the list holds every item and the loop stops at the end").split()

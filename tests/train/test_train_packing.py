@@ -80,7 +80,7 @@ def test_data_of_another_packing_is_refused_before_a_step(prepared, tmp_path, ca
 def test_recipe_packing_choices_and_the_abstract_batch():
     from jaxbert.engine.recipe import RecipeError
     from jaxbert.train import recipe as recipe_lib
-    from jaxbert.train.compile_step import abstract_batch
+    from jaxbert.plan.compile_step import abstract_batch
     r = recipe_lib.load("tiny-demo", ["data.packing=documents"])
     assert r.data.packing == "documents" and recipe_lib.load("tiny-demo").data.packing == "stream"
     batch = abstract_batch(r, 4, None)

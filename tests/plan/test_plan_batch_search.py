@@ -10,7 +10,7 @@ import pytest
 
 from jaxbert.cli.main import main
 from jaxbert.errors import InputError
-from jaxbert.train import compile_step, plan
+from jaxbert.plan import batch_search, compile_step
 from jaxbert.train import recipe as recipes
 
 TINY = ["model.preset=bert-tiny", "model.config.num_hidden_layers=1", "model.config.hidden_size=32",
@@ -35,7 +35,7 @@ def test_largest_batch_finds_the_edge_in_few_compiles(base, slope, budget, expec
         calls.append(b)
         return _fake_cost(base + slope * b, b)
 
-    b, seen = plan.largest_batch(cost_at, budget, start=8, max_batch=4096)
+    b, seen = batch_search.largest_batch(cost_at, budget, start=8, max_batch=4096)
     assert b == expected
     if 0 < b < 4096:
         assert seen[b].hbm <= budget < seen[b + 1].hbm
@@ -45,7 +45,7 @@ def test_largest_batch_finds_the_edge_in_few_compiles(base, slope, budget, expec
 def test_largest_batch_with_a_kink():
     # Above 20 the step needs a second buffer: the line through small batches overshoots.
     cost = lambda b: _fake_cost(1000 + 10 * b + (500 if b > 20 else 0), b)
-    b, seen = plan.largest_batch(cost, 1600, start=8)
+    b, seen = batch_search.largest_batch(cost, 1600, start=8)
     assert b == 20 and seen[21].hbm > 1600
 
 
@@ -64,7 +64,7 @@ def test_a_compile_refused_for_memory_is_a_figure_that_never_fits():
     # the search treats it as the edge even if the estimate were under the budget
     refused = compile_step.StepCost(10, 1_000, 0, 0, 0, 1_000, None, None, 0.0, 0.0, out_of_memory=True)
     cost = lambda b: refused if b >= 10 else _fake_cost(100 * b, b)
-    b, seen = plan.largest_batch(cost, 2_000, start=8)
+    b, seen = batch_search.largest_batch(cost, 2_000, start=8)
     assert b == 9 and seen[10].out_of_memory
 
 
@@ -115,13 +115,13 @@ def test_auto_without_a_known_memory_size_is_a_clear_error():
     import jax
     r = recipes.from_dict({"train": {"per_device_batch_size": "auto"}})
     with pytest.raises(InputError, match="memory of .* is unknown"):
-        plan.resolve_auto(r, r.model_config(), jax.devices("cpu"), log=lambda m: None)
+        batch_search.resolve_auto(r, r.model_config(), jax.devices("cpu"), log=lambda m: None)
 
 
 def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeypatch, capsys):
     import yaml
     from tests.helpers.runs import write_recipe
-    monkeypatch.setattr(plan, "device_hbm_bytes", lambda device, devices=None: 2**30)  # CPU devices report none
+    monkeypatch.setattr(batch_search, "device_hbm_bytes", lambda device, devices=None: 2**30)  # CPU devices report none
     recipe = write_recipe(tmp_path / "t.yaml", model={"remat_policy": "auto"},
                           train={"steps": 2, "log_every": 1, "eval_every": 0})
     wd = tmp_path / "run"
@@ -129,6 +129,16 @@ def test_train_with_remat_auto_plans_it_and_records_the_choice(tmp_path, monkeyp
     assert "plan: per_device_batch_size 8, remat_policy none" in capsys.readouterr().out
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["model"]["remat_policy"] == "none" and effective["train"]["per_device_batch_size"] == 8
+
+
+def test_train_and_evaluate_without_the_planner_refuses_auto_before_writing(tmp_path):
+    """The train loop sits below the planner: `jaxbert train` hands it batch_search.resolve_auto; a library
+    caller with an `auto` key and no planner is told what to pass, and nothing is written."""
+    from jaxbert.train.loop import train_and_evaluate
+    r = recipes.from_dict({"train": {"per_device_batch_size": "auto"}})
+    with pytest.raises(recipes.RecipeError, match="plan_auto=jaxbert.plan.batch_search.resolve_auto"):
+        train_and_evaluate(r, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_target_bench_rows_and_table_with_a_stand_in_worker():
@@ -192,11 +202,11 @@ def test_largest_batch_rows_search_with_the_planner_and_tabulate(monkeypatch):
 
 @pytest.mark.parametrize("total,largest,expected", [(32, 29, 2), (32, 7, 8), (64, 67, 1), (7, 3, 7), (30, 0, None)])
 def test_fewest_micro_batches(total, largest, expected):
-    assert plan.fewest_micro_batches(total, largest) == expected
+    assert batch_search.fewest_micro_batches(total, largest) == expected
 
 
 def _planned(monkeypatch, recipe, budget, slopes):
-    """Candidates from plan.plan under a stand-in compile: HBM = slope[policy] x micro-batch, plus 50 for the
+    """Candidates from batch_search.plan under a stand-in compile: HBM = slope[policy] x micro-batch, plus 50 for the
     gradient accumulator when the step has more than one micro-batch; every compile is recorded."""
     compiled = []
 
@@ -204,8 +214,8 @@ def _planned(monkeypatch, recipe, budget, slopes):
         compiled.append((r.model.remat_policy, r.train.accum_steps, b))
         return _fake_cost(slopes[r.model.remat_policy] * b + (50 if r.train.accum_steps > 1 else 0), b)
 
-    monkeypatch.setattr(plan, "compile_train_step", fake_compile)
-    cands = plan.plan(recipe, recipe.model_config(), [], budget, tuple(slopes), (True,), log=lambda m: None)
+    monkeypatch.setattr(batch_search, "compile_train_step", fake_compile)
+    cands = batch_search.plan(recipe, recipe.model_config(), [], budget, tuple(slopes), (True,), log=lambda m: None)
     for c in cands:  # what each policy recomputes (a scanned compile measures none): none 0, dots 5%, full 33%
         c.remat_extra = {"none": 0.0, "dots": 0.05, "full": 1 / 3}[c.remat_policy]
     compiled.clear()
@@ -216,14 +226,14 @@ def test_the_recipe_batch_goes_to_the_least_recomputing_candidate_and_is_confirm
     r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=32", "train.accum_steps=1"])
     cands, compiled = _planned(monkeypatch, r, 850, {"none": 100, "dots": 25})
     assert [(c.remat_policy, c.batch) for c in cands] == [("none", 8), ("dots", 34)]
-    splits = plan.split_recipe_batch(r, None, [], 850, cands, log=lambda m: None)
+    splits = batch_search.split_recipe_batch(r, None, [], 850, cands, log=lambda m: None)
     # none: 32 = 4 x 8 adds the accumulator its search (one micro-batch) did not have, so it is compiled:
     # 8 x 100 + 50 = 850 fits. dots takes 1 x 32, below the 34 its search measured: no compile
     assert [(s.candidate.remat_policy, s.micro_batches, s.size) for s in splits] == [("none", 4, 8), ("dots", 1, 32)]
     assert compiled == [("none", 4, 8)] and splits[0].cost.hbm == 850 and splits[1].cost is None
     # a tighter budget: none's 4 x 8 with the accumulator is over, so 8 x 4 (450), after one more compile
     compiled.clear()
-    splits = plan.split_recipe_batch(r, None, [], 849, cands, log=lambda m: None)
+    splits = batch_search.split_recipe_batch(r, None, [], 849, cands, log=lambda m: None)
     assert [(s.candidate.remat_policy, s.micro_batches, s.size) for s in splits][0] == ("none", 8, 4)
     assert compiled == [("none", 4, 8), ("none", 8, 4)] and splits[0].cost.hbm == 450
 
@@ -232,21 +242,21 @@ def test_a_recipe_that_accumulates_may_fit_its_whole_batch_without_the_accumulat
     r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=16", "train.accum_steps=2"])
     cands, compiled = _planned(monkeypatch, r, 3220, {"dots": 100})
     assert cands[0].batch == 31  # 31 x 100 + 50 fits; 32 x 100 + 50 does not
-    (s,) = plan.split_recipe_batch(r, None, [], 3220, cands, log=lambda m: None)
+    (s,) = batch_search.split_recipe_batch(r, None, [], 3220, cands, log=lambda m: None)
     assert (s.micro_batches, s.size, s.cost.hbm, compiled) == (1, 32, 3200, [("dots", 1, 32)])
     # one micro-batch over the budget too: the recipe's own 2 x 16, known to fit, without another compile
     compiled.clear()
-    (s,) = plan.split_recipe_batch(r, None, [], 3160, cands, log=lambda m: None)
+    (s,) = batch_search.split_recipe_batch(r, None, [], 3160, cands, log=lambda m: None)
     assert (s.micro_batches, s.size, s.cost, compiled) == (2, 16, None, [("dots", 1, 32)])
 
 
 def test_no_split_without_a_fitting_candidate_and_none_for_an_auto_batch(monkeypatch):
     r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=8"])
     cands, _ = _planned(monkeypatch, r, 50, {"none": 100})
-    assert cands[0].batch == 0 and plan.split_recipe_batch(r, None, [], 50, cands, log=lambda m: None) == []
+    assert cands[0].batch == 0 and batch_search.split_recipe_batch(r, None, [], 50, cands, log=lambda m: None) == []
     auto = recipes.load("bert-base-phase1", ["train.per_device_batch_size=auto"])
     with pytest.raises(InputError, match="auto"):
-        plan.split_recipe_batch(auto, None, [], 50, cands, log=lambda m: None)
+        batch_search.split_recipe_batch(auto, None, [], 50, cands, log=lambda m: None)
 
 
 def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_path):
@@ -273,15 +283,15 @@ def test_plan_of_a_recipe_splits_its_own_batch_into_micro_batches_that_fit(tmp_p
 def test_what_remat_adds_is_measured_per_micro_batch_when_the_recipe_accumulates(monkeypatch, accum):
     r = recipes.load("bert-base-phase1", [f"train.accum_steps={accum}", "train.per_device_batch_size=4"])
     cfg = r.model_config()
-    per_micro_batch = plan.model_flops_per_device(r, cfg, 4) / accum
+    per_micro_batch = batch_search.model_flops_per_device(r, cfg, 4) / accum
 
     def fake_compile(recipe, cfg, devices, b):  # XLA counts a scanned micro-batch loop's body once
         cost = _fake_cost(100 * b, b)
         cost.flops = 1.1 * per_micro_batch * b / 4
         return cost
 
-    monkeypatch.setattr(plan, "compile_train_step", fake_compile)
-    (c,) = plan.plan(r, cfg, [], 450, ("dots",), (False,), log=lambda m: None)
+    monkeypatch.setattr(batch_search, "compile_train_step", fake_compile)
+    (c,) = batch_search.plan(r, cfg, [], 450, ("dots",), (False,), log=lambda m: None)
     assert c.batch == 4 and c.remat_extra == pytest.approx(0.1)
 
 
@@ -295,7 +305,7 @@ def test_every_target_bench_row_compiles_one_micro_batch_as_the_old_port_steps()
 def _no_compile(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("compiled for refused options")
-    monkeypatch.setattr(plan, "compile_train_step", refuse)
+    monkeypatch.setattr(batch_search, "compile_train_step", refuse)
 
 
 @pytest.mark.parametrize("argv,flag", [(["--hbm", "nan"], "--hbm"), (["--hbm", "inf"], "--hbm"), (["--hbm", "0"], "--hbm"),
@@ -313,12 +323,12 @@ def test_a_split_never_holds_micro_batches_larger_than_max_batch(monkeypatch):
     r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=5", "train.accum_steps=3"])
     cands, compiled = _planned(monkeypatch, r, 10**9, {"none": 100})  # anything fits: the max bounds the batch
     cands[0].batch = 4  # as plan(max_batch=4) leaves it
-    (s,) = plan.split_recipe_batch(r, None, [], 10**9, cands, log=lambda m: None, max_batch=4)
+    (s,) = batch_search.split_recipe_batch(r, None, [], 10**9, cands, log=lambda m: None, max_batch=4)
     assert s.size <= 4 and s.size * s.micro_batches == 15 and compiled == []
 
 
 def test_plan_on_the_cpu_takes_host_ram_and_says_so(monkeypatch, capsys):
-    monkeypatch.setattr(plan, "compile_train_step", lambda r, cfg, devices, b: _fake_cost(1000 * b, b))
+    monkeypatch.setattr(batch_search, "compile_train_step", lambda r, cfg, devices, b: _fake_cost(1000 * b, b))
     argv = ["plan", "--recipe", "tiny-demo", "--policies", "none", "dots", "--max-batch", "4",
             "--set", "train.per_device_batch_size=5", "--set", "train.accum_steps=3"]
     assert main(argv) == 0
@@ -331,7 +341,7 @@ def test_plan_on_the_cpu_takes_host_ram_and_says_so(monkeypatch, capsys):
 
 
 def test_plan_without_a_recipe_recommends_once(monkeypatch, capsys):
-    monkeypatch.setattr(plan, "compile_train_step", lambda r, cfg, devices, b: _fake_cost(1000 * b, b))
+    monkeypatch.setattr(batch_search, "compile_train_step", lambda r, cfg, devices, b: _fake_cost(1000 * b, b))
     assert main(["plan", "--preset", "bert-tiny", "--seq-len", "16", "--policies", "none", "--max-batch", "4"]) == 0
     out = capsys.readouterr().out
     recommended = [line for line in out.splitlines() if line.startswith("recommended")]
@@ -348,7 +358,7 @@ def test_plan_from_a_family_preset_trains_that_family_s_class(monkeypatch, capsy
         seen.append((r.model.model_class, type(cfg).__name__, list(cfg.architectures)))
         raise InputError("stop here")
 
-    monkeypatch.setattr(plan, "plan", search)
+    monkeypatch.setattr(batch_search, "plan", search)
     assert main(["plan", "--preset", "modernbert", "--seq-len", "64", "--hbm", "1"]) == 2
     assert capsys.readouterr().err.strip() == "jaxbert plan: error: stop here"
     assert seen == [("ModernBertForMaskedLM", "ModernBertConfig", ["ModernBertForMaskedLM"])]

@@ -7,7 +7,7 @@ step exactly as the training loop jits it (MeshRunner shardings, donated
 state) from abstract arguments and reads XLA's per-chip figures:
 ``memory_analysis()`` (arguments, outputs, temporaries) and ``cost_analysis()``
 (FLOPs, bytes accessed), and bounds the step's time from its optimized HLO
-(``jaxbert.train.roofline``) where the device's peak and bandwidths are known.
+(``jaxbert.plan.roofline``) where the device's peak and bandwidths are known.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.parallel import MeshRunner
 from jaxbert.train import mlm
 from jaxbert.train.recipe import Recipe
-from jaxbert.train import roofline
-from jaxbert.train.roofline import Bound, step_bound
+from jaxbert.plan import roofline
+from jaxbert.plan.roofline import Bound, step_bound
 
 TPU_EXTRA = install_hint("tpu") + " (in a clone of jaxbert)"
 
@@ -84,7 +84,7 @@ class StepCost:
     # returning a memory analysis): hbm is then its requirement estimated from the message, and never fits.
     out_of_memory: bool = False
     host_temporaries: int = 0  # in the host's memory (remat_policy "offload"), not counted in hbm
-    # The roofline lower bound on the step's time from its HLO (jaxbert.train.roofline), per device;
+    # The roofline lower bound on the step's time from its HLO (jaxbert.plan.roofline), per device;
     # None where the device's peak FLOP/s or memory bandwidth is unknown (a CPU) or the compile was refused.
     bound: Bound | None = None
 

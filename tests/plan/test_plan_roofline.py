@@ -1,4 +1,4 @@
-"""The step-time bound (jaxbert.train.roofline): a hand-written HLO bounded by hand, a real CPU step that
+"""The step-time bound (jaxbert.plan.roofline): a hand-written HLO bounded by hand, a real CPU step that
 never beats its bound, and the planner ranking by the bound. No libtpu, no long compile."""
 
 import time
@@ -8,7 +8,7 @@ import pytest
 
 from jaxbert import devices as devs
 from jaxbert.cli.main import main
-from jaxbert.train import compile_step, plan, roofline
+from jaxbert.plan import batch_search, compile_step, roofline
 from jaxbert.train import recipe as recipes
 
 HLO = """HloModule hand, entry_computation_layout={()->f32[]}
@@ -174,16 +174,16 @@ def test_plan_ranks_candidates_by_the_tokens_per_second_their_bound_allows(monke
     # step is bound at 10 ms per sequence against 2 for "none": none allows 500 sequences/s, full 100.
     hbm = {"none": 100, "full": 25}
     per_seq = {"none": 2e-3, "full": 10e-3}
-    monkeypatch.setattr(plan, "compile_train_step",
+    monkeypatch.setattr(batch_search, "compile_train_step",
                         lambda r, cfg, devices, b: _bounded_cost(b, hbm[r.model.remat_policy] * b,
                                                                  per_seq[r.model.remat_policy] * b))
     r = recipes.load("bert-base-phase1", ["train.per_device_batch_size=auto", "train.accum_steps=1"])
-    cands = plan.plan(r, r.model_config(), [], 800, ("full", "none"), (True,), log=lambda m: None)
+    cands = batch_search.plan(r, r.model_config(), [], 800, ("full", "none"), (True,), log=lambda m: None)
     full, none = cands
     assert (full.batch, none.batch) == (32, 8) and full.score() > none.score()  # FLOPs would pick full
     assert none.bound_tokens_per_s() == pytest.approx(8 * 128 / 16e-3)
     assert full.bound_tokens_per_s() == pytest.approx(32 * 128 / 320e-3)
-    assert plan.ranked_by_bound(cands) and plan.best(cands) is none
+    assert batch_search.ranked_by_bound(cands) and batch_search.best(cands) is none
     assert none.mfu_ceiling() == pytest.approx(none.useful_flops / (16e-3 * 100e12))
     # the CLI prints the bound's columns, ranks the table by it and says why it recommends
     monkeypatch.setattr(compile_step, "target_devices", lambda target: [type("D", (), {
@@ -200,7 +200,7 @@ def test_plan_ranks_candidates_by_the_tokens_per_second_their_bound_allows(monke
     # without a bound (a CPU) the FLOPs decide, as before
     for c in cands:
         c.fit.bound = None
-    assert not plan.ranked_by_bound(cands) and plan.best(cands) is full
+    assert not batch_search.ranked_by_bound(cands) and batch_search.best(cands) is full
     assert np.isfinite(full.score())
 
 

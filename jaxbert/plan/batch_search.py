@@ -1,12 +1,12 @@
 """The batch planner: the largest per-device batch that fits, per remat policy and layer layout.
 
 For each (scan_layers, remat_policy) candidate it compiles the real train step
-(jaxbert.train.compile_step) from shapes alone and searches the per-device batch:
+(jaxbert.plan.compile_step) from shapes alone and searches the per-device batch:
 memory grows about linearly with the batch, so two compiles predict the
 largest batch that fits and a few more confirm it, the last pair being a
 batch that fits and the batch one larger that does not. Among the candidates
 that fit it recommends the one whose step-time lower bound
-(jaxbert.train.roofline: each operation at the device's peak FLOP/s or memory
+(jaxbert.plan.roofline: each operation at the device's peak FLOP/s or memory
 bandwidth, whichever binds, plus collectives over the interconnect) allows the
 most tokens per second. Where the device's figures are unknown (a CPU) it
 falls back to the most useful FLOPs per step (the model FLOPs formula:
@@ -27,7 +27,7 @@ from typing import Callable
 from jaxbert.errors import InputError
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.devices import device_hbm_bytes
-from jaxbert.train.compile_step import StepCost, compile_train_step
+from jaxbert.plan.compile_step import StepCost, compile_train_step
 from jaxbert.train.recipe import Recipe
 
 POLICIES = ("none", "dots", "full")
