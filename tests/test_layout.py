@@ -118,7 +118,8 @@ def test_no_import_cycles():
     assert cycles == []
 
 
-# The workdir format's names: only jaxbert/workdir.py spells them; every other module goes through it.
+# The workdir format's names: only jaxbert/workdir/layout.py spells them; every other module (its siblings in
+# jaxbert/workdir/ too) goes through its constants.
 WORKDIR_NAMES = ('"recipe.yaml"', '"meta"', '"checkpoints"', '"checkpoints.corrupt"', '"metrics.jsonl"',
                  '"curves.png"', '"fill_mask.txt"', '"eval.json"', '".jaxbert-workdir"', '".jaxbert-train.lock"')
 # Names that are common words elsewhere ("hf" is also a --to format): caught where a path is joined with them.
@@ -132,7 +133,7 @@ def _workdir_spellings(text: str) -> list[str]:
 
 
 def test_one_module_owns_the_workdir_format():
-    owner = ROOT / "workdir.py"
+    owner = ROOT / "workdir" / "layout.py"
     assert _workdir_spellings(owner.read_text())  # the owner spells them (else this test checks nothing)
     others = {str(p.relative_to(ROOT.parent)): found for p in sorted(ROOT.rglob("*.py"))
               if p != owner and (found := _workdir_spellings(p.read_text()))}

@@ -247,11 +247,12 @@ def test_reading_a_checkpoint_that_a_running_job_deletes_reads_the_newer_one(set
     # A run with checkpoint.keep=1 saves 12 and deletes 8 and 4 between our listing and our read:
     # the reader lists again and returns step 12 instead of "no readable checkpoint".
     from jaxbert import workdir as workdir_lib
+    from jaxbert.workdir import checkpoints
     wd = tmp_path / "running"
     shutil.copytree(setup["reference"], wd)
     newer = tmp_path / "12"
     (wd / "checkpoints" / "12").rename(newer)
-    listed = workdir_lib._steps
+    listed = checkpoints._steps  # read_params lists the steps through it
     calls = []
 
     def steps_then_the_run_moves_on(root):
@@ -263,7 +264,7 @@ def test_reading_a_checkpoint_that_a_running_job_deletes_reads_the_newer_one(set
         calls.append(found)
         return found
 
-    monkeypatch.setattr(workdir_lib, "_steps", steps_then_the_run_moves_on)
+    monkeypatch.setattr(checkpoints, "_steps", steps_then_the_run_moves_on)
     said = []
     params, meta = workdir_lib.read_params(wd, log=said.append)
     assert calls[0] == [8, 4] and meta["step"] == 12 and not said
