@@ -13,7 +13,7 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.model import default_recipe
 from jaxbert.finetune.recipe import finetune_recipe_names, load
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 
 
 MODEL_ARGUMENTS = {"model": "--model"}  # a short name (minilm) resolved by jaxbert.cli.main

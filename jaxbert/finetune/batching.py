@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from jaxbert.finetune.features import Features, bucket_for, bucket_lengths
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:

@@ -40,7 +40,7 @@ from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.model.families import family_of
 from jaxbert.model.heads import build_model, dummy_inputs
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 
 KINDS = ("module", "class", "function")
 HELD_OUT_PERCENT = 25  # share of objects hashed into the held-out split

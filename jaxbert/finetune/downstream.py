@@ -22,7 +22,7 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune.glue_run import check_folders
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 from jaxbert.engine.metrics_log import MetricsWriter, read_metrics
 
 

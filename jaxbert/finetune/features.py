@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from jaxbert.data.tokenizer import DEFAULT_SPECIAL_TOKENS, TokenizerError
 from jaxbert.finetune.readers import TextExample
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 IGNORE = -100  # label of a position no loss is taken on
 SEQUENCE_KEYS = ("input_ids", "token_type_ids", "attention_mask")

@@ -14,7 +14,7 @@ from pathlib import Path
 from jaxbert.finetune import kinds
 from jaxbert.finetune.metrics import GLUE_MAIN, GLUE_METRICS
 from jaxbert.finetune.readers import read_task
-from jaxbert.finetune.tables import TaskDataError, local_path
+from jaxbert.finetune.row_files import TaskDataError, local_path
 
 
 @dataclass(frozen=True)

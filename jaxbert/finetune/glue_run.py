@@ -28,9 +28,9 @@ from jaxbert.finetune.glue import GLUE_TASKS, glue_task, task_folder
 from jaxbert.finetune.loop import finetune, fit_max_length
 from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
-from jaxbert.finetune.evaluations import main_score
-from jaxbert.finetune.tables import TaskDataError
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.eval_report import main_score
+from jaxbert.finetune.row_files import TaskDataError
+from jaxbert.finetune.task_data import parse_task
 
 GLUE_EIGHT = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte")
 SEED_COUNTS = (1, 3, 5)

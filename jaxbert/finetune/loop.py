@@ -33,12 +33,12 @@ from jaxbert.finetune.glue import glue_task
 from jaxbert.finetune.losses import summarize
 from jaxbert.finetune.model import OPTIONS_KEY, LoadedModel, load_task_model, source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
-from jaxbert.finetune.evaluations import main_score, table, write_eval_json
-from jaxbert.finetune.scoring import Collector
+from jaxbert.finetune.eval_report import main_score, table, write_eval_json
+from jaxbert.finetune.eval_outputs import Collector
 from jaxbert.finetune.source_identity import KEYS as SOURCE_KEYS
 from jaxbert.finetune.source_identity import source_identity
 from jaxbert.finetune.step import eval_outputs, step_spec
-from jaxbert.finetune.task import TaskData, TaskSpec, read_task_data
+from jaxbert.finetune.task_data import TaskData, TaskSpec, read_task_data
 from jaxbert.model.config import position_limit
 from jaxbert.model.families import family_of
 from jaxbert.model.heads import build_model, dummy_inputs

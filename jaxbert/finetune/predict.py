@@ -30,8 +30,8 @@ from jaxbert.finetune.glue import glue_task, headerless
 from jaxbert.finetune.kinds import Kind
 from jaxbert.finetune.losses import MODEL_INPUTS
 from jaxbert.finetune.model import OPTIONS_KEY, TASK_KEY, kind_of
-from jaxbert.finetune.scoring import Collector
-from jaxbert.finetune.tables import local_path
+from jaxbert.finetune.eval_outputs import Collector
+from jaxbert.finetune.row_files import local_path
 from jaxbert.model.config import BertConfig, read_config
 from jaxbert.workdir import tokenizer_path
 

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from jaxbert.finetune.tables import TaskDataError, cell, local_path, read_rows, require_columns, show, text_cell
+from jaxbert.finetune.row_files import TaskDataError, cell, local_path, read_rows, require_columns, show, text_cell
 
 
 @dataclass(frozen=True)

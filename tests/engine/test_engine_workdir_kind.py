@@ -12,7 +12,7 @@ from jaxbert.errors import InputError
 from jaxbert.finetune import loop as ft_loop
 from jaxbert.finetune.predict import evaluate_file, predict_file
 from jaxbert.finetune.recipe import load as load_ft
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 from jaxbert.train import recipe as R
 from jaxbert.train.loop import train_and_evaluate
 from jaxbert.workdir import WorkdirError

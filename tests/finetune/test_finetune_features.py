@@ -18,7 +18,7 @@ from jaxbert.finetune.kinds.qa.squad import QAExample, gold_answers
 from jaxbert.finetune.kinds.tokens.features import word_labels
 from jaxbert.finetune.kinds.tokens.reader import TokenExample
 from jaxbert.finetune.readers import TextExample
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "un", "##aff", "##able",
          ",", ".", "a", "dog", "ran"]

@@ -23,8 +23,8 @@ from jaxbert.finetune.kinds.qa.squad import read_squad
 from jaxbert.finetune.kinds.tokens import TokensOptions
 from jaxbert.finetune.kinds.tokens.reader import TokenExample, read_tokens
 from jaxbert.finetune.readers import read_task
-from jaxbert.finetune.tables import TaskDataError
-from jaxbert.finetune.task import TaskSpec, parse_task, read_task_data
+from jaxbert.finetune.row_files import TaskDataError
+from jaxbert.finetune.task_data import TaskSpec, parse_task, read_task_data
 from tests.helpers.cli import one_line
 from tests.helpers.finetune_data import make_source, write_jsonl
 

@@ -23,8 +23,8 @@ from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.predict import _featurize, evaluate_file, load_finetuned, predict_file, read_examples, run_model
 from jaxbert.finetune.readers import TextExample
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.tables import TaskDataError
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.row_files import TaskDataError
+from jaxbert.finetune.task_data import parse_task
 from tests.helpers.finetune_data import WORDS, make_source, write_jsonl, write_kind
 
 QUIET = dict(log=lambda m: None)

@@ -15,8 +15,8 @@ from jaxbert.finetune.kinds.classification import Classification
 from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.predict import evaluate_file, load_finetuned
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.tables import TaskDataError
-from jaxbert.finetune.task import parse_task, read_task_data
+from jaxbert.finetune.row_files import TaskDataError
+from jaxbert.finetune.task_data import parse_task, read_task_data
 from tests.helpers.finetune_data import classification_rows, make_source, write_jsonl
 
 
@@ -115,7 +115,7 @@ def test_the_forwarding_modules_0_2_0_deprecated_are_gone(module):
 def test_the_kinds_former_keywords_and_finetune_optim_section_are_gone():
     from jaxbert.finetune import readers, recipe
     from jaxbert.finetune.kinds.qa import QAOptions
-    from jaxbert.finetune.task import TaskSpec
+    from jaxbert.finetune.task_data import TaskSpec
     qa = kinds.get("qa")
     assert not hasattr(qa, "legacy_options")
     with pytest.raises(AttributeError, match="no attribute 'FinetuneOptimSection'"):

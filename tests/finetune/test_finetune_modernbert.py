@@ -14,7 +14,7 @@ from jaxbert.cli.main import main
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.predict import _featurize, evaluate_file, load_finetuned, predict_file, read_examples, run_model
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 from tests.helpers.finetune_data import make_modernbert_source, write_kind
 
 QUIET = lambda m: None  # noqa: E731

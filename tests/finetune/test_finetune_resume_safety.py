@@ -14,7 +14,7 @@ from jaxbert.errors import InputError
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.model import load_task_model
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 from tests.helpers.finetune_data import classification_rows, make_source, token_rows, write_jsonl
 
 QUIET = lambda m: None  # noqa: E731

@@ -16,7 +16,7 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.predict import evaluate_file, load_finetuned, predict_file, run_model
 from jaxbert.finetune.recipe import load
-from jaxbert.finetune.task import parse_task
+from jaxbert.finetune.task_data import parse_task
 from jaxbert.workdir import read_params
 from tests.helpers.finetune_data import make_source, write_jsonl, write_kind
 

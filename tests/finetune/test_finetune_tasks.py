@@ -13,7 +13,7 @@ from jaxbert.finetune.kinds.choice import ChoiceExample, read_choice
 from jaxbert.finetune.kinds.qa.squad import gold_answers, read_squad
 from jaxbert.finetune.kinds.tokens.reader import read_tokens
 from jaxbert.finetune.readers import TextExample, label_list, read_task, read_text
-from jaxbert.finetune.tables import TaskDataError, read_rows
+from jaxbert.finetune.row_files import TaskDataError, read_rows
 
 T = "\t"
 MNLI_TRAIN = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",

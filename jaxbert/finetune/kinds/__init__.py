@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from jaxbert.finetune.kinds import choice, classification, qa, regression, tokens
 from jaxbert.finetune.kinds.base import Kind
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 KINDS: dict[str, Kind] = {
     "classification": classification.KIND,

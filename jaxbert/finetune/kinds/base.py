@@ -25,7 +25,7 @@ import numpy as np
 from jaxbert.engine.recipe import build
 from jaxbert.finetune.losses import class_sums, logits_output, valid_weights
 from jaxbert.finetune.metrics import compute
-from jaxbert.finetune.scoring import class_predictions
+from jaxbert.finetune.eval_outputs import class_predictions
 
 # Keys of a prediction row; an input column of the same name is written as input_<name>.
 OUTPUT_KEYS = ("id", "label", "score", "value", "words", "tags", "answer", "empty_words", "question", "context",

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from jaxbert.finetune.features import Features, encode, sequence_arrays, special_id
 from jaxbert.finetune.kinds.base import Kind
 from jaxbert.finetune.readers import no_label
-from jaxbert.finetune.tables import TaskDataError, cell, local_path, read_rows, require_columns, show, text_cell
+from jaxbert.finetune.row_files import TaskDataError, cell, local_path, read_rows, require_columns, show, text_cell
 
 
 @dataclass(frozen=True)

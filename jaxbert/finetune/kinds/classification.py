@@ -14,7 +14,7 @@ from typing import Sequence
 from jaxbert.finetune.features import text_features
 from jaxbert.finetune.kinds.base import OUTPUT_KEYS, Kind, problem_type
 from jaxbert.finetune.readers import read_text
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 
 def text_inputs(example, columns: dict) -> dict:

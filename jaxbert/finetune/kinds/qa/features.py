@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from jaxbert.finetune.features import Features, bucket_for, bucket_lengths, pad_rows, pieces, special_id
 from jaxbert.finetune.kinds.qa.squad import QAExample
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from jaxbert.finetune.tables import TaskDataError, data_file, show
+from jaxbert.finetune.row_files import TaskDataError, data_file, show
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 from jaxbert.finetune.features import (IGNORE, SEQUENCE_KEYS, Features, bucket_for, bucket_lengths, pad_rows, pieces,
                                        running_text, special_id)
 from jaxbert.finetune.kinds.tokens.reader import TokenExample
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 EMPTY_WORD_TAG = "O"  # the tag of a word without word pieces: the model never sees it
 

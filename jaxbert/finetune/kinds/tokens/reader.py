@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from jaxbert.finetune.readers import label_ids
-from jaxbert.finetune.tables import TaskDataError, cell, data_file, local_path, read_rows, require_columns, show
+from jaxbert.finetune.row_files import TaskDataError, cell, data_file, local_path, read_rows, require_columns, show
 
 CONLL_SUFFIXES = (".txt", ".conll", ".iob", ".bio", ".tsv")
 _IOB_TAG = re.compile(r"^(O|[BI]-.+)$")

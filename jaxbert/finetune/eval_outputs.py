@@ -1,4 +1,5 @@
-"""Model outputs gathered per feature, and the decoding pieces the task kinds share.
+"""Evaluation outputs: the model's per-row outputs gathered back per feature, and the class decode the
+classifying kinds share.
 
 `Collector` puts the rows of evaluation batches back in feature order (a batch's `index`
 says where each row goes; padding rows have -1). Each kind (jaxbert.finetune.kinds) turns

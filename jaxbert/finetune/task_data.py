@@ -16,7 +16,7 @@ from jaxbert.finetune import kinds
 from jaxbert.finetune.kinds import Kind
 from jaxbert.finetune.glue import glue_task, load_glue
 from jaxbert.finetune.readers import check_label_names, read_task
-from jaxbert.finetune.tables import TaskDataError
+from jaxbert.finetune.row_files import TaskDataError
 
 
 @dataclass(frozen=True)
