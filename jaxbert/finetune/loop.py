@@ -76,7 +76,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     tok = load_tokenizer(tok_dir)
     recipe = fit_max_length(recipe, own, source, log)
     d = recipe.data
-    featurize = lambda examples: kind.featurize(examples, tok, d.max_length, options)
+    featurize = lambda examples: kind.featurize(examples, tok, d.max_length, options, data.labels)
     train = featurize(data.train)[0]
     evals = {name: featurize(examples) for name, examples in data.evals.items()}
     cut = {"train": train.n_truncated, **{n: f.n_truncated for n, (f, _) in evals.items()}}

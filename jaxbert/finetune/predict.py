@@ -151,7 +151,7 @@ def run_model(m: FinetunedModel, features, batch_size: int = 32) -> dict:
 
 
 def _featurize(m: FinetunedModel, examples):
-    return m.kind.featurize(examples, m.tokenizer, int(m.option("max_length", 128)), m.options)
+    return m.kind.featurize(examples, m.tokenizer, int(m.option("max_length", 128)), m.options, m.labels)
 
 
 def _decode(m: FinetunedModel, out, features, windows):

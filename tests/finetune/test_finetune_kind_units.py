@@ -129,10 +129,9 @@ class MultiLabel(kinds.Kind):
         return [TaggedText(f"{path}:{n}", r["sentence"], tuple(names.index(t) for t in r.get("topics", [])))
                 for n, r in enumerate(rows, 1)], names
 
-    def make_features(self, examples, tok, max_length, options):
+    def make_features(self, examples, tok, max_length, options, labels):
         f = text_features([TextExample(e.id, e.text, None, 0) for e in examples], tok, max_length)
-        n_labels = 1 + max((max(e.topics, default=0) for e in examples), default=0)
-        hot = np.zeros((len(examples), max(n_labels, len(TOPICS))), np.float32)
+        hot = np.zeros((len(examples), len(labels)), np.float32)  # one column per label of the task
         for i, e in enumerate(examples):
             hot[i, list(e.topics)] = 1.0
         f.arrays["labels"] = hot
@@ -184,6 +183,13 @@ def test_a_multi_label_kind_registered_from_a_test_trains_and_is_evaluated_with_
     # the saved model is recognised as this kind (exact head + problem_type), not as classification
     m = load_finetuned(tmp_path / "run" / "best", weights=False)
     assert m.kind is multilabel and kinds.recognising(m.config) == [multilabel]
+    # the targets are sized by the task's label names, which featurize hands the kind (the model's
+    # id2label here, TaskData.labels in training): a file that only mentions apple still gets a column
+    # per topic, where the topics of its own examples would give 1
+    apple = write_jsonl(tmp_path / "apple.jsonl", [{"sentence": "apple", "topics": ["apple"]}])
+    (only_apple,) = read_examples(m, apple, labelled=True)
+    features, _ = _featurize(m, [only_apple])
+    assert m.labels == ("apple", "cloud", "river") and features.arrays["labels"].tolist() == [[1.0, 0.0, 0.0]]
     assert evaluate_file(tmp_path / "run" / "best", None, dev) == {"micro_f1": pytest.approx(best["micro_f1"])}
     rows = predict_file(tmp_path / "run" / "best", dev)
     sentences = [json.loads(line)["sentence"] for line in dev.read_text().splitlines()]

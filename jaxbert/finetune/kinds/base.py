@@ -113,13 +113,17 @@ class Kind:
         """Refuses a labelled eval file the kind's metric cannot score under these options (TaskDataError)."""
 
     # -- arrays ----------------------------------------------------------------------------
-    def featurize(self, examples, tok, max_length: int, options=None):
+    def featurize(self, examples, tok, max_length: int, options=None, labels: Sequence[str] | None = None):
         """(Features, windows): windows is what decoding needs beyond the features (QA's), else None;
-        options: the kind's Options (default: its defaults)."""
-        return self.make_features(examples, tok, max_length, self.Options() if options is None else options)
+        options: the kind's Options (default: its defaults); labels: the task's class / tag names in id
+        order (TaskData.labels in training, the model's id2label in predict / evaluate; None where the
+        kind names none), so a kind whose targets are one column per label sizes them by the task, not by
+        the labels an eval file happens to use."""
+        return self.make_features(examples, tok, max_length, self.Options() if options is None else options,
+                                  None if labels is None else tuple(labels))
 
-    def make_features(self, examples, tok, max_length: int, options):
-        """The kind's featurizer: (Features, windows or None)."""
+    def make_features(self, examples, tok, max_length: int, options, labels: tuple[str, ...] | None):
+        """The kind's featurizer: (Features, windows or None); labels as `featurize` gets them."""
         raise NotImplementedError
 
     def truncation(self, max_length: int) -> str:

@@ -115,7 +115,7 @@ class Choice(Kind):
     def read_file(self, path, labels, labelled, table):
         return read_choice(path, labelled=labelled)
 
-    def make_features(self, examples, tok, max_length, options):
+    def make_features(self, examples, tok, max_length, options, labels):
         return choice_features(examples, tok, max_length), None
 
     def inputs(self, example, columns: dict) -> dict:

@@ -41,7 +41,7 @@ class Classification(Kind):
         if len(labels) < 2:
             raise TaskDataError(f"{path}: {self.name} needs at least 2 labels, found {list(labels)}")
 
-    def make_features(self, examples, tok, max_length, options):
+    def make_features(self, examples, tok, max_length, options, labels):
         return text_features(examples, tok, max_length), None
 
     def problem_type_of(self, config) -> str | None:

@@ -31,7 +31,7 @@ class Regression(Kind):
         return read_text(path, table.get("text_columns", ("sentence",)), table.get("label_column", "label"),
                          labels, table.get("columns"), labelled, table.get("values"), numeric=True)
 
-    def make_features(self, examples, tok, max_length, options):
+    def make_features(self, examples, tok, max_length, options, labels):
         return text_features(examples, tok, max_length, regression=True), None
 
     def sums(self, out, batch: dict) -> dict:

@@ -51,7 +51,7 @@ class QA(Kind):
         if not options.version_2:
             check_answered(path, examples)
 
-    def make_features(self, examples, tok, max_length, options):
+    def make_features(self, examples, tok, max_length, options, labels):
         return qa_features(examples, tok, max_length, options.stride, options.max_query_length)
 
     def truncation(self, max_length: int) -> str:

@@ -43,7 +43,7 @@ class Tokens(Kind):
     def read_file(self, path, labels, labelled, table):
         return read_tokens(path, labels, labelled)
 
-    def make_features(self, examples, tok, max_length, options):
+    def make_features(self, examples, tok, max_length, options, labels):
         return token_features(examples, tok, max_length, options.stride), None
 
     def weights(self, batch: dict):
