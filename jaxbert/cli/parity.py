@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -11,10 +12,11 @@ import numpy as np
 from jaxbert import fs
 from jaxbert.convert import from_pretrained
 from jaxbert.errors import CheckFailed, InputError
+from jaxbert.fs import atomic_write_text
 from jaxbert.model.families import FAMILIES, family_of
 from jaxbert.model.registry import spec_of
 from jaxbert.parity.compare import compare
-from jaxbert.parity.trajectory import trajectory
+from jaxbert.parity.trajectory import TRAJECTORY_TOLERANCE, trajectory
 from jaxbert.train.recipe import OptimSection, position_limit
 from jaxbert.parity.inputs import DEFAULT_TEXTS, find_tokenizer, make_inputs
 
@@ -38,7 +40,9 @@ def add_arguments(p):
     p.add_argument("--precision", default="highest", choices=["default", "high", "highest"],
                    help="jax_default_matmul_precision for jaxbert (default highest: on TPU 'default' "
                         "runs float32 matmuls in bf16 passes)")
-    p.add_argument("--grad", action="store_true", help="also compare every parameter's gradient")
+    p.add_argument("--grad", action="store_true",
+                   help="also compare every parameter's gradient (with --train-steps: the stage table and the "
+                        "gradients first, then the steps)")
     p.add_argument("--json", type=Path, default=None, help="write the table as JSON (an existing file is refused)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace --json when it is an earlier `jaxbert parity` report (anything else is refused)")
@@ -50,7 +54,8 @@ def add_arguments(p):
                         "against transformers + torch.optim.AdamW (the family's masked LM: "
                         f"{', '.join(f.mlm_class(t) for f in FAMILIES.values() for t in f.model_types)}; "
                         "its MLM head, fresh if the model has none; "
-                        "dropout off; float64 or float32)")
+                        "dropout off; float64 or float32, float32 judged against both sides in float64); "
+                        "with --grad, --reference or --tolerance the forward pass's table comes first")
     p.add_argument("--lr", type=float, default=1e-4, help="--train-steps: peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=None,
                    help="--train-steps: linear warmup (default N // 5), then linear decay to 0 at N")
@@ -70,6 +75,8 @@ def _check_args(args) -> None:
     for flag, value, ok, meaning in checks:
         if value is not None and not ok(value):
             raise InputError(f"{flag} {value}: must be {meaning}")
+    if args.train_steps and args.dtype not in TRAJECTORY_TOLERANCE:
+        raise InputError(f"--train-steps runs float64 or float32, not --dtype {args.dtype}")
 
 
 PARITY_REPORT_KEYS = ("dtype", "ok", "env", "rows")  # both the forward and the --train-steps report
@@ -106,29 +113,43 @@ def run(args) -> int:
         rng = np.random.default_rng(args.seed)
         B = inputs["input_ids"].shape[0]
         encoder = (rng.normal(size=(B, 7, module.config.hidden_size)).astype(np.float32), np.ones((B, 7), np.int32))
+    if args.train_steps and inputs["input_ids"].ndim != 2:
+        raise InputError("--train-steps needs a model whose encoder reads [batch, length] ids")
+    forward = None
+    if not args.train_steps or args.grad or args.reference or args.tolerance is not None:
+        # --train-steps with a forward pass's option: its table (hidden states, gradients) first, then the steps
+        forward = compare(module, params, inputs, dtype=args.dtype, tolerance=args.tolerance, grad=args.grad,
+                          encoder_states=encoder, reference=args.reference, precision=args.precision)
+        print(forward.table())
+        sys.stdout.flush()
     if args.train_steps:
-        return _train_steps(args, module, params, inputs)
-    report = compare(module, params, inputs, dtype=args.dtype, tolerance=args.tolerance, grad=args.grad,
-                     encoder_states=encoder, reference=args.reference, precision=args.precision)
-    print(report.table())
+        return _train_steps(args, module, params, inputs, forward)
+    report = forward
     if args.json:
         report.write_json(args.json)
     sys.stdout.flush()
     return 0 if report.ok else 1
 
 
-def _train_steps(args, module, params, inputs) -> int:
-    if inputs["input_ids"].ndim != 2:
-        raise InputError("--train-steps needs a model whose encoder reads [batch, length] ids")
+def _train_steps(args, module, params, inputs, forward=None) -> int:
+    """The trajectory after the forward pass's report (forward, when an option asked for it): both
+    tables printed, both in --json (the forward one under "forward"), exit 1 naming what failed."""
     warmup = args.train_steps // 5 if args.warmup_steps is None else args.warmup_steps
     optim = OptimSection(learning_rate=args.lr, warmup_steps=warmup)
     report = trajectory(module, params, inputs, optim, args.train_steps, dtype=args.dtype,
                         precision=args.precision, seed=args.seed)
     print(report.table())
+    failed = []
+    if forward is not None:
+        failed += ["the forward pass"] if not all(r.ok for r in forward.rows) else []
+        failed += ["the gradients"] if forward.grad is not None and not forward.grad.ok else []
+    failed += [f"step {r.step}" for r in report.rows if not r.ok]
     if args.json:
-        report.write_json(args.json)
+        data = report.to_json()
+        if forward is not None:
+            data.update(ok=not failed, forward=forward.to_json())
+        atomic_write_text(args.json, json.dumps(data, indent=2))
     sys.stdout.flush()
-    if not report.ok:
-        failed = [f"step {r.step}" for r in report.rows if not r.ok]
+    if failed:
         raise CheckFailed(f"{args.model}: outside tolerance at {', '.join(failed)}")
     return 0

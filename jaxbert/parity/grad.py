@@ -19,9 +19,11 @@ MASK_RATE = 0.15
 FLOOR = 1e-3  # see grad_parity
 
 
-def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0):
+def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0, pad_id: int | None = None):
     """MLM labels [B, L] (-100 = not predicted) at 15% of the real tokens, first and
-    last real token of each row excluded; the inputs there become random ids."""
+    last real token of each row excluded; the inputs there become random ids, never pad_id
+    (transformers' embedding keeps the pad row's gradient at 0, as padding_idx; jaxbert's
+    pretraining never puts the pad id at a real position, and a RoBERTa's pad id, 1, is in the draw)."""
     rng = np.random.default_rng(seed)
     ids = np.array(inputs["input_ids"])
     real = np.asarray(inputs["attention_mask"]).astype(bool)
@@ -32,7 +34,10 @@ def fixed_masking(inputs: dict, vocab_size: int, seed: int = 0):
     pick = real & ~edge & (rng.random(ids.shape) < MASK_RATE)
     pick.reshape(-1)[np.flatnonzero(real & ~edge)[:1]] = True  # at least one prediction
     labels = np.where(pick, ids, -100)
-    ids = np.where(pick, rng.integers(1, vocab_size, ids.shape), ids)
+    drawn = rng.integers(1, vocab_size, ids.shape)
+    if pad_id is not None and pad_id > 0:  # ids from 1 never meet a pad id of 0 (BERT's): that draw is unchanged
+        drawn = np.where(drawn == pad_id, pad_id % (vocab_size - 1) + 1, drawn)
+    ids = np.where(pick, drawn, ids)
     nsp = rng.integers(0, 2, ids.shape[:1])
     return dict(inputs, input_ids=ids.astype(np.int32)), labels, nsp
 
@@ -61,7 +66,8 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     if wide:
         torch_model = as_float64(torch_model)
     tdtype = torch.float64 if wide else torch.float32
-    masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed)
+    masked, labels, nsp = fixed_masking(inputs, module.config.vocab_size, seed,
+                                        pad_id=getattr(module.config, "pad_token_id", None))
     stages = dict(spec.stages)
     has_mlm, has_nsp = "mlm logits" in stages, "nsp logits" in stages
     enc_kw = {} if encoder_states is None else dict(
