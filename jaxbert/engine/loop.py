@@ -31,8 +31,9 @@ class TrainingDiverged(Diverged):
 
 
 def host_params(runner, state):
-    """The params on the host, whole: FSDP shards on several hosts are gathered by every process."""
-    params = runner.to_saved(state).params
+    """The params export reads, on the host, whole (the optimizer's eval_params, as evaluation reads them:
+    runner.params_of): FSDP shards on several hosts are gathered by every process."""
+    params = runner.params_of(state, saved=True)
     return jax.device_get(params) if jax.process_count() == 1 else multihost_utils.process_allgather(params, tiled=True)
 
 

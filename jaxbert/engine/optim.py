@@ -78,6 +78,13 @@ class OptimSection:
         """Warmup steps of a run of total_steps: warmup_steps, or warmup_ratio of the total."""
         return self.warmup_steps or int(round(self.warmup_ratio * total_steps))
 
+    def eval_params(self, state):
+        """The params evaluation and export read from a train state (``.params``, and ``.opt_state``: the
+        chain make_optimizer builds, clipping first when it is on): the params trained, by default. An
+        optimizer that evaluates at another point (schedule-free AdamW's average, an EMA) overrides it with a
+        pure function of the state's arrays; the runner applies it (jaxbert.engine.parallel, params_of)."""
+        return state.params
+
     def check(self, prefix: str = "optim.") -> None:
         check_choice(f"{prefix}name", self.name, tuple(OPTIMIZERS))
         if not isinstance(self, OPTIMIZERS[self.name]):

@@ -121,12 +121,15 @@ class MeshRunner:
         self.local_devices = [d for d in devices if d.process_index == jax.process_index()]
         self.replicated = NamedSharding(self.mesh, P())
         self.state_sharding = None
+        self._eval_params = None
 
-    def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True) -> None:
+    def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True, eval_params=None) -> None:
         """Works out the state's shapes and shardings; allocates nothing.
 
         init_params_fn() -> boxed params (nn.LogicallyPartitioned leaves).
         norm_metrics: the step also logs update and param norms (train.norm_metrics).
+        eval_params: state -> the params evaluation and export read (the optimizer section's, when it
+        overrides OptimSection.eval_params); None: the state's params themselves.
         """
         abstract_boxed = jax.eval_shape(init_params_fn)
         specs = param_specs(abstract_boxed, self.p, self.num_devices)
@@ -140,6 +143,8 @@ class MeshRunner:
         self.abstract = jax.tree_util.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
             jax.eval_shape(create), self.state_sharding)
+        self._eval_params = None if eval_params is None else jax.jit(
+            eval_params, in_shardings=(self.state_sharding,), out_shardings=self.state_sharding.params)
 
     def create_state(self, params=None) -> TrainState:
         """A fresh state, each array made directly with its sharding; `params` (placed by
@@ -214,8 +219,10 @@ class MeshRunner:
     def from_saved(self, state: TrainState) -> TrainState:
         return state
 
-    def params_of(self, state):
-        return state.params
+    def params_of(self, state, saved: bool = False):
+        """The params evaluation and export read (prepare's eval_params of the state; else its params), in
+        the eval step's layout (saved: in the checkpoint's, the same here)."""
+        return state.params if self._eval_params is None else self._eval_params(state)
 
     def metrics_to_host(self, metrics: dict) -> dict:
         """Device metric sums -> Python scalars."""
@@ -241,14 +248,17 @@ class PmapRunner:
         self.num_devices = len(devices) * jax.process_count()
         self._one = jax.sharding.SingleDeviceSharding(devices[0])
         self.replicated = self._one  # where saved scalars (step, rng) live
+        self._eval_params = None
 
-    def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True) -> None:
+    def prepare(self, model, init_params_fn, tx, schedule, norm_metrics: bool = True, eval_params=None) -> None:
+        """As MeshRunner.prepare; the state gets a leading device axis (eval_params runs on every device)."""
         def create(params=None):
             params = nn.meta.unbox(init_params_fn()) if params is None else params
             return TrainState.create(model.apply, params, tx, schedule, norm_metrics)
         self._create = create
         self.abstract = jax.tree_util.tree_map(  # the saved (unreplicated) layout
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self._one), jax.eval_shape(create))
+        self._eval_params = None if eval_params is None else jax.pmap(eval_params, devices=self.local_devices)
 
     def create_state(self, params=None) -> TrainState:
         if params is None:
@@ -285,8 +295,11 @@ class PmapRunner:
     def from_saved(self, state: TrainState) -> TrainState:
         return jax_utils.replicate(state, self.local_devices)
 
-    def params_of(self, state):
-        return state.params  # replicated [devices, ...]; eval is pmapped too
+    def params_of(self, state, saved: bool = False):
+        """The params evaluation and export read (prepare's eval_params of the state; else its params):
+        replicated [devices, ...] as the pmapped eval step takes them, or one copy (saved)."""
+        params = state.params if self._eval_params is None else self._eval_params(state)
+        return jax.tree_util.tree_map(lambda x: x[0], params) if saved else params
 
     def metrics_to_host(self, metrics: dict) -> dict:
         """Device metric sums -> Python scalars (one of pmap's replicated copies)."""

@@ -46,7 +46,10 @@ def prepare_runner(runner, model, optim: OptimSection, total_steps: int, seed: i
     Returns the learning-rate schedule (step -> lr)."""
     tx, schedule = make_optimizer(optim, total_steps)
     key = init_key(seed)
-    runner.prepare(model, lambda: model.init_boxed(key, *inputs)["params"], tx, schedule, norm_metrics)
+    # None: evaluation reads the params trained, with no copy (the optimizer does not override eval_params)
+    eval_params = optim.eval_params if type(optim).eval_params is not OptimSection.eval_params else None
+    runner.prepare(model, lambda: model.init_boxed(key, *inputs)["params"], tx, schedule, norm_metrics,
+                   eval_params=eval_params)
     return schedule
 
 

@@ -4,6 +4,7 @@ chosen one refused by name, and one added from this file by a single registratio
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import jax
@@ -124,3 +125,66 @@ def test_an_optimizer_registered_from_a_test_trains(tmp_path, monkeypatch, capsy
     a, b = final_params(workdir), final_params(adam)
     assert not np.allclose(a["bert/encoder/layer/0/intermediate/dense/kernel"],
                            b["bert/encoder/layer/0/intermediate/dense/kernel"])
+
+
+# ---- the point an optimizer evaluates at: OptimSection.eval_params, the one hook evaluation and export read ----
+@dataclasses.dataclass
+class HalfEvalSection(OPTIMIZERS["adamw"]):
+    """AdamW that trains as AdamW but is evaluated and exported at half its params: a stand-in for an
+    optimizer whose evaluation point is not its training point (schedule-free AdamW's average)."""
+    name: str = "half_eval"
+
+    def eval_params(self, state):
+        return jax.tree_util.tree_map(lambda p: p / 2, state.params)
+
+
+@pytest.mark.parametrize("strategy", ["mesh", "pmap"])
+def test_each_runner_reads_the_params_through_the_optimizers_eval_params(strategy, monkeypatch):
+    from jaxbert.engine.parallel import make_runner
+    from jaxbert.engine.session import prepare_runner
+    from jaxbert.model.heads import build_model
+    monkeypatch.setitem(OPTIMIZERS, "half_eval", HalfEvalSection)
+    r = R.from_dict({**TINY, "optim": {**TINY["optim"], "name": "half_eval"}, "parallel": {"strategy": strategy}})
+    runner = make_runner(r.parallel)
+    model = build_model(r.model.model_class, r.model_config(), r.model.options())
+    dummy = jnp.zeros((1, r.data.seq_len), jnp.int32)
+    prepare_runner(runner, model, r.optim, 4, 0, (dummy, dummy), True)
+    state = runner.create_state()
+    trained = jax.device_get(runner.to_saved(state).params)
+    read = jax.device_get(runner.params_of(state, saved=True))
+    assert jax.tree_util.tree_structure(read) == jax.tree_util.tree_structure(trained)
+    assert all(np.array_equal(a, b / 2) for a, b in zip(jax.tree_util.tree_leaves(read),
+                                                          jax.tree_util.tree_leaves(trained)))
+    # what the eval step gets: the runner's layout (pmap: one copy per device)
+    lead = (len(runner.local_devices),) if strategy == "pmap" else ()
+    kernel = jax.tree_util.tree_leaves(runner.params_of(state))[0]
+    assert kernel.shape == lead + jax.tree_util.tree_leaves(trained)[0].shape
+    # an optimizer that does not override the hook is read with no copy: the state's own arrays
+    plain = R.from_dict({**TINY, "parallel": {"strategy": strategy}})
+    prepare_runner(runner, model, plain.optim, 4, 0, (dummy, dummy), True)
+    assert runner.params_of(state) is state.params
+
+
+def test_evaluation_and_export_read_the_optimizers_eval_params(tmp_path, monkeypatch):
+    from jaxbert import from_pretrained
+    from jaxbert.model.params import flatten
+    from jaxbert.workdir import read_params
+    monkeypatch.setitem(OPTIMIZERS, "half_eval", HalfEvalSection)
+    runs = {}
+    for name in ("adamw", "half_eval"):
+        path = write_recipe(tmp_path / f"{name}.yaml", optim={"name": name}, train={"steps": 4},
+                            outputs={"plot": False, "export": True})
+        assert main(["train", "--config", str(path), "--workdir", str(tmp_path / name)]) == 0
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        runs[name] = (final_params(tmp_path / name), next(r["eval_loss"] for r in rows if "eval_loss" in r))
+    (adam, adam_eval), (half, half_eval) = runs["adamw"], runs["half_eval"]
+    # it trains as AdamW: the checkpoints (the point trained at, which a resume needs) are the same ...
+    assert adam.keys() == half.keys() and all(np.array_equal(adam[k], half[k]) for k in adam)
+    # ... evaluation read the other point: not the loss of the params trained ...
+    assert np.isfinite(half_eval) and abs(half_eval - adam_eval) > 1e-3, (half_eval, adam_eval)
+    # ... and the export holds it: half the checkpoint's params
+    _, exported = from_pretrained(tmp_path / "half_eval" / "hf")
+    exported = {k: np.asarray(v) for k, v in flatten(exported).items()}
+    checkpoint = flatten(read_params(tmp_path / "half_eval")[0])
+    assert exported.keys() == checkpoint.keys()
+    assert all(np.array_equal(exported[k], np.asarray(checkpoint[k]) / 2) for k in exported)
