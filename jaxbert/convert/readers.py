@@ -24,7 +24,7 @@ from flax import serialization
 
 from jaxbert import fs
 from jaxbert.errors import require
-from jaxbert.model.families import FAMILIES
+from jaxbert.model.families import FAMILIES, family_of_params
 from jaxbert.model.params import iter_flat
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import SafetensorsError, SafetensorsReader
@@ -140,7 +140,7 @@ class TreeSource(Source):
 
     def __init__(self, tree: dict, description: str):
         self.description, self._flat, origin = description, {}, {}
-        for key, value, name in _flatten_per_layer(tree):  # two params for one key: refused, naming both
+        for key, value, name in _flatten_per_layer(tree, stacks=_stacks(tree)):  # two params for one key: refused
             if key in origin:
                 raise ConversionError(f"{description}: {origin[key]} and {name} both map to {key}; one is dropped")
             self._flat[key], origin[key] = value, name
@@ -153,20 +153,28 @@ class TreeSource(Source):
             yield k, self._flat.pop(k)
 
 
-def _stacks() -> dict:
+def _stacks(tree=None) -> dict:
     """Each registered family's layer container -> its layout (BERT's encoder/layer, ModernBERT's
-    layers/scan), read when asked: a family registered after import counts too."""
-    return {f.layer_stack.container: f.layer_stack for f in FAMILIES.values()}
+    layers/scan), read when asked: a family registered after import counts too. Given a tree, its own
+    family's alone where the tree says which (ModernBERT's and EuroBERT's containers are both "layers")."""
+    families = FAMILIES.values()
+    if tree is not None:
+        try:
+            families = [family_of_params(tree)]
+        except KeyError:  # no word embeddings to tell the family by: every family's layout
+            pass
+    return {f.layer_stack.container: f.layer_stack for f in families}
 
 
-def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
+def _flatten_per_layer(tree, path=(), stacks=None) -> Iterator[tuple[str, np.ndarray, str]]:
     """(state-dict key, array, param path) of a Flax tree; a scanned layer stack is split leaf by
     leaf, all layers of one leaf together, so each stacked array is released
     as soon as its last layer is consumed."""
+    stacks = _stacks() if stacks is None else stacks
     for name, value in tree.items():
         if not isinstance(value, dict):
             yield _as_state_dict_item(path + (name,), np.asarray(value))
-        elif name in (stacks := _stacks()) and stacks[name].is_scanned(value):
+        elif name in stacks and stacks[name].is_scanned(value):
             # one stacked leaf at a time, all its layers together, so each is released when consumed
             spec = stacks[name]
             for sub, leaf in iter_flat(value[spec.stack] if spec.stack else value):
@@ -175,9 +183,9 @@ def _flatten_per_layer(tree, path=()) -> Iterator[tuple[str, np.ndarray, str]]:
                     yield _as_state_dict_item(path + (name, str(spec.first + i)) + sub, leaf[i])
             if spec.stack:
                 rest = {k: v for k, v in value.items() if k != spec.stack}
-                yield from _flatten_per_layer(rest, path + (name,))
+                yield from _flatten_per_layer(rest, path + (name,), stacks)
         else:
-            yield from _flatten_per_layer(value, path + (name,))
+            yield from _flatten_per_layer(value, path + (name,), stacks)
 
 
 def _as_state_dict_item(path: tuple, value: np.ndarray) -> tuple[str, np.ndarray, str]:

@@ -72,6 +72,9 @@ def torch_model(module, params, dtype: str = "float32"):
 
     name = module.config.class_name(type(module).__name__)  # a RoBERTa config: the Roberta* class
     check_transformers_supports(module.config)
+    if not hasattr(transformers, name):  # a model type this transformers predates (EuroBERT before 5.x)
+        raise InputError(f"transformers {transformers.__version__} has no {name}: no reference to compare with; "
+                         "pip install -U transformers")
     spec = spec_of(name, module.config)
     cfg = transformers.AutoConfig.for_model(**module.config.to_dict())
     cfg._attn_implementation = spec.family.reference_attention
@@ -124,7 +127,7 @@ def _outputs_torch(model, spec, inputs, enc):
     if enc is not None:
         kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(enc[0])).to(next(model.parameters()).dtype)
         kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(enc[1])).long()
-    if model.config.is_decoder:
+    if getattr(model.config, "is_decoder", False):  # transformers 5 gives the field only to configs that have it
         # transformers 4.57 gives every query of a multi-token call the last
         # position in relative_key(_query) attention whenever a cache exists
         # (and use_cache=True makes one); without a cache its positions are right.

@@ -12,6 +12,7 @@ import numpy as np
 import optax
 
 from jaxbert.convert import params_to_state_dict
+from jaxbert.model.families import BY_MODEL_TYPE
 from jaxbert.model.registry import main_output, spec_of
 from jaxbert.parity.report import GRAD_TOLERANCE, GradResult
 
@@ -94,7 +95,7 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
     if encoder_states is not None:
         kw["encoder_hidden_states"] = torch.from_numpy(np.asarray(encoder_states[0])).to(tdtype)
         kw["encoder_attention_mask"] = torch.from_numpy(np.asarray(encoder_states[1])).long()
-    if torch_model.config.is_decoder:
+    if getattr(torch_model.config, "is_decoder", False):  # transformers 5: only configs that have it
         kw["use_cache"] = False  # see compare._outputs_torch
     torch_model.zero_grad(set_to_none=True)
     out = torch_model(**kw)
@@ -135,12 +136,23 @@ def grad_parity(module, params, inputs, torch_model, encoder_states=None, seed: 
 
 def as_float64(model):
     """A float64 copy of a transformers model (the float32 weights, exactly), its rotary tables
-    (where it has any) taken in float64 too: see float64_rotary."""
+    (where it has any) and its family's float32 spots taken in float64 too: see float64_reference."""
     import torch
 
     if next(model.parameters()).dtype == torch.float64:
-        return float64_rotary(model)
-    return float64_rotary(copy.deepcopy(model).to(torch.float64))
+        return float64_reference(model)
+    return float64_reference(copy.deepcopy(model).to(torch.float64))
+
+
+def float64_reference(model):
+    """A float64 transformers model made float64 throughout: its rotary tables (float64_rotary), then
+    what its family's entry says (Family.float64_reference: EuroBERT's RMSNorm). Returns the model
+    (changed in place)."""
+    float64_rotary(model)
+    family = BY_MODEL_TYPE.get(getattr(model.config, "model_type", None))
+    if family is not None and family.float64_reference is not None:
+        family.float64_reference(model)
+    return model
 
 
 def float64_rotary(model):
@@ -167,7 +179,10 @@ def _float64_inv_freq(rotary, torch):
     """theta ** (-2i / D) in float64 from the module's config, when that reproduces its float32
     buffer (the default RoPE); else the buffer widened (a scaled RoPE this does not rebuild)."""
     buffer = rotary.inv_freq.double()
-    theta = getattr(getattr(rotary, "config", None), "rope_theta", None)
+    config = getattr(rotary, "config", None)
+    theta = getattr(config, "rope_theta", None)
+    if theta is None:  # transformers 5 keeps one theta in rope_parameters (a family of one layer kind)
+        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
     if not isinstance(theta, (int, float)):
         return buffer
     dim = 2 * buffer.shape[-1]

@@ -30,7 +30,7 @@ from jaxbert.model.families import family_of
 from jaxbert.model.heads import build_model, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.parity.compare import numerics, torch_model
-from jaxbert.parity.grad import fixed_masking, float64_rotary
+from jaxbert.parity.grad import fixed_masking, float64_reference
 from jaxbert.parity.report import RATIO_LIMIT, environment
 from jaxbert.parity.torch_reference import torch_trajectory
 from jaxbert.engine.optim import make_optimizer
@@ -257,8 +257,8 @@ def trajectory(module, params, inputs: dict, optim, steps: int, *, dtype: str = 
 def _torch_steps(mlm, p, batches, optim, steps: int, dtype: str):
     """transformers' masked LM holding p, trained by the PyTorch reference in dtype (torch_trajectory)."""
     reference = torch_model(mlm, p, dtype=dtype)
-    if dtype == "float64":  # RoPE's tables in float64 too (ModernBERT); a model without rotary is unchanged
-        reference = float64_rotary(reference)
+    if dtype == "float64":  # RoPE's tables (ModernBERT, EuroBERT) and EuroBERT's norms in float64 too
+        reference = float64_reference(reference)
     return torch_trajectory(reference, batches, optim, steps)
 
 

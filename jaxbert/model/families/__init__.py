@@ -11,6 +11,7 @@ import dataclasses
 import warnings
 
 from jaxbert.model.families.bert import BERT
+from jaxbert.model.families.eurobert import EUROBERT
 from jaxbert.model.families.modernbert import MODERNBERT
 from jaxbert.model.families.roberta import ROBERTA
 from jaxbert.model.families.spec import INHERITED, Family
@@ -52,7 +53,7 @@ def unregister(name: str) -> None:
     MODEL_TYPES = tuple(BY_MODEL_TYPE)
 
 
-for _family in (BERT, ROBERTA, MODERNBERT):
+for _family in (BERT, ROBERTA, MODERNBERT, EUROBERT):
     register(_family)
 del _family
 
@@ -100,20 +101,25 @@ def config_classes() -> tuple:
 
 def family_of_params(params) -> Family:
     """The family whose model a param tree is, for code handed only a tree (a checkpoint's): the
-    family whose encoder name it holds, else whose word-embedding table it has at its top (a bare
-    encoder); KeyError naming what it looked for."""
+    family whose encoder it holds (its name, and its word-embedding table under it), else whose
+    word-embedding table it has at its top (a bare encoder); KeyError naming what it looked for."""
     tree = params.get("params", params)
-    for family in FAMILIES.values():
-        if family.prefix in tree:
+    for family in FAMILIES.values():  # ModernBERT's and EuroBERT's encoders are both "model"
+        if family.prefix in tree and _holds_embeddings(family, tree[family.prefix]):
             return family
     for family in FAMILIES.values():
-        try:
-            family.word_embeddings(tree)
-        except (KeyError, TypeError, AttributeError):
-            continue
-        return family
+        if _holds_embeddings(family, tree):
+            return family
     raise KeyError(f"the params hold no encoder of a known family (looked for "
                    f"{', '.join(f.prefix + '/' + f.embedding_path for f in FAMILIES.values())})")
+
+
+def _holds_embeddings(family: Family, tree) -> bool:
+    try:
+        family.word_embeddings(tree)
+    except (KeyError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def special_spellings(role: str) -> tuple:

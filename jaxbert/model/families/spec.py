@@ -112,6 +112,9 @@ class Family:
       final_norm: the base model's norm after its last layer (transformers' module name, "final_norm"),
         whose output is ``last_hidden_state`` and not the last of ``hidden_states``; "" where none.
       reference_attention: transformers' attention implementation parity compares against.
+      float64_reference: torch model -> None: makes float64 the places where transformers' float64 model of
+        the family still computes in float32 (beyond RoPE's tables, which parity widens for every family:
+        jaxbert.parity.grad.float64_rotary); None where there are none.
       parity_length: config -> the length the longest parity input should reach (past a local
         attention window), or None.
       segment_ids: its models take ``segment_ids=`` (packed documents, data.packing documents / none).
@@ -160,6 +163,7 @@ class Family:
     special_tokens: dict = dataclasses.field(default_factory=lambda: dict(BERT_SPECIALS))
     final_norm: str = ""
     reference_attention: str = "eager"
+    float64_reference: Optional[Callable] = None
     parity_length: Optional[Callable] = None
     segment_ids: bool = True
     token_types: bool = True
