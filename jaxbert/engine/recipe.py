@@ -254,7 +254,8 @@ def build(cls, data: dict, prefix: str = "", defaults: Optional[dict] = None):
     (the optimizer's own section, by optim.name); its ``RENAMED`` maps old keys to new ones, which a
     mapping may still use, with a DeprecationWarning; ``keys_owner()`` says whose keys an unknown one
     was checked against. A recipe field's ``metadata["defaults"]`` sets its section's defaults (those
-    of its keys that the built class has)."""
+    of its keys that the built class has); its ``metadata["read"]``, a function (value, key) -> value,
+    reads a value the type alone does not describe (data.sources' list of typed sources)."""
     if hasattr(cls, "variant"):
         cls = cls.variant(data, prefix)
     data = _renamed(cls, data, prefix)
@@ -265,7 +266,8 @@ def build(cls, data: dict, prefix: str = "", defaults: Optional[dict] = None):
             owner = f" for {cls.keys_owner()}" if hasattr(cls, "keys_owner") else ""
             raise RecipeError(f"{prefix}{key}: unknown key{owner}; expected one of {sorted(fields)}")
     kwargs = {k: v for k, v in (defaults or {}).items() if k in fields}
-    kwargs.update({k: _check(v, hints[k], prefix + k, fields[k].metadata.get("defaults")) for k, v in data.items()})
+    kwargs.update({k: fields[k].metadata["read"](v, prefix + k) if "read" in fields[k].metadata else
+                   _check(v, hints[k], prefix + k, fields[k].metadata.get("defaults")) for k, v in data.items()})
     return cls(**kwargs)
 
 

@@ -57,6 +57,78 @@ class ModelSection(ComputeSection):
         ComputeSection.check(self, prefix, auto=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class SourceSection:
+    """One folder of a mixture (an item of data.sources), read and checked once, where the recipe is
+    read (``read``); the data checks (the folders exist and fit each other, jaxbert.train.sources.check_data)
+    and the loader read these fields."""
+    dir: str  # a folder made by `jaxbert data prepare`
+    # rows drawn in proportion to it (> 0; read by the recipe's number reader, an integer kept as written);
+    # None: data.temperature sets it from the folder's training rows
+    weight: Optional[float] = None
+    name: Optional[str] = None  # keys the run's reports (tokens/NAME, epochs/NAME); None: the folder's name
+
+    KEYS = ("dir", "weight", "name")
+
+    @property
+    def label(self) -> str:
+        """The name the run's reports and the loader's state use: name, or the folder's name."""
+        return self.name if self.name is not None else source_name(self.dir)
+
+    def to_dict(self) -> dict:
+        """As recipe.yaml records it: the keys the recipe gave (a default None is left out)."""
+        return {key: getattr(self, key) for key in self.KEYS if getattr(self, key) is not None}
+
+    @classmethod
+    def read(cls, item, where: str) -> "SourceSection":
+        """One item of data.sources (``where``: data.sources[k]): a mapping of known keys, a folder, a
+        finite weight > 0 if given, a name that can key the reports; RecipeError naming the key."""
+        if not isinstance(item, dict):
+            raise RecipeError(f"{where}: {item!r} is not a mapping like {{dir: FOLDER, weight: 3}}")
+        unknown = sorted(set(item) - set(cls.KEYS))
+        if unknown:
+            raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has dir, weight and name")
+        folder = item.get("dir")
+        if not isinstance(folder, str) or not folder:
+            raise RecipeError(f"{where}.dir: missing; a source is a folder made by `jaxbert data prepare`")
+        weight = item.get("weight")
+        if "weight" in item:
+            number = None
+            if not isinstance(weight, bool):
+                try:  # read as every recipe number is (YAML reads 1e3 as a string)
+                    number = read_number(weight, f"{where}.weight")
+                except RecipeError:
+                    if isinstance(weight, int):  # beyond 64 bits: the reader's own words
+                        raise
+            if number is None or number <= 0:
+                raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
+            if not isinstance(weight, int):
+                weight = number  # the recipe holds (and records) the number; an integer stays as written
+        source = cls(folder, weight, item.get("name"))
+        if ("name" in item and not isinstance(source.name, str)) or not _NAME.fullmatch(source.label):
+            raise RecipeError(f"{where}.name: {item.get('name', source.label)!r} cannot key the run's reports "
+                              "(tokens/NAME); give a name of letters, digits, '.', '_' or '-'")
+        return source
+
+
+def read_sources(value, key: str) -> Optional[tuple]:
+    """data.sources as typed sources (SourceSection), each named apart from the others; None: no mixture.
+    What depends on the other data keys (dir, temperature) is DataSection.check's."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise RecipeError(f"{key}: expected a list, got {value!r}")
+    sources, names = [], {}
+    for k, item in enumerate(value):
+        source = SourceSection.read(item, f"{key}[{k}]")
+        if source.label in names:
+            raise RecipeError(f"{key}[{k}].name: {source.label!r} already names {key}[{names[source.label]}]; give "
+                              "each source its own name")
+        names[source.label] = k
+        sources.append(source)
+    return tuple(sources)
+
+
 @dataclasses.dataclass
 class DataSection:
     source: str = "prepared"  # prepared (jaxbert data prepare) | synthetic (random tokens, tests)
@@ -77,8 +149,9 @@ class DataSection:
     packing: str = "stream"
     # a mixture, in place of dir: [{dir: FOLDER, weight: 3}, {dir: FOLDER, weight: 1}], each source's rows
     # drawn in proportion to its weight (an optional name: keys the reports, default the folder's name);
-    # null: no mixture (an empty list is refused: it would fall back to data.dir or the embedded corpus)
-    sources: Optional[list] = None
+    # read into SourceSections; null: no mixture (an empty list is refused: it would fall back to data.dir
+    # or the embedded corpus)
+    sources: Optional[tuple[SourceSection, ...]] = dataclasses.field(default=None, metadata={"read": read_sources})
     temperature: Optional[float] = None  # weights = each source's training rows ** temperature (no weight keys)
 
     def check(self, prefix: str = "data.") -> None:
@@ -100,8 +173,8 @@ class DataSection:
             "validation_fraction": (self.validation_fraction, *UNIT_OPEN)})
 
     def _check_sources(self, prefix: str) -> None:
-        """data.sources and data.temperature: each source a folder with a weight > 0 (or the
-        temperature instead), distinct names; refused naming the key."""
+        """data.sources (each source read by SourceSection.read) against the other data keys: a weight > 0
+        for every source, or data.temperature instead; not beside data.dir; refused naming the key."""
         check_ranges(prefix, {"temperature": (self.temperature, lambda v: 0 <= v <= 1, "in [0, 1]")})
         if self.sources is not None and not self.sources:
             raise RecipeError(f"{prefix}sources: an empty list names no folder; list the mixture's folders "
@@ -116,57 +189,27 @@ class DataSection:
                               "not both")
         if self.source != "prepared":
             raise RecipeError(f"{prefix}sources: a mixture reads prepared folders; {prefix}source is {self.source}")
-        names = {}
-        for k, item in enumerate(self.sources):
+        for k, source in enumerate(self.sources):
             where = f"{prefix}sources[{k}]"
-            if not isinstance(item, dict):
-                raise RecipeError(f"{where}: {item!r} is not a mapping like {{dir: FOLDER, weight: 3}}")
-            unknown = sorted(set(item) - {"dir", "weight", "name"})
-            if unknown:
-                raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has dir, weight and name")
-            if not isinstance(item.get("dir"), str) or not item["dir"]:
-                raise RecipeError(f"{where}.dir: missing; a source is a folder made by `jaxbert data prepare`")
-            weight = item.get("weight")
-            if self.temperature is not None:
-                if "weight" in item:
-                    raise RecipeError(f"{where}.weight: {prefix}temperature sets every weight from the sources' "
-                                      "sizes; give weights or a temperature, not both")
-            elif weight is None:
+            if self.temperature is not None and source.weight is not None:
+                raise RecipeError(f"{where}.weight: {prefix}temperature sets every weight from the sources' "
+                                  "sizes; give weights or a temperature, not both")
+            if self.temperature is None and source.weight is None:
                 raise RecipeError(f"{where}.weight: missing; every source needs a weight > 0 "
                                   f"(or set {prefix}temperature)")
-            else:
-                number = None
-                if not isinstance(weight, bool):
-                    try:  # read as every recipe number is (YAML reads 1e3 as a string)
-                        number = read_number(weight, f"{where}.weight")
-                    except RecipeError:
-                        if isinstance(weight, int):  # beyond 64 bits: the reader's own words
-                            raise
-                if number is None or number <= 0:
-                    raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
-                if isinstance(weight, str):
-                    item["weight"] = number  # the recipe holds (and records) the number, as for other keys
-            name = item.get("name", source_name(item["dir"]))
-            if not isinstance(name, str) or not _NAME.fullmatch(name):
-                raise RecipeError(f"{where}.name: {name!r} cannot key the run's reports (tokens/NAME); give a "
-                                  "name of letters, digits, '.', '_' or '-'")
-            if name in names:
-                raise RecipeError(f"{where}.name: {name!r} already names {prefix}sources[{names[name]}]; give each "
-                                  "source its own name")
-            names[name] = k
-        if self.temperature is None and sum(float(item["weight"]) for item in self.sources) == float("inf"):
+        if self.temperature is None and sum(float(source.weight) for source in self.sources) == float("inf"):
             raise RecipeError(f"{prefix}sources: the weights add up to more than a float holds; scale them down "
                               "(only their ratios count)")
 
     def source_dirs(self) -> list[str]:
-        return [item["dir"] for item in self.sources or ()]
+        return [source.dir for source in self.sources or ()]
 
     def source_names(self) -> list[str]:
-        return [item.get("name", source_name(item["dir"])) for item in self.sources or ()]
+        return [source.label for source in self.sources or ()]
 
     def source_weights(self) -> list[float] | None:
         """None when data.temperature sets them."""
-        return None if self.temperature is not None else [float(item["weight"]) for item in self.sources or ()]
+        return None if self.temperature is not None else [float(source.weight) for source in self.sources or ()]
 
     def split_mask_rate(self, split: str = "train") -> float:
         """The masking rate of a split: eval_mask_rate for held-out batches when set."""
@@ -246,6 +289,13 @@ class Recipe(RunRecipe):
     optim: OptimSection = dataclasses.field(default_factory=OptimSection)
     train: TrainSection = dataclasses.field(default_factory=TrainSection)
     outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
+
+    def to_dict(self) -> dict:
+        """As recipe.yaml records it; data.sources as the list of mappings it was read from."""
+        out = super().to_dict()
+        if self.data.sources is not None:
+            out["data"]["sources"] = [source.to_dict() for source in self.data.sources]
+        return out
 
     def model_config(self, vocab_size: int | None = None):
         """The model's config, of the class its family reads (BertConfig, ModernBertConfig): the preset,

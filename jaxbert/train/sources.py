@@ -10,7 +10,6 @@ directory (the tiny-demo case), and reuses them on the next run.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 import time
@@ -109,9 +108,10 @@ def check_data(recipe: Recipe, workdir: str | Path | None = None) -> None:
     saved = workdir_lib.recorded_loader(workdir) if workdir is not None and fs.as_path(workdir).is_dir() else None
     if not d.sources and not (isinstance(saved, dict) and "sources" in saved):
         return
-    for k, folder in enumerate(d.source_dirs()):
-        if not fs.as_path(folder).is_dir():
-            raise RecipeError(f"data.sources[{k}].dir: {folder} does not exist; build it with `jaxbert data prepare`")
+    for k, source in enumerate(d.sources or ()):  # typed and checked when the recipe was read (SourceSection)
+        if not fs.as_path(source.dir).is_dir():
+            raise RecipeError(f"data.sources[{k}].dir: {source.dir} does not exist; build it with "
+                              "`jaxbert data prepare`")
     if d.sources:
         check_mixture(d.source_dirs(), seq_len=d.seq_len, packing=d.packing)
     if isinstance(saved, dict) and (d.sources or d.dir is not None):  # the loader's own resume checks, now
@@ -165,7 +165,7 @@ def _describe(data_dir: Path) -> str:
 
 def tokenizer_dir(recipe: Recipe, workdir: str | Path) -> str | None:
     """Where a run's tokenizer lives (see jaxbert.workdir.run_tokenizer_dir)."""
-    path = workdir_lib.run_tokenizer_dir(dataclasses.asdict(recipe.data), workdir)
+    path = workdir_lib.run_tokenizer_dir(recipe.to_dict()["data"], workdir)
     return None if path is None else str(path)
 
 

@@ -7,6 +7,7 @@ a run reads more rows than either holds, so both start repeating.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -187,10 +188,46 @@ def test_a_weight_in_exponent_notation_reads_as_a_number_as_every_recipe_number_
     assert yaml.safe_load(path.read_text())["data"]["sources"][0]["weight"] == "1e3"  # YAML's reading
     r = R.load(str(path))
     assert r.optim.learning_rate == 1e-3 and r.data.source_weights() == [1000.0, 1.0]
-    assert r.data.sources[0]["weight"] == 1000.0  # recorded in recipe.yaml as the number
+    assert r.data.sources[0].weight == 1000.0  # recorded in recipe.yaml as the number
     assert R.from_dict({"data": {"sources": [{"dir": "x/a", "weight": "2.5e1"}, {"dir": "y/b", "weight": 1}]}}
                        ).data.source_weights() == [25.0, 1.0]
     for bad in ("1e3x", "-1e3", ".nan"):
         with pytest.raises(R.RecipeError, match=r"^data\.sources\[0\]\.weight: must be a finite number > 0"):
             R.from_dict({"data": {"sources": [{"dir": "x/a", "weight": bad if bad != ".nan" else float("nan")}]}})
     assert R.from_dict({}).data.sources is None  # no key: no mixture (recorded as null)
+
+
+def test_a_typo_in_a_source_key_is_refused_by_name_in_one_line(tmp_path, capsys):
+    """data.sources' items are typed (SourceSection): a key that is not dir, weight or name stops the run
+    before anything is written, naming the source and the key."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"data:\n  sources: [{{dir: {tmp_path}/a, weight: 3}}, {{dir: {tmp_path}/b, wieght: 1}}]\n")
+    err = _refused(capsys, ["--config", str(recipe), "--workdir", str(tmp_path / "wd")])
+    assert re.search(r"^jaxbert train: error: \S+r\.yaml: data\.sources\[1\]: unknown key 'wieght'; a source has "
+                     r"dir, weight and name$", err.strip()), err
+    assert not (tmp_path / "wd").exists()
+
+
+@pytest.mark.parametrize("data", [
+    {"sources": [{"dir": "x/early", "weight": 3}, {"name": "tail", "dir": "y/late", "weight": "1e3"},
+                 {"dir": "z/c", "weight": 0.5}]},
+    {"sources": [{"dir": "x/early"}, {"dir": "y/late", "name": "tail"}], "temperature": 0.3},
+])
+def test_a_mixture_recipe_round_trips_through_recipe_yaml(tmp_path, data):
+    """The recipe.yaml a run writes reads back as the same recipe, and records each source as it was
+    given (no default written in; a weight read from '1e3' as the number, an integer as the integer)."""
+    from jaxbert.train import recipe as R
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"data": data}))
+    r = R.load(str(path))
+    assert all(isinstance(s, R.SourceSection) for s in r.data.sources)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.data.sources[0].weight = 2
+    written = R.save_effective(r, tmp_path / "wd")
+    again = R.load(str(written))
+    assert again == r
+    recorded = yaml.safe_load(written.read_text())["data"]
+    expected = [{k: (1000.0 if v == "1e3" else v) for k, v in s.items()} for s in data["sources"]]
+    assert recorded["sources"] == expected and recorded.get("temperature") == data.get("temperature")
+    assert R.save_effective(again, tmp_path / "wd2").read_text() == written.read_text()
+    assert r.data.source_names() == ["early", "tail", "c"][:len(data["sources"])]
