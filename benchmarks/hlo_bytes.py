@@ -18,8 +18,10 @@ import argparse
 import collections
 import re
 
-# The HLO parser is the library's (jaxbert.plan.roofline, which also bounds the step's time from it).
-from jaxbert.plan.roofline import INSTR, HloModule, computations, instructions, nbytes
+# The HLO parser is the library's (jaxbert.plan.hlo_text and hlo_module; jaxbert.plan.roofline bounds the
+# step's time from it).
+from jaxbert.plan.hlo_module import HloModule, instructions
+from jaxbert.plan.hlo_text import INSTR, computations, nbytes
 
 
 def category(op: str, source: str) -> str:

@@ -17,7 +17,7 @@ import argparse
 import collections
 import re
 
-from jaxbert.plan import compile_step, roofline
+from jaxbert.plan import compile_step, hlo_module
 from jaxbert.train import recipe as recipes
 
 
@@ -38,7 +38,7 @@ def main(argv=None) -> None:
           f"memory {b.memory_s * 1e3:.1f}, collectives {b.collective_s * 1e3:.1f}; memory-bound share "
           f"{b.memory_bound_share:.2f}) for accum_steps {r.train.accum_steps}")
     with open(f"{args.hlo_dir}/train_step.hlo.txt") as f:
-        module = roofline.HloModule(f.read())
+        module = hlo_module.HloModule(f.read())
     groups = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for op in module.operations():
         if op.collective_bytes:

@@ -33,7 +33,7 @@ from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.parallel import MeshRunner
 from jaxbert.train import mlm
 from jaxbert.train.recipe import Recipe
-from jaxbert.plan import roofline
+from jaxbert.plan.hlo_module import HloModule, kernel_flops
 from jaxbert.plan.roofline import Bound, step_bound
 
 TPU_EXTRA = install_hint("tpu") + " (in a clone of jaxbert)"
@@ -135,8 +135,8 @@ def cost_of(compiled, per_device_batch: int, lower_s: float, compile_s: float, d
     cost = dict(cost)
     text, hlo = compiled.as_text(), None
     if "tpu_custom_call" in text:  # XLA counts a Pallas kernel (splash attention) as -1 FLOPs: add what it runs
-        hlo = roofline.HloModule(text)
-        calls, kernel = roofline.kernel_flops(hlo)
+        hlo = HloModule(text)
+        calls, kernel = kernel_flops(hlo)
         if calls and cost.get("flops") is not None:
             cost["flops"] = max(cost["flops"], 0.0) + kernel
     hbm = (mem.argument_size_in_bytes + mem.output_size_in_bytes - mem.alias_size_in_bytes

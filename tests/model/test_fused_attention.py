@@ -19,7 +19,7 @@ from jaxbert.model.config import BertConfig
 from jaxbert.model.modernbert import build
 from jaxbert.model.options import BATCH, ModelOptions
 from jaxbert.model.softmax import masked_softmax
-from jaxbert.plan import roofline
+from jaxbert.plan import hlo_module, roofline
 from tests.helpers.modernbert import config_of, params_of, tiny_hf
 
 B, T, N, D, W = 2, 150, 2, 8, 16  # T: no multiple of splash's 128 nor of the local block (16)
@@ -277,7 +277,7 @@ def _tpu_hlo(fn, *args) -> str:
 
 
 def _kernels(hlo: str) -> list:
-    module = roofline.HloModule(hlo)
+    module = hlo_module.HloModule(hlo)
     return [op for op in module.operations() if op.opcode == "custom-call" and "splash" in op.source]
 
 
@@ -303,7 +303,7 @@ def test_roofline_counts_each_splash_kernel_from_the_blocks_it_visits(window):
     bound = roofline.step_bound(hlo, 197e12, 819e9)
     assert bound.flops >= sum(want.values())
     # what jaxbert.plan.compile_step adds to XLA's FLOPs (which count each kernel as -1)
-    assert roofline.kernel_flops(hlo) == (3, sum(want.values()))
+    assert hlo_module.kernel_flops(hlo) == (3, sum(want.values()))
 
 
 def test_roofline_reads_a_declared_cost_estimate():
@@ -314,7 +314,7 @@ def test_roofline_reads_a_declared_cost_estimate():
         return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                               cost_estimate=pl.CostEstimate(flops=12345, transcendentals=0, bytes_accessed=67890))(x)
 
-    module = roofline.HloModule(_tpu_hlo(fn, jnp.zeros((8, 128), jnp.float32)))
+    module = hlo_module.HloModule(_tpu_hlo(fn, jnp.zeros((8, 128), jnp.float32)))
     ops = [op for op in module.operations() if op.opcode == "custom-call"]
     assert [(op.flops, op.bytes) for op in ops] == [(12345.0, 67890.0)]
 

@@ -8,7 +8,7 @@ import pytest
 
 from jaxbert import devices as devs
 from jaxbert.cli.main import main
-from jaxbert.plan import batch_search, compile_step, roofline
+from jaxbert.plan import batch_search, compile_step, hlo_module, hlo_text, instruction_cost, roofline
 from jaxbert.train import recipe as recipes
 
 HLO = """HloModule hand, entry_computation_layout={()->f32[]}
@@ -103,7 +103,7 @@ def test_a_hand_written_step_is_bounded_as_computed_by_hand():
     # without an interconnect figure collectives add nothing
     assert roofline.step_bound(HLO, peak, bw).seconds == pytest.approx(expected - 4096 / 1e6)
     # hlo_bytes.py's count (operands + result) is unchanged: the script imports this parser
-    plain = sum(n for n, _, _ in roofline.instructions(HLO))
+    plain = sum(n for n, _, _ in hlo_module.instructions(HLO))
     assert plain == 3 * (1028 + 896 + 900 + 12) + 12288 + 2 * 4096 + 896 + 8192
 
 
@@ -227,17 +227,17 @@ def test_tpu_hlo_a_loop_without_a_known_trip_count_and_a_batched_matmul_as_a_dil
     # windows over an input dilated by their own size, so each output element meets one real position per
     # window: 2 * (2*12*128*128) * 64 FLOPs, not 2 * 12 times that
     shapes = {"q": "bf16[2,128,12,64]{1,3,2,0:T(8,128)(2,1)}", "k": "bf16[2,128,12,64]{1,3,2,0:T(8,128)(2,1)}"}
-    flops = roofline.instruction_flops(
+    flops = instruction_cost.instruction_flops(
         "bf16[2,12,128,128]{2,3,1,0:T(8,128)(2,1)}", "convolution", ["q", "k"],
         ", window={size=2x12 stride=1x11 lhs_dilate=2x12}, dim_labels=0b1f_0o1i->01bf", shapes.get)
     assert flops == 2 * (2 * 12 * 128 * 128) * 64
     # the MLM head's weight gradient: a window of 2 over real input, 80 input features
     shapes = {"g": "bf16[2,80,30522]{2,1,0}", "x": "bf16[2,80,768]{2,1,0}"}
-    flops = roofline.instruction_flops("bf16[30522,768,1]{0,1,2}", "convolution", ["g", "x"],
-                                       ", window={size=2}, dim_labels=0fb_0io->bf0", shapes.get)
+    flops = instruction_cost.instruction_flops("bf16[30522,768,1]{0,1,2}", "convolution", ["g", "x"],
+                                               ", window={size=2}, dim_labels=0fb_0io->bf0", shapes.get)
     assert flops == 2 * 30522 * 768 * 2 * 80
     # an array a TPU layout places on chip (S(3): CMEM) is no HBM traffic; S(0) and no S() are
-    assert roofline.hbm_nbytes("(s32[]{:T(128)}, bf16[2,128,768]{2,1,0:T(8,128)(2,1)S(3)}, f32[4]{0:S(0)})") == 20
+    assert hlo_text.hbm_nbytes("(s32[]{:T(128)}, bf16[2,128,768]{2,1,0:T(8,128)(2,1)S(3)}, f32[4]{0:S(0)})") == 20
     on_chip = HLO.replace("%add = f32[1024]{0} add(%v, %v)", "%add = f32[1024]{0:S(1)} add(%v, %v)")
     assert roofline.step_bound(on_chip, 1e6, 1e6).bytes == roofline.step_bound(HLO, 1e6, 1e6).bytes - 4096
 
@@ -254,5 +254,5 @@ def test_a_conditional_is_counted_at_its_costliest_branch_whichever_is_listed_fi
     args = (jnp.bool_(True), jnp.ones((64, 256)), jnp.ones((256, 8)), jnp.ones((256, 512)))
     hlo = jax.jit(step).lower(*args).as_text(dialect="hlo")
     assert "conditional" in hlo
-    flops = sum(op.flops for op in roofline.HloModule(hlo).operations())
+    flops = sum(op.flops for op in hlo_module.HloModule(hlo).operations())
     assert flops == 2.0 * 64 * 256 * 512
