@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 
 from jaxbert.bench.target import run_target_bench, target_table
-from jaxbert.bench.harness import Bench, command_line, run_worker, work_names
+from jaxbert.bench.contest import run_worker
+from jaxbert.bench.harness import Bench, command_line, work_names
 from jaxbert.bench.timing import MIN_ROUNDS, NOISY_SPREAD, check_only, markdown_table
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.options import ATTENTION_IMPLS

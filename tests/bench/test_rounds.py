@@ -2,7 +2,7 @@
 
 import pytest
 
-from jaxbert.bench import harness, machine, worker
+from jaxbert.bench import contest, machine, worker
 from jaxbert.bench.timing import (NOISY_SPREAD, Ratio, markdown_table, rate_record, round_ratio,
                                   round_schedule)
 
@@ -33,13 +33,13 @@ def test_alternate_runs_the_warm_workers_round_by_round():
     log = []
     workers = {"jaxbert": _Log("jaxbert", [1.0, 3.0, 2.0, 2.0, 4.0, 4.0], log),
                "torch-eager": _Log("torch-eager", [2.0, 2.0, 3.0, 5.0, 4.0, 6.0], log)}
-    out = harness.alternate(workers, rounds=3, calls=2)
+    out = contest.alternate(workers, rounds=3, calls=2)
     assert log == ["jaxbert", "torch-eager"] * 3
     assert out["jaxbert"]["seconds"] == [1.0, 3.0, 2.0, 2.0, 4.0, 4.0]
     assert out["jaxbert"]["per_round"] == [2.0, 2.0, 4.0]  # each round's median call
     assert out["torch-eager"]["per_round"] == [2.0, 4.0, 5.0]
     assert out["torch-eager"]["extra"] == {"finished": "torch-eager"}
-    ratio = harness.ratios_for(out)["torch-eager"]
+    ratio = contest.ratios_for(out)["torch-eager"]
     assert (ratio.median, ratio.min, ratio.max, ratio.rounds) == (1.25, 1.0, 2.0, 3)
 
 
@@ -49,11 +49,11 @@ def test_alternate_drops_a_worker_that_fails_and_goes_on():
     class Dies(_Log):
         def time(self, calls):
             if len(self.log) > 2:
-                raise harness.WorkerFailed("killed")
+                raise contest.WorkerFailed("killed")
             return super().time(calls)
     workers = {"jaxbert": _Log("jaxbert", [1.0] * 3, log), "torch-eager": Dies("torch-eager", [1.0] * 3, log)}
     said = []
-    out = harness.alternate(workers, rounds=3, say=said.append)
+    out = contest.alternate(workers, rounds=3, say=said.append)
     assert out["jaxbert"]["per_round"] == [1.0, 1.0, 1.0] and "torch-eager" not in out
     assert said == ["  torch-eager: dropped (killed)"]
 
