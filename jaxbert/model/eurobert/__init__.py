@@ -14,38 +14,22 @@ from jaxbert.model.eurobert.config import CLASS_NAMES, MODEL_TYPE, EuroBertConfi
 from jaxbert.model.eurobert.heads import MODEL_CLASSES
 from jaxbert.model.eurobert.table import Table, is_scanned, param_count
 from jaxbert.model.options import ModelOptions
+from jaxbert.model.own_classes import build_class, class_of_checkpoint
 
 
 def build(class_name: str, config: EuroBertConfig, options: ModelOptions = ModelOptions(), **kwargs):
     """The module of a EuroBERT class name for this config and these options (its classes take no other
     keywords); options it cannot honour are refused by name."""
-    if kwargs:
-        raise ValueError(f"{class_name} takes no {', '.join(sorted(kwargs))} (it has no pooler)")
-    if class_name not in MODEL_CLASSES:
-        raise ValueError(f"model class {class_name!r} is not a EuroBERT class; expected one of {CLASS_NAMES}")
-    if not isinstance(config, EuroBertConfig):
-        raise ValueError(f"{class_name} needs a EuroBertConfig (model_type 'eurobert'), "
-                         f"got {type(config).__name__} with model_type {getattr(config, 'model_type', None)!r}")
-    if options.decode:
-        raise ValueError("decode=True: EuroBERT is an encoder; it has no key/value cache to decode with")
-    return MODEL_CLASSES[class_name](config, options)
+    return build_class("EuroBERT", MODEL_CLASSES, EuroBertConfig, MODEL_TYPE, class_name, config, options, kwargs)
 
 
 def infer_class(config: EuroBertConfig, keys: list) -> str | None:
     """A EuroBERT checkpoint's class: its architectures entry, else what its head keys say (a classifier
     with a dense before it is sequence classification, alone token classification); None when
     architectures names only classes EuroBERT does not have."""
-    for arch in config.architectures or ():
-        if arch in CLASS_NAMES:
-            return arch
-    if config.architectures:
-        return None
-    modules = {k.rpartition(".")[0] for k in keys}
-    if "lm_head" in modules:
-        return "EuroBertForMaskedLM"
-    if "classifier" in modules:
-        return "EuroBertForSequenceClassification" if "dense" in modules else "EuroBertForTokenClassification"
-    return "EuroBertModel"
+    return class_of_checkpoint(config, keys, CLASS_NAMES, (
+        (("lm_head",), "EuroBertForMaskedLM"), (("classifier", "dense"), "EuroBertForSequenceClassification"),
+        (("classifier",), "EuroBertForTokenClassification")), "EuroBertModel")
 
 
 def non_embedding_params(config: EuroBertConfig) -> int:

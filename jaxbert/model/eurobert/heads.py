@@ -12,11 +12,9 @@ from __future__ import annotations
 import flax.linen as nn
 
 from jaxbert.model.activations import ACT_FNS
-from jaxbert.model.base import DenseWeights, tied_logits
 from jaxbert.model.encoder import gather_positions
 from jaxbert.model.eurobert.modules import EuroBertModel, EuroBertModule
-from jaxbert.model.layers.feedforward import linear
-from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
+from jaxbert.model.layers.vocab import vocab_decoder
 
 
 class EuroBertPreTrainedModel(EuroBertModule):
@@ -50,27 +48,11 @@ class EuroBertForMaskedLM(EuroBertPreTrainedModel):
         loss for this vocabulary (128,256 entries by default: it does), a VocabProjection of x, that weight and
         bias instead (jaxbert.model.vocab_loss): the same params."""
         cfg, opts = self.config, self.options
-        chunk = uses_chunks(cfg.vocab_size, opts.vocab_loss_chunk)
+        table = None
         if cfg.tie_word_embeddings:
             table = nn.meta.unbox(self.get_variable("params", "model")["embed_tokens"]["embedding"]).astype(opts.dtype)
-            bias = _HeadBias(cfg, opts, name="lm_head")() if cfg.mlp_bias else None
-            return VocabProjection(x, table, bias, chunk=chunk) if chunk else tied_logits(x, table, bias)
-        init = nn.initializers.normal(cfg.initializer_range)
-        if chunk:  # the kernel [H, V] and bias, not applied (the same params as the Dense below)
-            kernel, bias = linear(cfg.vocab_size, ("embed", "vocab"), "lm_head", cfg.mlp_bias, init, opts,
-                                  cls=DenseWeights)(x)
-            return VocabProjection(x, kernel, bias, chunk=chunk, columns=True)
-        return linear(cfg.vocab_size, ("embed", "vocab"), "lm_head", cfg.mlp_bias, init, opts)(x)
-
-
-class _HeadBias(EuroBertModule):
-    """What a tied lm_head holds of its own: bias [V] (its weight is embed_tokens)."""
-
-    @nn.compact
-    def __call__(self):
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                          (self.config.vocab_size,), self.options.param_dtype)
-        return bias.astype(self.options.dtype)
+        return vocab_decoder(x, table, name="lm_head", vocab_size=cfg.vocab_size, use_bias=cfg.mlp_bias,
+                             init=nn.initializers.normal(cfg.initializer_range), options=opts)
 
 
 class _EncoderHead(EuroBertPreTrainedModel):

@@ -16,21 +16,13 @@ from jaxbert.model.modernbert.config import CLASS_NAMES, FULL, MODEL_TYPE, SLIDI
 from jaxbert.model.modernbert.heads import MODEL_CLASSES
 from jaxbert.model.modernbert.table import Table, is_scanned, param_count
 from jaxbert.model.options import ModelOptions
+from jaxbert.model.own_classes import build_class, class_of_checkpoint
 
 
 def build(class_name: str, config: ModernBertConfig, options: ModelOptions = ModelOptions(), **kwargs):
     """The module of a ModernBERT class name for this config and these options (its classes take no
     other keywords: ``add_pooling_layer`` is refused, as ModernBERT has no pooler)."""
-    if kwargs:
-        raise ValueError(f"{class_name} takes no {', '.join(sorted(kwargs))} (it has no pooler)")
-    if class_name not in MODEL_CLASSES:
-        raise ValueError(f"model class {class_name!r} is not a ModernBERT class; expected one of {CLASS_NAMES}")
-    if not isinstance(config, ModernBertConfig):
-        raise ValueError(f"{class_name} needs a ModernBertConfig (model_type 'modernbert'), "
-                         f"got {type(config).__name__} with model_type {getattr(config, 'model_type', None)!r}")
-    if options.decode:
-        raise ValueError("decode=True: ModernBERT is an encoder; it has no key/value cache to decode with")
-    return MODEL_CLASSES[class_name](config, options)
+    return build_class("ModernBERT", MODEL_CLASSES, ModernBertConfig, MODEL_TYPE, class_name, config, options, kwargs)
 
 
 def dummy_inputs(class_name: str, batch: int = 1, length: int = 8) -> tuple:
@@ -43,17 +35,9 @@ def infer_class(config: ModernBertConfig, keys: list) -> str | None:
     """A ModernBERT checkpoint's class: its architectures entry, else what its head keys say
     (a classifier is taken for sequence classification, the commonest); None when architectures
     names only classes ModernBERT does not have."""
-    for arch in config.architectures or ():
-        if arch in CLASS_NAMES:
-            return arch
-    if config.architectures:
-        return None
-    modules = {k.rpartition(".")[0] for k in keys}
-    if "decoder" in modules:
-        return "ModernBertForMaskedLM"
-    if "classifier" in modules:
-        return "ModernBertForSequenceClassification"
-    return "ModernBertModel"
+    return class_of_checkpoint(config, keys, CLASS_NAMES, ((("decoder",), "ModernBertForMaskedLM"),
+                                                           (("classifier",), "ModernBertForSequenceClassification")),
+                               "ModernBertModel")
 
 
 def non_embedding_params(config: ModernBertConfig) -> int:

@@ -11,11 +11,11 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxbert.model.activations import ACT_FNS
-from jaxbert.model.base import DenseWeights, ModelOutput, tied_logits
+from jaxbert.model.base import ModelOutput
 from jaxbert.model.encoder import gather_positions
 from jaxbert.model.modernbert.base import ModernBertModule
+from jaxbert.model.layers.vocab import vocab_decoder
 from jaxbert.model.modernbert.modules import ModernBertModel
-from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
 
 class ModernBertPredictionHead(ModernBertModule):
@@ -67,30 +67,13 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         """x [B, M, H] -> [B, M, V]: the tied (or own) decoder weight, plus decoder_bias's bias. Inside the
         MLM step's deferred_vocab_logits, where options.vocab_loss_chunk chooses the chunked loss for this
         vocabulary, a VocabProjection of x, that weight and bias instead (jaxbert.model.vocab_loss)."""
-        cfg, dtype = self.config, self.options.dtype
-        chunk = uses_chunks(cfg.vocab_size, self.options.vocab_loss_chunk)
+        cfg = self.config
+        table = None
         if cfg.tie_word_embeddings:
             table = self.get_variable("params", "model")["embeddings"]["tok_embeddings"]["embedding"]
-            bias = _DecoderBias(cfg, self.options, name="decoder")() if cfg.decoder_bias else None
-            table = nn.meta.unbox(table).astype(dtype)
-            if chunk:
-                return VocabProjection(x, table, bias, chunk=chunk)
-            return tied_logits(x, table, bias)
-        if chunk:  # the kernel [H, V] and bias, not applied (the same params as the Dense below)
-            kernel, bias = self.linear(cfg.vocab_size, ("embed", "vocab"), "decoder", cfg.decoder_bias, self.std_out,
-                                       cls=DenseWeights)(x)
-            return VocabProjection(x, kernel, bias, chunk=chunk, columns=True)
-        return self.linear(cfg.vocab_size, ("embed", "vocab"), "decoder", cfg.decoder_bias, self.std_out)(x)
-
-
-class _DecoderBias(ModernBertModule):
-    """What a tied decoder holds of its own: bias [V] (its weight is tok_embeddings)."""
-
-    @nn.compact
-    def __call__(self):
-        bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                          (self.config.vocab_size,), self.options.param_dtype)
-        return bias.astype(self.options.dtype)
+            table = nn.meta.unbox(table).astype(self.options.dtype)
+        return vocab_decoder(x, table, name="decoder", vocab_size=cfg.vocab_size, use_bias=cfg.decoder_bias,
+                             init=self.trunc_normal(self.std_out), options=self.options)
 
 
 class _EncoderHead(ModernBertPreTrainedModel):
