@@ -1,22 +1,22 @@
-"""The base of every BERT module (config + options, transformers' initialisers), the 2-D Dense,
+"""The base of every BERT module (config + options, transformers' initialisers),
 and ModelOutput, what every model returns."""
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import Optional
 
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxbert.model.config import BertConfig
 from jaxbert.model.dropout import make_dropout
+from jaxbert.model.layers.dense import Dense, DenseWeights
+from jaxbert.model.layers.embed import SmallTableEmbed
 from jaxbert.model.layers.norms import layer_norm
-from jaxbert.model.options import ModelOptions, constrain_batch, cpu_target
+from jaxbert.model.layers.vocab import tied_logits
+from jaxbert.model.options import ModelOptions
 from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
 Array = jax.Array
@@ -116,150 +116,6 @@ class BertModule(nn.Module):
         if untied is None:
             return tied_logits(x, word_embeddings.astype(self.options.dtype), bias)
         return untied + bias
-
-
-class Dense(nn.Dense):
-    """nn.Dense (same params, init and dtype promotion) that multiplies as one
-    2-D matmul [prod(leading dims), in] x [in, out].
-
-    The 3-D einsum nn.Dense emits for [B, T, H] inputs makes XLA's CPU backend
-    transpose activations before each weight-gradient matmul; the 2-D form
-    does not.
-    """
-
-    @nn.compact
-    def __call__(self, inputs: Array) -> Array:
-        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features),
-                            self.param_dtype)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
-        inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        y = jnp.dot(inputs.reshape(-1, inputs.shape[-1]), kernel, precision=self.precision)
-        y = constrain_batch(y.reshape(inputs.shape[:-1] + (self.features,)))
-        return y if bias is None else y + bias
-
-
-class EinsumDense(Dense):
-    """Dense's params ([in, out] kernel, [out] bias, same init) applied as one einsum over a view of them:
-    `spec` reads the kernel reshaped to `kernel_view` and adds the bias reshaped to `bias_view`. A layer that
-    wants its output in another layout (attention heads first, say) gets it from the matmul itself instead of
-    a transpose after it."""
-
-    spec: str = ""
-    kernel_view: tuple = ()
-    bias_view: tuple = ()
-
-    @nn.compact
-    def __call__(self, inputs: Array) -> Array:
-        kernel = self.param("kernel", self.kernel_init, (math.prod(self.kernel_view) // self.features, self.features),
-                            self.param_dtype)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
-        inputs, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        y = jnp.einsum(self.spec, inputs, kernel.reshape(self.kernel_view), precision=self.precision)
-        return y if bias is None else y + bias.reshape(self.bias_view)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def take_rows(table, ids, num_rows: int):
-    """table[ids] (rows of a [V, H] table), whose gradient is one_hot(ids)^T @ g: a matmul.
-
-    The usual gradient of a lookup is a scatter-add of every position's cotangent into its row. For a
-    table of few rows that the whole batch reads (token types: 2 rows for B x L lookups; positions: B
-    lookups of each row) that scatter serialises on atomics: on an H100 it took half of bert-base's
-    train step (docs/benchmarks.md). The one-hot matmul sums the same cotangents, in float32 (or
-    wider) whatever the compute dtype, at full precision. Out-of-range ids get no gradient (as the
-    scatter drops them)."""
-    return jnp.take(table, ids, axis=0)
-
-
-def _take_rows_fwd(table, ids, num_rows):
-    return jnp.take(table, ids, axis=0), (ids, jnp.zeros((), table.dtype))
-
-
-def _take_rows_bwd(num_rows, res, g):
-    ids, like = res
-    acc = jnp.promote_types(g.dtype, jnp.float32)
-    onehot = jax.nn.one_hot(ids.reshape(-1), num_rows, dtype=g.dtype)
-    grad = jnp.matmul(onehot.T, g.reshape(-1, g.shape[-1]), precision=jax.lax.Precision.HIGHEST,
-                      preferred_element_type=acc)
-    zero_ids = np.zeros(ids.shape, jax.dtypes.float0)
-    return grad.astype(like.dtype), zero_ids
-
-
-take_rows.defvjp(_take_rows_fwd, _take_rows_bwd)
-
-
-def tied_logits(x: Array, table: Array, bias: Optional[Array]) -> Array:
-    """x [..., H] -> logits [..., V]: x times the tied decoder's table [V, H] transposed, plus bias [V] (or None).
-
-    Where the step is compiled for a CPU its backward is written out (_tied_logits): autodiff's, as XLA's CPU
-    backend runs it, took the bias gradient, a sum over the B x M rows of the [B, M, V] logits' cotangent, at
-    about 6 ns an element (285 ms of a 6-layer, hidden-384 ModernBERT's 3.1 s step at 8 x 512, 30% masked,
-    V = 50,368), and the table's gradient as a [V, B x M] x [B x M, H] matmul after transposing the cotangent
-    (465 ms). Written out, the bias gradient is the same sum as a matmul by ones (8 ms) and the table's is
-    formed [H, V] and transposed (270 ms). Elsewhere autodiff's is kept."""
-    if cpu_target():
-        return _tied_logits(x, table, bias)
-    logits = jnp.einsum("...H,VH->...V", x, table)
-    return logits if bias is None else logits + bias
-
-
-@jax.custom_vjp
-def _tied_logits(x, table, bias):
-    # one 2-D matmul over the rows [B x M, H], as Dense multiplies (the same values as the einsum)
-    logits = jnp.dot(x.reshape(-1, x.shape[-1]), table.T)
-    logits = logits if bias is None else logits + bias
-    return logits.reshape(*x.shape[:-1], table.shape[0])
-
-
-def _tied_logits_fwd(x, table, bias):
-    return _tied_logits(x, table, bias), (x, table, bias)
-
-
-def _tied_logits_bwd(res, g):
-    x, table, bias = res
-    rows = g.reshape(-1, g.shape[-1])  # [B x M, V]
-    dx = jnp.dot(rows, table).reshape(x.shape)
-    dtable = jnp.dot(x.reshape(-1, x.shape[-1]).T, rows).T  # formed [H, V]: the cotangent read as it lies
-    dbias = None
-    if bias is not None:
-        ones = jnp.ones((rows.shape[0],), rows.dtype)
-        dbias = jnp.dot(ones, rows, precision=jax.lax.Precision.HIGHEST,
-                        preferred_element_type=jnp.promote_types(rows.dtype, jnp.float32)).astype(bias.dtype)
-    return dx, dtable, dbias
-
-
-_tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
-
-
-class DenseWeights(Dense):
-    """Dense's params (the same names, shapes and init) returned, not applied: (kernel [in, out], bias [out]
-    or None), in the compute dtype as Dense multiplies them; `inputs` gives only the in size. What a decoder
-    hands the chunked MLM loss (jaxbert.model.vocab_loss) in place of its logits."""
-
-    @nn.compact
-    def __call__(self, inputs: Array) -> tuple:
-        kernel = self.param("kernel", self.kernel_init, (jnp.shape(inputs)[-1], self.features), self.param_dtype)
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
-        _, kernel, bias = nn.dtypes.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
-        return kernel, bias
-
-
-# Above this many rows the one-hot operand [tokens, rows] grows large (an 8192-position table at
-# 32 x 1024 tokens: 512 MB of bf16), so such tables keep nn.Embed's scatter. A chosen bound, not measured.
-ONE_HOT_MAX_ROWS = 2048
-
-
-class SmallTableEmbed(nn.Embed):
-    """nn.Embed (same param, same forward) whose table gradient is a one-hot matmul (take_rows), for
-    tables of at most ONE_HOT_MAX_ROWS rows."""
-
-    def __call__(self, inputs):
-        if self.num_embeddings > ONE_HOT_MAX_ROWS:
-            return super().__call__(inputs)
-        if not jnp.issubdtype(inputs.dtype, jnp.integer):
-            raise ValueError("SmallTableEmbed: ids must be integers")
-        (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
-        return take_rows(embedding, inputs, self.num_embeddings)
 
 
 def _zero_row(init, row: int):

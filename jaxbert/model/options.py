@@ -167,6 +167,6 @@ def target_kind() -> str:
 
 def cpu_target() -> bool:
     """Whether the model is being compiled for a CPU (target_kind "cpu"). What XLA's CPU backend runs slowly is
-    then written another way, with the same values: the tied decoder's backward (jaxbert.model.base.tied_logits),
+    then written another way, with the same values: the tied decoder's backward (jaxbert.model.layers.vocab.tied_logits),
     the MLM accuracy's argmax (jaxbert.engine.step.predicted), ModernBERT's Wqkv (RotaryQKV)."""
     return target_kind() == "cpu"

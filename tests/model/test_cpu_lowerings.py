@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxbert.engine.step import predicted
-from jaxbert.model.base import tied_logits
+from jaxbert.model.layers.vocab import tied_logits
 from jaxbert.model.options import compiling_for, target_kind
 
 TPU = [SimpleNamespace(device_kind="TPU v5 lite")]

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxbert.model.base import SmallTableEmbed, take_rows
+from jaxbert.model.layers.embed import SmallTableEmbed, take_rows
 
 
 def _scatter_grad(ids, g, rows):
@@ -62,12 +62,12 @@ def test_small_table_embed_matches_nn_embed(dtype):
 def test_a_large_table_keeps_the_scatter(monkeypatch):
     """Past ONE_HOT_MAX_ROWS the one-hot operand would cost more memory than it saves: nn.Embed's own
     lookup (no take_rows in the jaxpr's custom VJP calls)."""
-    from jaxbert.model import base
+    from jaxbert.model.layers import embed
     ids = jnp.zeros((2, 3), jnp.int32)
     small = SmallTableEmbed(8, 4)
     params = small.init(jax.random.key(0), ids)
     jaxpr = str(jax.make_jaxpr(lambda p: small.apply(p, ids))(params))
     assert "custom_vjp_call" in jaxpr
-    monkeypatch.setattr(base, "ONE_HOT_MAX_ROWS", 4)
+    monkeypatch.setattr(embed, "ONE_HOT_MAX_ROWS", 4)
     jaxpr = str(jax.make_jaxpr(lambda p: small.apply(p, ids))(params))
     assert "custom_vjp_call" not in jaxpr

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert.model.activations import ACT_FNS
-from jaxbert.model.base import Dense
+from jaxbert.model.layers.dense import Dense
 from jaxbert.model.dropout import apply_hash_dropout, make_dropout
 
 Array = jax.Array

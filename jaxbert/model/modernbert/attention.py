@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxbert.model.layers import attention
 from jaxbert.model import fused
-from jaxbert.model.base import Dense
+from jaxbert.model.layers.dense import Dense
 from jaxbert.model.layers.rotary import apply_rope
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.options import cpu_target, target_kind

@@ -7,7 +7,8 @@ import math
 
 import flax.linen as nn
 
-from jaxbert.model.base import BertModule, Dense, EinsumDense
+from jaxbert.model.base import BertModule
+from jaxbert.model.layers.dense import Dense, EinsumDense
 from jaxbert.model.layers.norms import layer_norm
 
 
