@@ -1,8 +1,10 @@
 """What the families whose classes are their own (ModernBERT, EuroBERT) share around those classes:
-building one by name, with the guards every such family applies, and reading a checkpoint's class from its
-config and keys."""
+building one by name, with the guards every such family applies, reading a checkpoint's class from its
+config and keys, and the base of their task classes (encoder, then head)."""
 
 from __future__ import annotations
+
+import flax.linen as nn
 
 from jaxbert.model.options import ModelOptions
 
@@ -37,3 +39,27 @@ def class_of_checkpoint(config, keys, class_names: tuple, by_module: tuple, base
         if set(needed) <= modules:
             return name
     return base_class
+
+
+def no_head_mask(family: str, head_mask) -> None:
+    """These families' attention takes no head mask (transformers' classes of theirs take none)."""
+    if head_mask is not None:
+        raise ValueError(f"head_mask: {family} has no head mask (transformers' {family} classes take none)")
+
+
+def encoder_head(base, family: str):
+    """The base of a family's task classes: `base` (which holds the encoder: its `encode`) called as every jaxbert
+    model is, then the class's `head(out, attention_mask, deterministic)` on the encoder's output."""
+
+    class EncoderHead(base):
+        @nn.compact
+        def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
+                     deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
+                     segment_ids=None):
+            no_head_mask(family, head_mask)
+            out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
+                              output_attentions, segment_ids)
+            return self.head(out, attention_mask, deterministic)
+
+    EncoderHead.__name__ = EncoderHead.__qualname__ = f"_{base.__name__}EncoderHead"
+    return EncoderHead

@@ -15,6 +15,7 @@ from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.encoder import gather_positions
 from jaxbert.model.eurobert.modules import EuroBertModel, EuroBertModule
 from jaxbert.model.layers.vocab import vocab_decoder
+from jaxbert.model.own_classes import encoder_head, no_head_mask
 
 
 class EuroBertPreTrainedModel(EuroBertModule):
@@ -34,7 +35,7 @@ class EuroBertForMaskedLM(EuroBertPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
                  masked_positions=None, deterministic: bool = True, output_hidden_states: bool = False,
                  output_attentions: bool = False, segment_ids=None):
-        _no_head_mask(head_mask)
+        no_head_mask("EuroBERT", head_mask)
         out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
                           output_attentions, segment_ids)
         hidden = out.last_hidden_state
@@ -55,17 +56,7 @@ class EuroBertForMaskedLM(EuroBertPreTrainedModel):
                              init=nn.initializers.normal(cfg.initializer_range), options=opts)
 
 
-class _EncoderHead(EuroBertPreTrainedModel):
-    """The encoder, then the class's `head(out, attention_mask)` on its output."""
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
-                 segment_ids=None):
-        _no_head_mask(head_mask)
-        out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-                          output_attentions, segment_ids)
-        return self.head(out, attention_mask)
+_EncoderHead = encoder_head(EuroBertPreTrainedModel, "EuroBERT")
 
 
 class EuroBertForSequenceClassification(_EncoderHead):
@@ -74,7 +65,7 @@ class EuroBertForSequenceClassification(_EncoderHead):
     real tokens' logits. With segment_ids the means stay over every real token of the row (all its documents),
     as attention_mask marks them; "bos" reads the row's first token."""
 
-    def head(self, out, attention_mask):
+    def head(self, out, attention_mask, deterministic):
         cfg = self.config
         dense = self.dense(cfg.hidden_size, ("embed", None), "dense")
         classifier = self.dense(cfg.num_labels, ("embed", None), "classifier")
@@ -89,7 +80,7 @@ class EuroBertForSequenceClassification(_EncoderHead):
 class EuroBertForTokenClassification(_EncoderHead):
     """logits [B, T, num_labels]."""
 
-    def head(self, out, attention_mask):
+    def head(self, out, attention_mask, deterministic):
         classifier = self.dense(self.config.num_labels, ("embed", None), "classifier")
         return out.replace(logits=classifier(out.last_hidden_state))
 
@@ -101,11 +92,6 @@ def masked_mean(x, attention_mask):
         return x.mean(axis=1)
     m = attention_mask.astype(x.dtype)[..., None]
     return (x * m).sum(axis=1) / m.sum(axis=1)
-
-
-def _no_head_mask(head_mask):
-    if head_mask is not None:
-        raise ValueError("head_mask: EuroBERT has no head mask (transformers' EuroBert classes take none)")
 
 
 MODEL_CLASSES = {cls.__name__: cls for cls in (

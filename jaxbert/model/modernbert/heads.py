@@ -15,6 +15,7 @@ from jaxbert.model.base import ModelOutput
 from jaxbert.model.encoder import gather_positions
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.layers.vocab import vocab_decoder
+from jaxbert.model.own_classes import encoder_head, no_head_mask
 from jaxbert.model.modernbert.modules import ModernBertModel
 
 
@@ -53,7 +54,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
                  masked_positions=None, deterministic: bool = True, output_hidden_states: bool = False,
                  output_attentions: bool = False, segment_ids=None):
-        _no_head_mask(head_mask)
+        no_head_mask("ModernBERT", head_mask)
         cfg = self.config
         out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
                           output_attentions, segment_ids)
@@ -76,17 +77,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
                              init=self.trunc_normal(self.std_out), options=self.options)
 
 
-class _EncoderHead(ModernBertPreTrainedModel):
-    """The encoder, then the class's `head(out, attention_mask, deterministic)` on its output."""
-
-    @nn.compact
-    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
-                 deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
-                 segment_ids=None):
-        _no_head_mask(head_mask)
-        out = self.encode(input_ids, attention_mask, position_ids, deterministic, output_hidden_states,
-                          output_attentions, segment_ids)
-        return self.head(out, attention_mask, deterministic)
+_EncoderHead = encoder_head(ModernBertPreTrainedModel, "ModernBERT")
 
 
 class ModernBertForSequenceClassification(_EncoderHead):
@@ -122,7 +113,7 @@ class ModernBertForMultipleChoice(ModernBertPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
                  deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
                  segment_ids=None):
-        _no_head_mask(head_mask)
+        no_head_mask("ModernBERT", head_mask)
         B, C, T = input_ids.shape
         flat = lambda a: None if a is None else a.reshape(B * C, T)  # noqa: E731 [B, C, T] -> [B*C, T]
         mask = flat(attention_mask)
@@ -144,11 +135,6 @@ def pool(hidden, attention_mask, how: str, first_real: bool):
         return jnp.take_along_axis(hidden, first[:, None, None], axis=1)[:, 0]
     m = attention_mask.astype(hidden.dtype)[..., None]
     return (hidden * m).sum(axis=1) / m.sum(axis=1)
-
-
-def _no_head_mask(head_mask):
-    if head_mask is not None:
-        raise ValueError("head_mask: ModernBERT has no head mask (transformers' ModernBert classes take none)")
 
 
 MODEL_CLASSES = {cls.__name__: cls for cls in (
