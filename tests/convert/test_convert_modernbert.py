@@ -184,7 +184,7 @@ def test_a_transformers_5_config_loads_and_keeps_its_spelling(tmp_path):
     hf.save_pretrained(tmp_path / "v4")
     data = json.loads((tmp_path / "v4" / "config.json").read_text())
     for key in ("global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta"):
-        del data[key]
+        data.pop(key, None)  # transformers 5 writes the new spellings only
     data.update(layer_types=["full_attention", "sliding_attention", "full_attention"], sliding_window=4,
                 rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
                                  "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
@@ -236,7 +236,7 @@ def test_layer_types_beyond_transformers_4_are_refused_by_convert_and_parity(tmp
     tiny_hf("ModernBertForMaskedLM", seed=9, num_hidden_layers=4).save_pretrained(tmp_path / "v4")
     data = json.loads((tmp_path / "v4" / "config.json").read_text())
     for key in ("global_attn_every_n_layers", "local_attention", "global_rope_theta", "local_rope_theta"):
-        del data[key]
+        data.pop(key, None)  # transformers 5 writes the new spellings only
     data.update(layer_types=["full_attention", "full_attention", "sliding_attention", "full_attention"],
                 sliding_window=4, rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160000.0},
                                                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})

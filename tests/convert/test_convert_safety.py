@@ -476,7 +476,17 @@ def _with_tokenizer(folder):
     import transformers
     vocab = folder.parent / f"{folder.name}-vocab.txt"
     vocab.write_text("".join(w + "\n" for w in _WORDS))
-    transformers.BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(folder)
+    # transformers 5 names the argument `vocab` (and drops an unknown `vocab_file`, leaving the specials only)
+    arg = "vocab_file" if int(transformers.__version__.split(".")[0]) < 5 else "vocab"
+    transformers.BertTokenizerFast(**{arg: str(vocab)}).save_pretrained(folder)
+    # transformers 5 writes tokenizer.json and tokenizer_config.json only; 4.x's other files are
+    # still found in published folders, so they are laid beside them by hand where it wrote none.
+    if not (folder / "vocab.txt").exists():
+        (folder / "vocab.txt").write_bytes(vocab.read_bytes())
+    if not (folder / "special_tokens_map.json").exists():
+        (folder / "special_tokens_map.json").write_text(json.dumps(
+            {"cls_token": "[CLS]", "mask_token": "[MASK]", "pad_token": "[PAD]", "sep_token": "[SEP]",
+             "unk_token": "[UNK]"}, indent=2) + "\n")
     (folder / "added_tokens.json").write_text("{}\n")
     names = sorted(n for n in os.listdir(folder) if n not in ("config.json", "model.safetensors"))
     assert {"tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"} <= set(names)

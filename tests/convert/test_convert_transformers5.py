@@ -1,8 +1,8 @@
 """With transformers 5 (which the [torch] extra allows): convert both ways bit for bit, parity passes.
 
-The test extra pins transformers below 5, so this runs only in an environment that has 5 installed:
-`.ci/run` makes one (`pip install torch==2.13.0 && pip install -e '.[torch]' 'transformers>=5' pytest`) and sets
-JAXBERT_EXPECT_TRANSFORMERS5=1 there, which turns the skip into a failure.
+The test extra installs transformers 5, so this runs in README's test command; `.ci/run` sets
+JAXBERT_EXPECT_TRANSFORMERS5=1 for that run, which turns the skip into a failure should pip resolve a 4.x.
+Elsewhere (a venv with transformers 4.x, as .ci/run's second one) it skips.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ transformers = pytest.importorskip("transformers")
 if int(transformers.__version__.split(".")[0]) < 5:
     if os.environ.get("JAXBERT_EXPECT_TRANSFORMERS5"):
         raise RuntimeError(f"JAXBERT_EXPECT_TRANSFORMERS5 is set but transformers is {transformers.__version__}")
-    pytest.skip("needs transformers 5 (the test extra installs 4.x)", allow_module_level=True)
+    pytest.skip(f"needs transformers 5 (the test extra installs 5.x; this venv has {transformers.__version__})",
+                allow_module_level=True)
 
 import torch  # noqa: E402
 

@@ -56,7 +56,7 @@ def test_decoding_is_exact_and_nothing_is_unknown(bpe_dir):
 def test_transformers_autotokenizer_encodes_the_same_ids_without_token_types(bpe_dir):
     transformers = pytest.importorskip("transformers")
     hf = transformers.AutoTokenizer.from_pretrained(str(bpe_dir))
-    assert type(hf).__name__ == "PreTrainedTokenizerFast"
+    assert type(hf).__name__ in ("PreTrainedTokenizerFast", "TokenizersBackend")  # 4.x, 5.x: tokenizer.json's own
     tok = load_tokenizer(bpe_dir)
     for text in SAMPLES:
         out = hf(text)

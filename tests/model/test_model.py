@@ -14,6 +14,7 @@ import jaxbert
 from jaxbert.model.options import ModelOptions
 from jaxbert import (MODEL_CLASSES, BertConfig, BertForMaskedLM, BertForPreTraining, BertModel,
                      dummy_inputs, param_count, preset, scan_params, unscan_params)
+from tests.helpers.transformers4 import RELATIVE, transformers4
 
 TINY = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=37, max_position_embeddings=64, num_labels=3)
@@ -59,6 +60,7 @@ def _hf_key(path: tuple) -> str:
     return ".".join(path[:-1] + (leaf,))
 
 
+@transformers4(RELATIVE)
 @pytest.mark.parametrize("cls_name", sorted(MODEL_CLASSES))
 def test_param_paths_are_transformers_state_dict_keys(cls_name):
     transformers = pytest.importorskip("transformers")

@@ -31,7 +31,11 @@ def test_position_ids_count_from_the_padding_index_and_follow_the_padding():
     expected = [[2, 3, 4, 5, 1, 1],
                 [1, 1, 2, 3, 4, 5]]
     assert np.asarray(roberta_positions(ids, 1)).tolist() == expected
-    from transformers.models.roberta.modeling_roberta import create_position_ids_from_input_ids
+    try:
+        from transformers.models.roberta.modeling_roberta import create_position_ids_from_input_ids
+    except ImportError:  # transformers 5: a static method of RobertaEmbeddings
+        from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
+        create_position_ids_from_input_ids = RobertaEmbeddings.create_position_ids_from_input_ids
     assert create_position_ids_from_input_ids(torch.tensor(np.asarray(ids)), 1).tolist() == expected
 
 

@@ -19,6 +19,7 @@ from jaxbert import MODEL_CLASSES, scan_params  # noqa: E402
 from jaxbert.parity import compare, torch_model  # noqa: E402
 from jaxbert.parity.inputs import make_inputs  # noqa: E402
 from tests.helpers.parity import TEXTS, TINY, _inputs, _random_params  # noqa: E402
+from tests.helpers.transformers4 import RELATIVE, positions, transformers4  # noqa: E402
 
 HEADS = sorted(MODEL_CLASSES) + ["BertLMHeadModel+cross"]
 
@@ -67,7 +68,7 @@ def _matrix_case(head, pos, act, dtype, tolerance, grad_tolerance=None):
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu"])
-@pytest.mark.parametrize("pos", ["absolute", "relative_key", "relative_key_query"])
+@pytest.mark.parametrize("pos", positions("absolute", "relative_key", "relative_key_query"))
 @pytest.mark.parametrize("head", HEADS)
 def test_parity_matrix_float64(head, pos, act):
     """Every head x position type x activation (x padding x scan x attention
@@ -79,13 +80,18 @@ def test_parity_matrix_float64(head, pos, act):
     _matrix_case(head, pos, act, "float64", 1e-10, grad_tolerance=1e-9 if grad else None)
 
 
-@pytest.mark.parametrize("head", HEADS)
+# the float32 case's position type per head (taken in turn), the relative ones marked transformers4
+FLOAT32_POS = {h: ["absolute", "relative_key", "relative_key_query"][i % 3] for i, h in enumerate(HEADS)}
+
+
+@pytest.mark.parametrize("head", [pytest.param(h, marks=transformers4(RELATIVE)) if p != "absolute" else h
+                                  for h, p in FLOAT32_POS.items()])
 def test_parity_matrix_float32(head):
     """float32 on both sides, 1e-5: one config per head (the float64 matrix above
     proves the implementation; this proves the float32 rounding stays in tolerance),
     position types and activations taken in turn."""
     i = HEADS.index(head)
-    pos = ["absolute", "relative_key", "relative_key_query"][i % 3]
+    pos = FLOAT32_POS[head]
     act = ["gelu", "gelu_new", "relu", "silu"][i % 4]
     _matrix_case(head, pos, act, "float32", 1e-5)
 
@@ -102,6 +108,7 @@ def test_a_broken_weight_fails_the_check():
     assert report.row("layer 2").max_abs > 1e-4
 
 
+@transformers4(RELATIVE)
 def test_gradient_parity_on_tiny_pretraining():
     module = jaxbert.BertForPreTraining(TINY.replace(position_embedding_type="relative_key_query"))
     params = _random_params(module)
@@ -187,6 +194,7 @@ def test_parity_command_on_a_converted_tiny_mlm(tmp_path):
     assert stages == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
 
 
+@transformers4(RELATIVE)
 def test_parity_command_on_a_transformers_decoder_with_cross_attention(tmp_path):
     """A transformers BertLMHeadModel (is_decoder, add_cross_attention) saved by transformers
     itself converts and passes `jaxbert parity` (random encoder states feed its crossattention)."""
