@@ -317,7 +317,7 @@ def test_gelu_with_saved_cdf_matches_autodiff(dtype, tol):
 
 
 def test_dense_is_a_plain_matmul_with_flax_params():
-    from jaxbert.model.base import Dense
+    from jaxbert.model.layers.dense import Dense
     x = jax.random.normal(jax.random.key(0), (2, 3, 5, 4))
     dense = Dense(6)
     params = dense.init(jax.random.key(1), x)
