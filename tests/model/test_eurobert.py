@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (the test venv's)")
+pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (.ci/run's second venv runs these)")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
