@@ -12,12 +12,11 @@ import jax.numpy as jnp
 
 from jaxbert.model.config import BertConfig
 from jaxbert.model.dropout import make_dropout
-from jaxbert.model.layers.dense import Dense, DenseWeights
+from jaxbert.model.layers.dense import Dense
 from jaxbert.model.layers.embed import SmallTableEmbed
 from jaxbert.model.layers.norms import layer_norm
-from jaxbert.model.layers.vocab import tied_logits
+from jaxbert.model.layers.vocab import vocab_decoder
 from jaxbert.model.options import ModelOptions
-from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
 Array = jax.Array
 
@@ -98,24 +97,12 @@ class BertModule(nn.Module):
         Inside the MLM step's deferred_vocab_logits, where options.vocab_loss_chunk chooses the chunked
         loss for this vocabulary (jaxbert.model.vocab_loss), it returns a VocabProjection of x, the
         decoder's weight ([V, H] table or [H, V] kernel) and the bias instead: the same params."""
-        cfg = self.config
-        chunk = uses_chunks(cfg.vocab_size, self.options.vocab_loss_chunk)
-        untied = None
-        if not cfg.tie_word_embeddings and chunk:  # the decoder's kernel, not applied: dense's param, as built there
-            untied = DenseWeights(
-                cfg.vocab_size, use_bias=False, dtype=self.options.dtype, param_dtype=self.options.param_dtype,
-                kernel_init=nn.with_logical_partitioning(nn.initializers.normal(cfg.initializer_range),
-                                                         ("embed", "vocab")), name="decoder")(x)
-        elif not cfg.tie_word_embeddings:
-            untied = self.dense(cfg.vocab_size, ("embed", "vocab"), "decoder", use_bias=False)(x)
+        cfg, opts = self.config, self.options
         bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
-                          (cfg.vocab_size,), self.options.param_dtype).astype(self.options.dtype)
-        if chunk:
-            weight = word_embeddings.astype(self.options.dtype) if untied is None else untied[0]
-            return VocabProjection(x, weight, bias, chunk=chunk, columns=untied is not None)
-        if untied is None:
-            return tied_logits(x, word_embeddings.astype(self.options.dtype), bias)
-        return untied + bias
+                          (cfg.vocab_size,), opts.param_dtype).astype(opts.dtype)
+        table = word_embeddings.astype(opts.dtype) if cfg.tie_word_embeddings else None
+        return vocab_decoder(x, table, name="decoder", vocab_size=cfg.vocab_size, use_bias=False,
+                             init=nn.initializers.normal(cfg.initializer_range), options=opts, bias=bias)
 
 
 def _zero_row(init, row: int):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
@@ -19,6 +18,7 @@ from jaxbert.model.attention import BertSelfAttention
 from jaxbert.model.dropout import apply_hash_dropout
 from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import Array, BertModule
+from jaxbert.model.layers.embed import padding_row_frozen
 from jaxbert.model.layers.feedforward import dropout_key, in_token_blocks, takes_blocks
 from jaxbert.model.layers.stack import remat_layer, scan_layers
 from jaxbert.model.options import LAYER_INPUT, constrain_batch
@@ -65,12 +65,7 @@ class BertEmbeddings(BertModule):
             position_ids = self.config.family.position_ids(input_ids, self.config)
         elif position_ids is None:
             position_ids = self._default_positions(input_ids.shape)
-        words = self.word_embeddings(input_ids)
-        if self.config.pad_token_id is not None:
-            # As nn.Embedding(padding_idx=pad) in transformers: looking up [PAD]
-            # sends no gradient to its row (the tied decoder still does).
-            is_pad = (input_ids == self.config.pad_token_id)[..., None]
-            words = jnp.where(is_pad, jax.lax.stop_gradient(words), words)
+        words = padding_row_frozen(self.word_embeddings(input_ids), input_ids, self.config.pad_token_id)
         x = words + self.token_type_embeddings(token_type_ids)
         if self.config.position_embedding_type == "absolute":
             x = x + self.position_embeddings(position_ids)

@@ -16,7 +16,6 @@ encoder/layer): every EuroBERT layer is of one kind.
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
@@ -25,10 +24,10 @@ from jaxbert.model.base import BertModule, ModelOutput
 from jaxbert.model.layers import attention
 from jaxbert.model.layers.feedforward import GatedFeedForward, in_token_blocks, takes_blocks
 from jaxbert.model.layers.norms import rms_norm
-from jaxbert.model.layers.rotary import apply_rope, rope_tables
+from jaxbert.model.layers.embed import padding_row_frozen
+from jaxbert.model.layers.rotary import apply_rope, rope_tables, rotary_positions
 from jaxbert.model.layers.stack import remat_layer, scan_layers
 from jaxbert.model.options import LAYER_INPUT, constrain_batch
-from jaxbert.model.segments import segment_mask, segment_positions
 
 
 class EuroBertModule(BertModule):
@@ -47,36 +46,12 @@ class EuroBertModule(BertModule):
         return rms_norm(self.config.rms_norm_eps, self.options, name)
 
 
-def needs_probs(config, deterministic: bool, output_attentions: bool) -> bool:
-    """Whether the attention probabilities are wanted: returned, or dropped out in training."""
-    return output_attentions or (not deterministic and config.attention_dropout > 0)
-
-
-def takes_fused(config, options, deterministic: bool, output_attentions: bool) -> bool:
-    """Whether the attention runs one of jaxbert.model.fused's paths (jaxbert.model.layers.attention.path):
-    the model then hands the layers segment ids [B, T] instead of a dense mask."""
-    return attention.path(options, needs_probs(config, deterministic, output_attentions)) in fused.FUSED_IMPLS
-
-
-def layer_mask(config, options, attention_mask, segment_ids, shape, deterministic, output_attentions):
-    """What the layers attend by: int32 segment ids [B, T] on the fused paths (padding a segment of its own,
-    fused.PAD_SEGMENT), else bool [B, 1, 1, T] (padding), or [B, 1, T, T] with packed documents."""
-    B, T = shape
-    if takes_fused(config, options, deterministic, output_attentions):
-        mask = jnp.ones((B, T), jnp.int32) if segment_ids is None else jnp.asarray(segment_ids, jnp.int32)
-        if attention_mask is not None:
-            mask = jnp.where(attention_mask.astype(bool), mask, fused.PAD_SEGMENT)
-        return mask
-    mask = jnp.ones((B, 1, 1, T), bool) if attention_mask is None else attention_mask.astype(bool)[:, None, None, :]
-    return mask if segment_ids is None else mask & segment_mask(segment_ids)[:, None]
-
-
 class EuroBertAttention(EuroBertModule):
     """q_proj, k_proj, v_proj -> RoPE on q and k -> attention -> o_proj.
 
     Args:
       hidden_states: [B, T, H] (already input_layernorm-ed).
-      mask: see layer_mask.
+      mask: see jaxbert.model.layers.attention.layer_mask.
       rope: (cos, sin) [B or 1, T, head_dim].
     Returns:
       [B, T, H] and the attention probabilities [B, N, T, T] (or None).
@@ -97,7 +72,7 @@ class EuroBertAttention(EuroBertModule):
             hidden_states).reshape(B, T, heads, D)
         q, k, v = project("q_proj", N), project("k_proj", K), project("v_proj", K)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        impl = attention.path(opts, needs_probs(cfg, deterministic, output_attentions))
+        impl = attention.path(opts, attention.needs_probs(cfg.attention_dropout, deterministic, output_attentions))
         probs = None
         if impl in fused.FUSED_IMPLS:
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
@@ -203,17 +178,12 @@ class EuroBertModel(EuroBertModule):
         if head_mask is not None:
             raise ValueError("head_mask: EuroBERT has no head mask (transformers' EuroBertModel takes none)")
         B, T = input_ids.shape
-        mask = layer_mask(cfg, opts, attention_mask, segment_ids, (B, T), deterministic, output_attentions)
-        if segment_ids is not None and position_ids is None:  # rotary positions count from 0 in each document
-            position_ids = segment_positions(segment_ids, 0)
-        positions = jnp.arange(T)[None] if position_ids is None else position_ids
-        rope = rope_tables(positions, cfg.head_dim, cfg.theta, opts.dtype)
+        fused_path = attention.takes_fused(opts, cfg.attention_dropout, deterministic, output_attentions)
+        mask = attention.layer_mask(fused_path, attention_mask, segment_ids, (B, T))
+        rope = rope_tables(rotary_positions(position_ids, segment_ids, T), cfg.head_dim, cfg.theta, opts.dtype)
         x = self.embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), "embed_tokens",
                        pad_row=cfg.pad_token_id)(input_ids)
-        if cfg.pad_token_id is not None:
-            # As nn.Embedding(padding_idx=pad): looking up the pad token sends no gradient to its row.
-            x = jnp.where((input_ids == cfg.pad_token_id)[..., None], jax.lax.stop_gradient(x), x)
-        x = constrain_batch(x)
+        x = constrain_batch(padding_row_frozen(x, input_ids, cfg.pad_token_id))
         if opts.scan_layers:
             last, states, probs = _scanned_layers(self, x, mask, rope, deterministic, output_attentions)
         else:

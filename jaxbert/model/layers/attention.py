@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from jaxbert.model import fused
 from jaxbert.model.dropout import apply_hash_dropout
+from jaxbert.model.segments import segment_mask
 from jaxbert.model.softmax import masked_softmax
 
 Array = jax.Array
@@ -38,6 +39,32 @@ def path(options, needs_probs: bool, fusable: bool = True) -> str:
     if impl == "dot_product" and not needs_probs and not wide:
         return "dot_product"
     return "einsum"
+
+
+def needs_probs(dropout_rate: float, deterministic: bool, output_attentions: bool) -> bool:
+    """Whether a self-attention without head mask wants its probabilities: returned, or dropped out in training."""
+    return output_attentions or (not deterministic and dropout_rate > 0)
+
+
+def takes_fused(options, dropout_rate: float, deterministic: bool, output_attentions: bool) -> bool:
+    """Whether an encoder's self-attention (no position bias, no head mask) runs one of jaxbert.model.fused's
+    paths; its model then hands the layers segment ids [B, T] instead of a dense mask (layer_mask)."""
+    return path(options, needs_probs(dropout_rate, deterministic, output_attentions)) in fused.FUSED_IMPLS
+
+
+def layer_mask(fused_path: bool, attention_mask, segment_ids, shape: tuple) -> Array:
+    """What an encoder's layers attend by, formed once for the stack: on the fused paths int32 segment ids [B, T]
+    (a token attends to its document's keys; padding, attention_mask 0, a segment of its own,
+    fused.PAD_SEGMENT, which no real token's keys are in); else bool [B, 1, 1, T] (padding), or [B, 1, T, T]
+    within each document of packed rows (segment_ids [B, T]; a sliding layer narrows it to its band)."""
+    B, T = shape
+    if fused_path:
+        mask = jnp.ones((B, T), jnp.int32) if segment_ids is None else jnp.asarray(segment_ids, jnp.int32)
+        if attention_mask is not None:
+            mask = jnp.where(attention_mask.astype(bool), mask, fused.PAD_SEGMENT)
+        return mask
+    mask = jnp.ones((B, 1, 1, T), bool) if attention_mask is None else attention_mask.astype(bool)[:, None, None, :]
+    return mask if segment_ids is None else mask & segment_mask(segment_ids)[:, None]
 
 
 def share_kv(k: Array, v: Array, heads: int) -> tuple[Array, Array]:

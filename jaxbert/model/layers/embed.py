@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+Array = jax.Array
+
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def take_rows(table, ids, num_rows: int):
@@ -57,3 +59,12 @@ class SmallTableEmbed(nn.Embed):
             raise ValueError("SmallTableEmbed: ids must be integers")
         (embedding,) = self.promote_dtype(self.embedding, dtype=self.dtype, inexact=False)
         return take_rows(embedding, inputs, self.num_embeddings)
+
+
+def padding_row_frozen(words: Array, input_ids: Array, pad_id) -> Array:
+    """words [B, T, H] looked up from input_ids [B, T], with no gradient reaching the table where the id is pad_id
+    (None: everywhere), as torch's nn.Embedding(padding_idx=pad) keeps its pad row (a tied decoder still
+    trains it)."""
+    if pad_id is None:
+        return words
+    return jnp.where((input_ids == pad_id)[..., None], jax.lax.stop_gradient(words), words)

@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxbert.model.segments import segment_positions
+
 Array = jax.Array
 
 
@@ -54,3 +56,13 @@ def apply_rope(x: Array, cos: Array, sin: Array, layout: str = "BTND") -> Array:
     else:
         cos, sin = (jnp.swapaxes(t, 1, 2)[:, None] for t in (cos, sin))
     return x * cos + rotated * sin
+
+
+def rotary_positions(position_ids, segment_ids, length: int) -> Array:
+    """The positions RoPE rotates by, [B or 1, T]: position_ids where given, else counting from 0 in each document
+    of packed rows (segment_ids [B, T]), else 0 .. T-1."""
+    if position_ids is not None:
+        return position_ids
+    if segment_ids is not None:
+        return segment_positions(segment_ids, 0)
+    return jnp.arange(length)[None]

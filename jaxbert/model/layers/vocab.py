@@ -72,17 +72,20 @@ class VocabBias(nn.Module):
         return bias.astype(self.options.dtype)
 
 
-def vocab_decoder(x: jax.Array, table, *, name: str, vocab_size: int, use_bias: bool, init: Callable, options):
+def vocab_decoder(x: jax.Array, table, *, name: str, vocab_size: int, use_bias: bool, init: Callable, options,
+                  bias: Optional[jax.Array] = None):
     """x [B, M, H] -> logits [B, M, V] (or a VocabProjection where the chunked loss takes this vocabulary).
 
-    table: the word embeddings [V, H] in the compute dtype for a tied decoder (its bias, if any, under `name`),
-    or None for a kernel [H, V] of its own under `name`, drawn from `init`. Call it from a compact method: it
+    table: the word embeddings [V, H] in the compute dtype for a tied decoder, or None for a kernel [H, V] of its
+    own under `name`, drawn from `init`. use_bias: the decoder holds a bias [V] under `name`; else `bias`, one
+    its caller holds (BERT's head keeps it beside the decoder), or None. Call it from a compact method: it
     creates params there."""
     chunk = uses_chunks(vocab_size, options.vocab_loss_chunk)
     if table is not None:
-        bias = VocabBias(vocab_size, options, name=name)() if use_bias else None
+        bias = VocabBias(vocab_size, options, name=name)() if use_bias else bias
         return VocabProjection(x, table, bias, chunk=chunk) if chunk else tied_logits(x, table, bias)
     if chunk:  # the kernel [H, V] and bias, not applied (the same params as the Dense below)
-        kernel, bias = linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options, cls=DenseWeights)(x)
-        return VocabProjection(x, kernel, bias, chunk=chunk, columns=True)
-    return linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options)(x)
+        kernel, own = linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options, cls=DenseWeights)(x)
+        return VocabProjection(x, kernel, own if use_bias else bias, chunk=chunk, columns=True)
+    logits = linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options)(x)
+    return logits if use_bias or bias is None else logits + bias

@@ -137,14 +137,8 @@ def band(length: int, half_window: int) -> Array:
 
 
 def takes_fused(config, options, deterministic: bool, output_attentions: bool) -> bool:
-    """Whether ModernBertAttention runs one of jaxbert.model.fused's paths (jaxbert.model.layers.attention.path
-    names one: no attention probabilities needed, returned or dropped out in training). The model then hands
-    the layers segment ids [B, T] instead of a dense mask."""
-    return attention.path(options, needs_probs(config, deterministic, output_attentions)) in fused.FUSED_IMPLS
-
-
-def needs_probs(config, deterministic: bool, output_attentions: bool) -> bool:
-    return output_attentions or (not deterministic and config.attention_dropout > 0)
+    """Whether ModernBertAttention runs one of jaxbert.model.fused's paths (jaxbert.model.layers.attention)."""
+    return attention.takes_fused(options, config.attention_dropout, deterministic, output_attentions)
 
 
 class ModernBertAttention(ModernBertModule):
@@ -169,7 +163,7 @@ class ModernBertAttention(ModernBertModule):
         N, D = cfg.num_attention_heads, cfg.head_dim
         cos, sin = rope
         rate = cfg.attention_dropout
-        impl = attention.path(self.options, needs_probs(cfg, deterministic, output_attentions))
+        impl = attention.path(self.options, attention.needs_probs(rate, deterministic, output_attentions))
         if impl in fused.FUSED_IMPLS:
             segments = mask if mask.dtype != jnp.bool_ else fused.key_segments(mask, T)
             # q (scaled), k (rotated) and v [B, N, T, D], laid out for the kernel by the matmul itself (rotary_qkv),

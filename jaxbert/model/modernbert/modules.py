@@ -20,15 +20,15 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from jaxbert.model.base import ModelOutput
-from jaxbert.model import fused
+from jaxbert.model.layers import attention
 from jaxbert.model.layers.feedforward import GatedFeedForward, dropout_key, in_token_blocks, takes_blocks
-from jaxbert.model.layers.rotary import rope_tables
+from jaxbert.model.layers.embed import padding_row_frozen
+from jaxbert.model.layers.rotary import rope_tables, rotary_positions
 from jaxbert.model.modernbert.attention import ModernBertAttention, takes_fused
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.modernbert.config import FULL
 from jaxbert.model.layers.stack import kind_period, remat_layer, scan_layers
 from jaxbert.model.options import LAYER_INPUT, constrain_batch
-from jaxbert.model.segments import segment_mask, segment_positions
 
 SCAN = "scan"  # the name of the scanned stack of layers 1..L-1 under layers/
 
@@ -40,10 +40,7 @@ class ModernBertEmbeddings(ModernBertModule):
     def __call__(self, input_ids, deterministic=True):
         cfg = self.config
         words = self.embed(cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), "tok_embeddings")(input_ids)
-        if cfg.pad_token_id is not None:
-            # As nn.Embedding(padding_idx=pad): looking up the pad token sends no gradient to its row.
-            is_pad = (input_ids == cfg.pad_token_id)[..., None]
-            words = jnp.where(is_pad, jax.lax.stop_gradient(words), words)
+        words = padding_row_frozen(words, input_ids, cfg.pad_token_id)
         x = constrain_batch(self.norm("norm")(words))
         return self.dropout_layer(cfg.embedding_dropout)(x, deterministic=deterministic)
 
@@ -212,21 +209,9 @@ class ModernBertModel(ModernBertModule):
         if head_mask is not None:
             raise ValueError("head_mask: ModernBERT has no head mask (transformers' ModernBertModel takes none)")
         B, T = input_ids.shape
-        if takes_fused(cfg, self.options, deterministic, output_attentions):
-            # the fused paths take segment ids [B, T], formed once here: a token attends to its document's
-            # keys; padding (attention_mask 0) gets a segment of its own, which no real token's keys are in
-            mask = (jnp.ones((B, T), jnp.int32) if segment_ids is None else jnp.asarray(segment_ids, jnp.int32))
-            if attention_mask is not None:
-                mask = jnp.where(attention_mask.astype(bool), mask, fused.PAD_SEGMENT)
-        else:
-            mask = (jnp.ones((B, 1, 1, T), bool) if attention_mask is None
-                    else attention_mask.astype(bool)[:, None, None, :])
-            if segment_ids is not None:
-                # [B, 1, T, T]: within each document; sliding layers narrow it further to their band.
-                mask = mask & segment_mask(segment_ids)[:, None]
-        if segment_ids is not None and position_ids is None:  # rotary positions count from 0 in each document
-            position_ids = segment_positions(segment_ids, 0)
-        positions = jnp.arange(T)[None] if position_ids is None else position_ids
+        fused_path = takes_fused(cfg, self.options, deterministic, output_attentions)
+        mask = attention.layer_mask(fused_path, attention_mask, segment_ids, (B, T))
+        positions = rotary_positions(position_ids, segment_ids, T)
         D, dtype = cfg.head_dim, self.options.dtype
         ropes = {True: rope_tables(positions, D, cfg.global_theta, dtype),
                  False: rope_tables(positions, D, cfg.local_theta, dtype)}
