@@ -151,6 +151,28 @@ def mixture_weights(metas: list[dict], weights=None, temperature: float | None =
     return [float(w) for w in weights]
 
 
+def _distinct_percents(a: float, b: float) -> tuple[str, str]:
+    """Two shares as percentages with two decimals, or as many more as it takes to tell them apart
+    (a weight moved from 1 to 1.0001 of four: 25.00% -> 25.0006%)."""
+    for digits in range(2, 16):
+        x, y = f"{a:.{digits}%}", f"{b:.{digits}%}"
+        if x != y:
+            break
+    return x, y
+
+
+def _renamed(state: dict, names: list, examples) -> str:
+    """A hint when a resume's sources differ only by name: the same count of sources, the same rows in
+    each, so a folder likely moved and took its default name (the folder's) with it."""
+    saved, sizes = list(state["sources"]), [int(n) for n in state.get("examples", ())]
+    if len(saved) != len(names) or sizes != [int(n) for n in examples]:
+        return ""
+    moved = [k for k, (was, now) in enumerate(zip(saved, names)) if was != now]
+    keys = ", ".join(f"data.sources[{k}].name: {saved[k]}" for k in moved)
+    return (f"if only the folder{'s' if len(moved) > 1 else ''} moved (a source's default name is its folder's), "
+            f"{keys} resumes this run on the same rows; otherwise ")
+
+
 class MLMLoader:
     """Iterate dicts of NumPy arrays for this process (B = batch_size rows):
 
@@ -294,15 +316,17 @@ class MLMLoader:
                                          f"recipe one folder ({self.data_dir}); {new_run}")
         if list(state["sources"]) != self.names:
             raise DataCompatibilityError(f"data.sources: the run being resumed read {state['sources']}, this recipe "
-                                         f"names {self.names}; {new_run}")
+                                         f"names {self.names}; {_renamed(state, self.names, self.source_examples)}"
+                                         f"{new_run}")
         saved = [int(w) for w in state["shares"]]
         if saved != list(self.schedule.shares):
             now = [w / self.schedule.total for w in self.schedule.shares]
             # named: the source whose share moved most, relative to what it was
             k = max(range(len(saved)), key=lambda i: abs(now[i] * sum(saved) / saved[i] - 1))
             key = "data.temperature" if self.temperature is not None else f"data.sources[{k}].weight"
-            raise DataCompatibilityError(f"{key}: the run being resumed drew {saved[k] / sum(saved):.2%} of its rows "
-                                         f"from {self.names[k]}, this recipe {now[k]:.2%}; {new_run}")
+            was, here = _distinct_percents(saved[k] / sum(saved), now[k])
+            raise DataCompatibilityError(f"{key}: the run being resumed drew {was} of its rows "
+                                         f"from {self.names[k]}, this recipe {here}; {new_run}")
         for k, (was, now) in enumerate(zip(state["examples"], self.source_examples)):
             if int(was) != int(now):
                 raise DataCompatibilityError(

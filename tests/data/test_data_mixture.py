@@ -133,3 +133,40 @@ def test_the_schedule_takes_seats_in_order_of_time_at_any_position(weights):
     np.testing.assert_array_equal(again.locate(777, 300)[0], source[777:1077])
     np.testing.assert_array_equal(again.consumed(1500), np.bincount(source[:1500], minlength=len(w)))
     assert not np.array_equal(Schedule(w, seed=1, block=64).locate(0, 2000)[0], source) or len(set(order)) == 1
+
+
+def test_a_refused_weight_change_shows_enough_digits_to_see_it(folders):
+    """A weight moved from 1 to 1.0001 changes the share by 0.002 points: two decimals printed
+    '25.00% ... 25.00%' (#50.8); the message shows as many as tell the two apart."""
+    root, _ = folders
+    dirs = [root / "early", root / "late"]
+    saved = MLMLoader(dirs, 8, 16, weights=[3, 1]).state()
+    with pytest.raises(DataCompatibilityError, match=r"drew 25\.000% of its rows from late, this recipe 25\.002%;"):
+        MLMLoader(dirs, 8, 16, weights=[3, 1.0001], state=saved)
+
+
+def test_a_moved_folder_is_refused_with_the_name_that_resumes_it(folders, tmp_path):
+    """A source folder moved (its default name, the folder's, changes with it) is refused, and the
+    message names the `name:` that resumes the run (#50.9); with that name it resumes on the same rows."""
+    import shutil
+
+    root, _ = folders
+    dirs = [root / "early", root / "late"]
+    first = MLMLoader(dirs, 8, 16, weights=[3, 1], seed=5)
+    for _ in range(7):
+        next(first)
+    saved = first.state()
+    moved = tmp_path / "late-moved"
+    shutil.copytree(root / "late", moved)
+    with pytest.raises(DataCompatibilityError, match=r"^data\.sources: .* if only the folder moved .*"
+                                                     r"data\.sources\[1\]\.name: late resumes this run"):
+        MLMLoader([dirs[0], moved], 8, 16, weights=[3, 1], seed=5, state=saved)
+    resumed = MLMLoader([dirs[0], moved], 8, 16, weights=[3, 1], seed=5, names=["early", "late"], state=saved)
+    for _ in range(5):
+        a, b = next(first), next(resumed)
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    # another source altogether (other rows) gets no such hint
+    with pytest.raises(DataCompatibilityError) as e:
+        MLMLoader(dirs[::-1], 8, 16, weights=[1, 3], seed=5, state=saved)
+    assert "if only the folder" not in str(e.value)
