@@ -1,0 +1,279 @@
+"""Replaced-token detection (ELECTRA, DeBERTa-v3): a generator and a discriminator trained together.
+
+The generator is a masked LM; at the masked positions of an MLM batch it predicts the original
+tokens (its MLM loss) and a replacement is sampled from its distribution there (Gumbel-max on its
+float32 logits, from the step's own sampling key, no gradient through the sample). The
+discriminator reads the original ids with the sampled tokens at the masked positions and labels
+every real (non-pad) token original or replaced; a sample equal to the original counts as original,
+as ELECTRA's does. The objective is MLM + weight * RTD, each a mean over the global batch (the
+masked tokens, the real tokens).
+
+Embedding sharing (``sharing``) between the two models' word, position and token-type tables:
+  tied  ELECTRA: one set of tables, the discriminator's; the generator reads them and both losses'
+        gradients reach them (the generator's tree holds no tables of its own).
+  gdes  DeBERTa-v3's gradient-disentangled sharing: the tables E_G are the generator's, updated by the
+        MLM loss alone; the discriminator reads stop_gradient(E_G) + E_delta, its own tables holding
+        E_delta (zeros at the start). The discriminator's exported tables are E_G + E_delta.
+  none  two models, nothing shared.
+
+The joint params are ``{"generator": ..., "discriminator": ...}``, one optimizer over both
+(``RtdModel``); ``model_params`` gives each model's own params from them, ``export_params`` the two
+models as they are saved. ``rtd_spec(weight)`` is the objective as the engine's step builder takes
+it (jaxbert.engine.step.StepSpec); ``summarize`` the host side of its metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import traverse_util
+
+from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step, predicted
+
+SHARINGS = ("tied", "gdes", "none")
+# The tables shared under `tied` and `gdes`: a path holding "embeddings" then one of these names.
+SHARED_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
+DEFAULT_WEIGHT = 50.0  # lambda of ELECTRA (Clark et al. 2020, section 3) and DeBERTa-v3
+
+# The three streams of a micro-batch's key: the generator's dropout, the discriminator's, the sample.
+_GEN, _DISC, _SAMPLE = 0, 1, 2
+
+
+def _table_suffix(path: tuple) -> tuple | None:
+    """("embeddings", TABLE, ...) of a flattened param path that is a shared table, else None."""
+    for i in range(len(path) - 1):
+        if path[i] == "embeddings" and path[i + 1] in SHARED_TABLES:
+            return path[i:]
+    return None
+
+
+def shared_tables(params) -> dict:
+    """{("embeddings", TABLE, leaf): full path} of the shared tables in a model's params."""
+    out = {}
+    for path in traverse_util.flatten_dict(params):
+        suffix = _table_suffix(path)
+        if suffix is not None:
+            out[suffix] = path
+    return out
+
+
+def table_pairs(gen_params, disc_params) -> list[tuple[tuple, tuple]]:
+    """(generator path, discriminator path) of each table both models have; ValueError naming a table whose
+    shapes differ (the vocabularies or embedding widths of the two models are not the same)."""
+    gen, disc = shared_tables(gen_params), shared_tables(disc_params)
+    flat_g, flat_d = traverse_util.flatten_dict(gen_params), traverse_util.flatten_dict(disc_params)
+    pairs = []
+    for suffix in sorted(set(gen) & set(disc)):
+        g, d = jnp.shape(_value(flat_g[gen[suffix]])), jnp.shape(_value(flat_d[disc[suffix]]))
+        if g != d:
+            raise ValueError(f"the generator's {'/'.join(suffix)} is {g} and the discriminator's {d}: shared "
+                             "embeddings need the same vocabulary and embedding width")
+        pairs.append((gen[suffix], disc[suffix]))
+    return pairs
+
+
+def _value(leaf):
+    return leaf.unbox() if hasattr(leaf, "unbox") else leaf
+
+
+def joint_params(gen_params, disc_params, sharing: str) -> dict:
+    """The joint tree trained, from the two models' fresh params (plain or boxed leaves): under `tied`
+    the generator's tables are dropped (it reads the discriminator's); under `gdes` the discriminator's
+    tables become E_delta, zeros."""
+    if sharing not in SHARINGS:
+        raise ValueError(f"sharing {sharing!r} is not one of {SHARINGS}")
+    if sharing == "none":
+        return {"generator": gen_params, "discriminator": disc_params}
+    pairs = table_pairs(gen_params, disc_params)
+    flat_g, flat_d = traverse_util.flatten_dict(gen_params), traverse_util.flatten_dict(disc_params)
+    for g, d in pairs:
+        if sharing == "tied":
+            del flat_g[g]
+        else:
+            leaf = flat_d[d]
+            zeros = jnp.zeros_like(_value(leaf))
+            flat_d[d] = leaf.replace_boxed(zeros) if hasattr(leaf, "replace_boxed") else zeros
+    return {"generator": traverse_util.unflatten_dict(flat_g), "discriminator": traverse_util.unflatten_dict(flat_d)}
+
+
+def _by_suffix(params) -> dict:
+    return {suffix: path for suffix, path in shared_tables(params).items()}
+
+
+def model_params(joint: dict, sharing: str, export: bool = False) -> tuple[dict, dict]:
+    """(generator params, discriminator params) each model's apply takes, from the joint tree.
+
+    tied: the discriminator's tables put into the generator's tree (one array: both gradients reach it).
+    gdes: the discriminator's tables are stop_gradient(E_G) + E_delta (export: E_G + E_delta, the same values).
+    """
+    gen, disc = joint["generator"], joint["discriminator"]
+    if sharing == "none":
+        return gen, disc
+    flat_g, flat_d = traverse_util.flatten_dict(gen), traverse_util.flatten_dict(disc)
+    if sharing == "tied":
+        for suffix, d in _by_suffix(disc).items():
+            prefix = _generator_prefix(flat_g, d, suffix)
+            flat_g[prefix + suffix] = flat_d[d]
+        return traverse_util.unflatten_dict(flat_g), disc
+    stop = (lambda x: x) if export else jax.lax.stop_gradient
+    g_tables = _by_suffix(gen)
+    for suffix, d in _by_suffix(disc).items():
+        if suffix in g_tables:
+            flat_d[d] = stop(flat_g[g_tables[suffix]]) + flat_d[d]
+    return gen, traverse_util.unflatten_dict(flat_d)
+
+
+def _generator_prefix(flat_gen: dict, disc_path: tuple, suffix: tuple) -> tuple:
+    """Where the generator keeps its embeddings: the prefix of its other "embeddings" params (its encoder's
+    name), else the discriminator's."""
+    for path in flat_gen:
+        if "embeddings" in path:
+            return path[:path.index("embeddings")]
+    return disc_path[:len(disc_path) - len(suffix)]
+
+
+def export_params(joint: dict, sharing: str) -> tuple[dict, dict]:
+    """(generator, discriminator) params as whole models, for export: the shared tables in both, the
+    discriminator's GDES tables E_G + E_delta."""
+    return model_params(joint, sharing, export=True)
+
+
+def sample_replacements(key, logits: jax.Array) -> jax.Array:
+    """Token ids drawn from softmax(logits) over the last axis by Gumbel-max on float32 logits; no gradient."""
+    logits = jax.lax.stop_gradient(logits).astype(jnp.float32)
+    return jnp.argmax(logits + jax.random.gumbel(key, logits.shape, jnp.float32), axis=-1).astype(jnp.int32)
+
+
+def replace_masked(input_ids, positions, originals, sampled, weights):
+    """(discriminator ids [B, L], is-replaced labels [B, L] bool): input_ids with the sampled tokens at the
+    masked positions (slots of weight 0 are padding and change nothing); a position is replaced where its
+    sample differs from the original token (``originals``: the masked labels)."""
+    L = input_ids.shape[-1]
+    hit = (positions[..., None] == jnp.arange(L, dtype=positions.dtype)) & (weights[..., None] > 0)  # [B, M, L]
+    at = jnp.any(hit, axis=1)
+    value = jnp.sum(jnp.where(hit, sampled[..., None], 0), axis=1).astype(input_ids.dtype)
+    original = jnp.sum(jnp.where(hit, originals[..., None], 0), axis=1)
+    return jnp.where(at, value, input_ids), at & (value != original)
+
+
+def rank_auc(scores, labels, weights):
+    """(AUC, 1.0) over the tokens of weight > 0: the probability that a replaced token scores above an
+    original one, ties counted half (exact, from sorted scores); (0, 0) where one class is absent."""
+    scores = scores.reshape(-1).astype(jnp.float32)
+    real = weights.reshape(-1) > 0
+    pos, neg = real & labels.reshape(-1), real & ~labels.reshape(-1)
+    sorted_neg = jnp.sort(jnp.where(neg, scores, jnp.inf))
+    below = jnp.searchsorted(sorted_neg, scores, side="left")
+    upto = jnp.searchsorted(sorted_neg, scores, side="right")
+    wins = jnp.sum(jnp.where(pos, below + 0.5 * (upto - below), 0.0))
+    n_pos, n_neg = jnp.sum(pos), jnp.sum(neg)
+    both = (n_pos > 0) & (n_neg > 0)
+    auc = jnp.where(both, wins / jnp.maximum(n_pos * n_neg, 1).astype(jnp.float32), 0.0)
+    return auc, both.astype(jnp.float32)
+
+
+def _token_logits(out) -> jax.Array:
+    """The discriminator's per-token logit [B, L] (ElectraForPreTraining's; a [B, L, 1] head squeezed)."""
+    logits = out.logits if hasattr(out, "logits") else out
+    return logits[..., 0] if logits.ndim == 3 else logits
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RtdModel:
+    """The generator and the discriminator as one model of the joint params (see the module docstring).
+
+    generator: a masked-LM module (logits at masked_positions); discriminator: a module whose output's
+    logits are one per token. ``apply`` is what the train state holds; ``init_boxed`` what the runner
+    initialises."""
+    generator: object
+    discriminator: object
+    sharing: str = "tied"
+
+    def init_boxed(self, key, input_ids, token_type_ids):
+        k_gen, k_disc = jax.random.split(key)
+        positions = jnp.zeros((input_ids.shape[0], 1), jnp.int32)
+        gen = self.generator.init_boxed(k_gen, input_ids, token_type_ids, masked_positions=positions)["params"]
+        disc = self.discriminator.init_boxed(k_disc, input_ids, token_type_ids)["params"]
+        return {"params": joint_params(gen, disc, self.sharing)}
+
+    def apply(self, variables, mb: dict, rng, deterministic: bool = True) -> dict:
+        """The generator's logits at the masked positions, the samples, and the discriminator's per-token
+        logits on the replaced ids, for one micro-batch [B, ...]."""
+        gen_p, disc_p = model_params(variables["params"], self.sharing)
+        packed = {"segment_ids": mb["segment_ids"]} if "segment_ids" in mb else {}
+        gen = self.generator.apply({"params": gen_p}, mb["input_ids"], mb["token_type_ids"],
+                                   attention_mask=mb["attention_mask"], masked_positions=mb["masked_positions"],
+                                   deterministic=deterministic, rngs={"dropout": jax.random.fold_in(rng, _GEN)},
+                                   **packed)
+        sampled = sample_replacements(jax.random.fold_in(rng, _SAMPLE), gen.logits)
+        ids, replaced = replace_masked(mb["input_ids"], mb["masked_positions"], mb["masked_labels"], sampled,
+                                       mb["masked_weights"])
+        disc = self.discriminator.apply({"params": disc_p}, ids, mb["token_type_ids"],
+                                        attention_mask=mb["attention_mask"], deterministic=deterministic,
+                                        rngs={"dropout": jax.random.fold_in(rng, _DISC)}, **packed)
+        return {"mlm_logits": gen.logits, "sampled": sampled, "disc_ids": ids, "replaced": replaced,
+                "disc_logits": _token_logits(disc)}
+
+
+def _forward(params, apply_fn, mb, rng, deterministic):
+    return apply_fn({"params": params}, mb, rng, deterministic)
+
+
+def _sums(out: dict, mb: dict) -> dict:
+    """Weighted sums of one micro-batch: the generator's MLM loss and accuracy at the masked slots, the
+    discriminator's BCE, accuracy and AUC over the real tokens, the replaced tokens."""
+    logits = out["mlm_logits"]
+    loss_dtype = jnp.promote_types(logits.dtype, jnp.float32)
+    labels, w = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
+    nll = cross_entropy(logits, labels)
+    correct = (predicted(logits) == labels).astype(loss_dtype)
+    d_logits = out["disc_logits"].astype(jnp.promote_types(out["disc_logits"].dtype, jnp.float32))
+    replaced, real = out["replaced"], mb["attention_mask"].astype(d_logits.dtype)
+    bce = optax.sigmoid_binary_cross_entropy(d_logits, replaced.astype(d_logits.dtype))
+    right = ((d_logits > 0) == replaced).astype(d_logits.dtype)
+    auc, auc_count = rank_auc(d_logits, replaced, real)
+    return {"mlm_loss_sum": jnp.sum(nll * w), "mlm_correct": jnp.sum(correct * w), "mlm_weight": jnp.sum(w),
+            "rtd_loss_sum": jnp.sum(bce * real), "rtd_correct": jnp.sum(right * real), "rtd_weight": jnp.sum(real),
+            "rtd_replaced": jnp.sum(replaced.astype(d_logits.dtype) * real),
+            "rtd_auc_sum": auc, "rtd_auc_count": auc_count}
+
+
+def _weights(batch: dict) -> dict:
+    return {"mlm": batch["masked_weights"].astype(jnp.float32), "rtd": batch["attention_mask"].astype(jnp.float32)}
+
+
+def rtd_spec(weight: float = DEFAULT_WEIGHT) -> StepSpec:
+    """The RTD objective as a StepSpec: mean MLM loss over the global batch's masked tokens plus weight x the
+    mean BCE over its real tokens."""
+    def objective(m, dens, batch):
+        return m["mlm_loss_sum"] / dens["mlm"] + weight * m["rtd_loss_sum"] / dens["rtd"]
+    return StepSpec(name="rtd", forward=_forward, sums=_sums, weights=_weights, objective=objective,
+                    loss_sum=lambda sums: sums["mlm_loss_sum"] + sums["rtd_loss_sum"])
+
+
+def rtd_steps(weight: float = DEFAULT_WEIGHT):
+    """(train_step, eval_step) of the RTD objective (jaxbert.engine.step's builders)."""
+    spec = rtd_spec(weight)
+    return make_train_step(spec), make_eval_step(spec)
+
+
+def summarize(sums: dict, prefix: str = "", weight: float = DEFAULT_WEIGHT) -> dict:
+    """Host side: metric sums -> figures. mlm_*: the generator's; rtd_*: the discriminator's;
+    replaced_fraction: replaced tokens per masked token; loss = mlm_loss + weight x rtd_loss."""
+    w = max(float(sums["mlm_weight"]), 1e-9)
+    n = max(float(sums["rtd_weight"]), 1e-9)
+    out = {prefix + "mlm_loss": float(sums["mlm_loss_sum"]) / w,
+           prefix + "mlm_accuracy": float(sums["mlm_correct"]) / w,
+           prefix + "rtd_loss": float(sums["rtd_loss_sum"]) / n,
+           prefix + "rtd_accuracy": float(sums["rtd_correct"]) / n,
+           prefix + "replaced_fraction": float(sums["rtd_replaced"]) / w}
+    if float(sums.get("rtd_auc_count", 0.0)) > 0:
+        out[prefix + "rtd_auc"] = float(sums["rtd_auc_sum"]) / float(sums["rtd_auc_count"])
+    out[prefix + "loss"] = out[prefix + "mlm_loss"] + weight * out[prefix + "rtd_loss"]
+    for key in ("grad_norm", "update_norm", "param_norm", "learning_rate"):
+        if key in sums:
+            out[prefix + key] = float(sums[key])
+    return out
