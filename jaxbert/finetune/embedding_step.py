@@ -1,0 +1,117 @@
+"""The embedding kind's train step: the contrastive loss of one global batch, whole or through GradCache.
+
+A batch holds input_ids / token_type_ids / attention_mask [B, C, L] (column 0 the anchor, 1 the
+positive, 2.. hard negatives) and valid [B]. ``embedder`` runs the encoder over every text and
+pools and normalises ([B, C, D]); ``loss_and_grads`` differentiates the loss of jaxbert.finetune.
+embedding_loss over the whole batch, with ``chunks`` > 1 in GradCache's two passes (Gao et al.
+2021): every chunk is embedded with no activations kept, the loss and its gradient with respect
+to the [B, C, D] embeddings are taken once over the whole batch, then each chunk's forward pass is
+run again and that gradient pulled back through it (jax.vjp), the chunks' parameter gradients
+summed. Peak memory is one chunk's activations plus the embeddings; the loss and gradients are
+the unchunked step's, since every anchor still scores every candidate of the global batch.
+
+On the mesh runner the step is jitted over the global arrays, batch-sharded over 'data': the
+[B, B (C - 1)] similarity matrix is taken over the whole global batch by XLA (which gathers the
+candidates, gradients and all), so N devices compute what one device computes. ``groups`` (the
+data-parallel device count) lays each chunk across the devices, `chunk / groups` rows of every
+device's block, so no chunk moves rows between devices.
+
+A learned temperature is the param LOGIT_KEY (log of the scale 1 / temperature) beside the
+model's params; a fixed one is a constant.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxbert.finetune.embedding_loss import contrastive_loss, normalise, pool
+
+LOGIT_KEY = "embedding_log_scale"
+INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def model_params(params: dict) -> dict:
+    """The encoder's params (the learned temperature left out)."""
+    return {k: v for k, v in params.items() if k != LOGIT_KEY}
+
+
+def scale_of(params: dict, temperature: float):
+    """1 / temperature: exp of the learned log scale where the params hold one."""
+    return jnp.exp(params[LOGIT_KEY]) if LOGIT_KEY in params else 1.0 / temperature
+
+
+def embedder(apply_fn: Callable, pooling: str) -> Callable:
+    """embed(encoder params, batch [B, C, L], rng, deterministic) -> unit embeddings [B, C, D] (float32)."""
+    def embed(params, batch: dict, rng, deterministic: bool):
+        ids = batch["input_ids"]
+        b, c, length = ids.shape
+        flat = [batch[k].reshape(b * c, length) for k in INPUTS]
+        rngs = {} if deterministic else {"dropout": rng}
+        out = apply_fn({"params": params}, *flat, deterministic=deterministic, rngs=rngs)
+        emb = normalise(pool(out.last_hidden_state, flat[2], pooling))
+        return emb.reshape(b, c, -1)
+    return embed
+
+
+def split_rows(x, chunks: int, groups: int = 1):
+    """[B, ...] -> [chunks, B / chunks, ...]; chunk j takes B / (chunks groups) rows from each of the
+    `groups` contiguous blocks of rows (one block per device)."""
+    b = x.shape[0]
+    per = b // (chunks * groups)
+    y = x.reshape(groups, chunks, per, *x.shape[1:])
+    return jnp.swapaxes(y, 0, 1).reshape(chunks, groups * per, *x.shape[1:])
+
+
+def join_rows(y, groups: int = 1):
+    """The inverse of split_rows: [chunks, B / chunks, ...] -> [B, ...]."""
+    chunks, m = y.shape[:2]
+    z = y.reshape(chunks, groups, m // groups, *y.shape[2:])
+    return jnp.swapaxes(z, 0, 1).reshape(chunks * m, *y.shape[2:])
+
+
+def loss_and_grads(embed: Callable, params: dict, batch: dict, rng, *, temperature: float, symmetric: bool = False,
+                   dims=(), chunks: int = 1, groups: int = 1, deterministic: bool = False):
+    """(loss, gradients with respect to params) of one global batch; chunks > 1: through GradCache."""
+    valid = batch.get("valid")
+
+    def loss_of(emb, log_scale):
+        scale = jnp.exp(log_scale) if log_scale is not None else 1.0 / temperature
+        return contrastive_loss(emb, scale, symmetric=symmetric, dims=dims, valid=valid)
+
+    log_scale = params.get(LOGIT_KEY)
+    enc = model_params(params)
+    if chunks <= 1:
+        def whole(p):
+            return loss_of(embed(model_params(p), batch, rng, deterministic), p.get(LOGIT_KEY))
+        return jax.value_and_grad(whole)(params)
+
+    parts = {k: split_rows(batch[k], chunks, groups) for k in INPUTS}
+
+    def chunk_embed(p, part, i):
+        return embed(p, part, jax.random.fold_in(rng, i), deterministic)
+
+    index = jnp.arange(chunks)
+    # pass 1: embeddings only, no activations kept past each chunk
+    embs = jax.lax.map(lambda xs: chunk_embed(jax.lax.stop_gradient(enc), xs[1], xs[0]), (index, parts))
+    emb = join_rows(embs, groups)
+    if log_scale is None:
+        loss, g_emb = jax.value_and_grad(lambda e: loss_of(e, None))(emb)
+        g_scale = None
+    else:
+        loss, (g_emb, g_scale) = jax.value_and_grad(loss_of, argnums=(0, 1))(emb, log_scale)
+    g_parts = split_rows(g_emb, chunks, groups)
+
+    # pass 2: each chunk's forward again, its share of dL/d(embeddings) pulled back to the params
+    def pull(acc, xs):
+        i, part, g = xs
+        _, back = jax.vjp(lambda p: chunk_embed(p, part, i), enc)
+        return jax.tree_util.tree_map(jnp.add, acc, back(g)[0]), None
+
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, enc)
+    grads, _ = jax.lax.scan(pull, zeros, (index, parts, g_parts))
+    if g_scale is not None:
+        grads = {**grads, LOGIT_KEY: g_scale}
+    return loss, grads
