@@ -15,7 +15,7 @@ import torch
 import transformers
 from scipy.stats import truncnorm
 
-from jaxbert.model.config import ConfigError
+from jaxbert.model.configs import ConfigError
 from jaxbert.model.modernbert import ModernBertConfig, build
 from jaxbert.model.layers.rotary import apply_rope, inverse_frequencies, rope_tables
 from jaxbert.model.modernbert.config import FULL, SLIDING
@@ -305,6 +305,30 @@ def test_config_reads_the_transformers_5_spellings():
     assert ModernBertConfig.from_dict(dict(TINY, rope_theta=1234.0)).global_theta == 1234.0
 
 
+@pytest.mark.parametrize("spelling", ["rope_parameters", "rope_theta", "4.x"])
+def test_replacing_a_theta_moves_the_model_whatever_spelling_the_file_had(spelling):
+    """One home for the thetas: replace(global_rope_theta=...) on a config read from a 5.x file (whose
+    rope_parameters / rope_theta used to win over it) changes the model, and the file written back keeps
+    its spelling with the new theta, as transformers reads it."""
+    data = dict(TINY)
+    if spelling == "rope_parameters":
+        data["rope_parameters"] = {FULL: {"rope_type": "default", "rope_theta": 80000.0},
+                                   SLIDING: {"rope_type": "default", "rope_theta": 5000.0}}
+    elif spelling == "rope_theta":
+        data["rope_theta"] = 80000.0
+    changed = ModernBertConfig.from_dict(data).replace(global_rope_theta=20000.0, local_rope_theta=3000.0)
+    assert (changed.global_theta, changed.local_theta) == (20000.0, 3000.0)
+    back = changed.to_dict()
+    assert ("rope_parameters" in back, "rope_theta" in back) == (spelling == "rope_parameters", spelling == "rope_theta")
+    hf = transformers.ModernBertConfig(**back)  # the reader: transformers' own config class
+    params = getattr(hf, "rope_parameters", None)
+    if isinstance(params, dict) and FULL in params:  # 5.x
+        assert (params[FULL]["rope_theta"], params[SLIDING]["rope_theta"]) == (20000.0, 3000.0)
+    else:
+        assert (hf.global_rope_theta, hf.local_rope_theta) == (20000.0, 3000.0)
+    assert ModernBertConfig.from_dict(back) == changed
+
+
 @pytest.mark.parametrize("change,message", [
     (dict(layer_types=["full_attention", "chunked_attention", "full_attention"]),
      "layer_types\\[1\\] 'chunked_attention' is not supported"),
@@ -320,6 +344,8 @@ def test_config_reads_the_transformers_5_spellings():
     (dict(rope_parameters={"full_attention": {"rope_type": "yarn", "factor": 2.0}}),
      "rope_parameters\\['full_attention'\\] rope_type 'yarn' is not supported"),
     (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling .* is not supported"),
+    (dict(global_rope_theta=1e4, rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 8e4}}),
+     "rope_parameters\\['full_attention'\\].rope_theta 80000.0 disagrees with global_rope_theta 10000.0"),
     (dict(norm_bias="false"), "norm_bias must be true or false, got 'false'"),
     (dict(hidden_size="32"), "hidden_size must be an integer, got '32'"),
     (dict(model_type="bert"), "model_type 'bert' is not a ModernBERT config"),

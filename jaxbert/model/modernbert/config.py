@@ -7,6 +7,13 @@ and 5.x's ``layer_types``, ``rope_parameters`` (per layer type) / ``rope_theta``
 as it came (keys jaxbert does not model stay in ``extra``); the derived values
 (``layer_kinds``, ``global_theta``, ``local_theta``, ``half_window``) are what the
 modules read. Anything jaxbert cannot honour is refused by name when the config is built.
+
+The RoPE thetas have one home, ``global_rope_theta`` / ``local_rope_theta``: a 5.x file's
+``rope_parameters`` thetas (or top-level ``rope_theta``) are moved there when the config is
+built (``rope_parameters`` keeps the rest of each entry, ``rope_theta`` stays in ``extra`` as a
+spelling), so ``replace(global_rope_theta=...)`` changes the model whatever the file's spelling,
+and ``to_dict`` writes the thetas in effect under every spelling the file had. A file whose
+spellings give one layer kind two different thetas is refused by name.
 """
 
 from __future__ import annotations
@@ -73,8 +80,7 @@ class ModernBertConfig(HFConfig):
     architectures: tuple | None = None
     # transformers 5.x spellings; None when the config.json does not have them.
     layer_types: tuple | None = None
-    rope_parameters: Mapping[str, Any] | None = None
-    rope_theta: float | None = None
+    rope_parameters: Mapping[str, Any] | None = None  # without its thetas (moved to the theta fields)
     sliding_window: int | None = None
     model_type: str = MODEL_TYPE
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -88,6 +94,18 @@ class ModernBertConfig(HFConfig):
             set_("architectures", tuple(self.architectures))
         if self.local_attention is None and self.sliding_window is not None:
             set_("local_attention", 2 * self.sliding_window if _is_int(self.sliding_window) else self.sliding_window)
+        if isinstance(self.rope_parameters, Mapping):  # its thetas move to the theta fields (the one home)
+            entries = {kind: dict(p) if isinstance(p, Mapping) else p for kind, p in self.rope_parameters.items()}
+            for kind, field in ((FULL, "global_rope_theta"), (SLIDING, "local_rope_theta")):
+                entry = entries.get(kind)
+                if isinstance(entry, dict) and "rope_theta" in entry:
+                    theta = entry.pop("rope_theta")
+                    if not _is_number(theta):
+                        raise ConfigError(f"rope_parameters[{kind!r}].rope_theta must be a number, got {theta!r}")
+                    set_(field, float(theta))
+            set_("rope_parameters", entries)
+        if "rope_theta" in self.extra:  # a spelling only (from_dict moved its value): it follows the field
+            self.extra["rope_theta"] = self.global_rope_theta
         self.validate()
 
     # ---- checks --------------------------------------------------------------------
@@ -144,9 +162,6 @@ class ModernBertConfig(HFConfig):
                 if rope_type != "default":
                     raise ConfigError(f"rope_parameters[{kind!r}] rope_type {rope_type!r} is not supported; "
                                       "jaxbert builds 'default' rotary embeddings")
-                if "rope_theta" in params and not _is_number(params["rope_theta"]):
-                    raise ConfigError(f"rope_parameters[{kind!r}].rope_theta must be a number, "
-                                      f"got {params['rope_theta']!r}")
         if self.extra.get("rope_scaling") is not None:
             raise ConfigError(f"rope_scaling {self.extra['rope_scaling']!r} is not supported; "
                               "jaxbert builds 'default' rotary embeddings")
@@ -180,25 +195,15 @@ class ModernBertConfig(HFConfig):
         """A sliding layer's query attends to keys at most this far away on either side."""
         return self.local_attention // 2
 
-    def _theta(self, kind: str):
-        params = (self.rope_parameters or {}).get(kind) or {}
-        return params.get("rope_theta")
-
     @property
     def global_theta(self) -> float:
-        """RoPE base of the full-attention layers: rope_parameters, else rope_theta, else global_rope_theta."""
-        theta = self._theta(FULL)
-        if theta is None:
-            theta = self.rope_theta if self.rope_theta is not None else self.global_rope_theta
-        return float(theta)
+        """RoPE base of the full-attention layers (a 5.x file's theta is moved to global_rope_theta on read)."""
+        return float(self.global_rope_theta)
 
     @property
     def local_theta(self) -> float:
         """RoPE base of the sliding layers; transformers 4.x falls back to the global one when it is null."""
-        theta = self._theta(SLIDING)
-        if theta is None:
-            theta = self.local_rope_theta if self.local_rope_theta is not None else self.global_theta
-        return float(theta)
+        return float(self.local_rope_theta if self.local_rope_theta is not None else self.global_rope_theta)
 
     @property
     def cutoff(self) -> float:
@@ -218,6 +223,11 @@ class ModernBertConfig(HFConfig):
         if model_type != MODEL_TYPE:
             raise ConfigError(f"model_type {model_type!r} is not a ModernBERT config (expected {MODEL_TYPE!r})")
         kwargs, extra = cls._split(data)
+        _check_one_theta(data)
+        if "rope_theta" in extra:  # one theta for every layer kind; the key stays in extra as the file's spelling
+            if not _is_number(extra["rope_theta"]):
+                raise ConfigError(f"rope_theta must be a finite number, got {extra['rope_theta']!r}")
+            kwargs["global_rope_theta"] = float(extra["rope_theta"])
         # Keys the 5.x spelling leaves out must not take 4.x's defaults when the 5.x keys are there:
         # local_attention then comes from sliding_window.
         if "sliding_window" in data and "local_attention" not in data:
@@ -234,8 +244,8 @@ class ModernBertConfig(HFConfig):
     def to_dict(self) -> dict[str, Any]:
         """config.json: every key that came in, plus this version's fields (5.x keys only when given).
 
-        The 4.x theta keys carry the thetas in effect (a 5.x config's rope_parameters win), so that
-        transformers 4.x, which reads only them, builds the same model from the file.
+        The thetas in effect go under every spelling the config has: the 4.x keys always (transformers
+        4.x reads only them), ``rope_parameters`` entries and ``rope_theta`` when the file had them.
         """
         out = dict(self.extra)
         for f in dataclasses.fields(self):
@@ -246,13 +256,32 @@ class ModernBertConfig(HFConfig):
                 value = {str(k): v for k, v in value.items()}
             out[f.name] = list(value) if isinstance(value, tuple) else value
         out["global_rope_theta"] = self.global_theta
-        if self.local_rope_theta is not None or self._theta(SLIDING) is not None:
-            out["local_rope_theta"] = self.local_theta
+        if self.rope_parameters is not None:
+            thetas = {FULL: self.global_theta, SLIDING: self.local_theta}
+            out["rope_parameters"] = {kind: dict(p, rope_theta=thetas[kind]) if isinstance(p, Mapping) else p
+                                      for kind, p in self.rope_parameters.items()}
         return out
 
 
+def _check_one_theta(data: Mapping[str, Any]) -> None:
+    """Refuse a config.json that gives one layer kind two thetas under two spellings (which one a
+    reader takes depends on its transformers version)."""
+    params = data.get("rope_parameters") if isinstance(data.get("rope_parameters"), Mapping) else {}
+    entry = lambda kind: params.get(kind) if isinstance(params.get(kind), Mapping) else {}  # noqa: E731
+    spellings = {FULL: [("global_rope_theta", data.get("global_rope_theta")), ("rope_theta", data.get("rope_theta")),
+                        (f"rope_parameters[{FULL!r}].rope_theta", entry(FULL).get("rope_theta"))],
+                 SLIDING: [("local_rope_theta", data.get("local_rope_theta")),
+                           (f"rope_parameters[{SLIDING!r}].rope_theta", entry(SLIDING).get("rope_theta"))]}
+    for kind, given in spellings.items():
+        given = [(k, v) for k, v in given if _is_number(v)]
+        for key, value in given[1:]:
+            if float(value) != float(given[0][1]):
+                raise ConfigError(f"{key} {value!r} disagrees with {given[0][0]} {given[0][1]!r} "
+                                  f"(two thetas for the {kind} layers)")
+
+
 _is_int, _is_number = is_int, is_number
-_NEW_SPELLINGS = ("layer_types", "rope_parameters", "rope_theta", "sliding_window")
+_NEW_SPELLINGS = ("layer_types", "rope_parameters", "sliding_window")
 ModernBertConfig.FIELD_TYPES = {
     **dict.fromkeys(("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                      "max_position_embeddings", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
@@ -260,7 +289,7 @@ ModernBertConfig.FIELD_TYPES = {
                      "sliding_window"), int),
     **dict.fromkeys(("initializer_range", "initializer_cutoff_factor", "norm_eps", "global_rope_theta",
                      "attention_dropout", "local_rope_theta", "embedding_dropout", "mlp_dropout",
-                     "classifier_dropout", "rope_theta"), float),
+                     "classifier_dropout"), float),
     **dict.fromkeys(("norm_bias", "attention_bias", "mlp_bias", "decoder_bias", "classifier_bias",
                      "deterministic_flash_attn", "sparse_prediction", "repad_logits_with_grad",
                      "tie_word_embeddings"), bool),
@@ -271,4 +300,4 @@ ModernBertConfig.FIELD_TYPES = {
 }
 ModernBertConfig.OPTIONAL = frozenset({"initializer_cutoff_factor", "pad_token_id", "eos_token_id", "bos_token_id", "cls_token_id",
              "sep_token_id", "local_rope_theta", "num_labels", "id2label", "label2id", "problem_type",
-             "architectures", "layer_types", "rope_parameters", "rope_theta", "sliding_window", "local_attention"})
+             "architectures", "layer_types", "rope_parameters", "sliding_window", "local_attention"})
