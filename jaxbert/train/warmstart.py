@@ -60,8 +60,10 @@ def merge(fresh: dict, loaded: dict, scanned: bool, log=print, family: Family | 
     if f"{family.prefix}/{family.embedding_path}" not in loaded_flat and family.embedding_path in loaded_flat:
         # A bare encoder's checkpoint (BertModel) has no encoder prefix.
         loaded_flat = {f"{family.prefix}/{k}": v for k, v in loaded_flat.items()}
+    notes = []
     if tile:
-        loaded_flat = tile_params(fresh_flat, loaded_flat, family.fused_outputs if fused_outputs is None else fused_outputs)
+        loaded_flat = tile_params(fresh_flat, loaded_flat, family.fused_outputs if fused_outputs is None else fused_outputs,
+                                  vocab_key=f"{family.prefix}/{family.embedding_path}", notes=notes)
     out, kept_fresh = {}, []
     for key, value in fresh_flat.items():
         if key in loaded_flat:
@@ -78,5 +80,7 @@ def merge(fresh: dict, loaded: dict, scanned: bool, log=print, family: Family | 
         + (f"; freshly initialised {len(kept_fresh)}: {', '.join(kept_fresh[:6])}"
            + (" ..." if len(kept_fresh) > 6 else "") if kept_fresh else "")
         + (f"; ignored {len(ignored)} the model lacks: {', '.join(ignored[:4])}" if ignored else ""))
+    for note in notes:
+        log(note)
     tree = unflatten(out, sep="/")
     return scan_params(tree, stacks) if scanned else tree

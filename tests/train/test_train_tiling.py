@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.model.modernbert import ModernBertConfig
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten
 from jaxbert.train import warmstart
 from jaxbert.train.recipe import RecipeError
 from jaxbert.train.recipe import load as load_recipe
-from jaxbert.train.tiling import centre_tile, source_layer
+from jaxbert.cli.main import main
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.train.tiling import TilingError, centre_tile, source_layer
+from tests.helpers.hf_models import tiny_hf_model
 from tests.helpers.modernbert import TINY, tiny_hf
 from tests.helpers.runs import write_recipe
 
@@ -31,7 +34,18 @@ def test_centre_tile_by_hand():
                                         [5, 3, 4, 5, 3],
                                         [2, 0, 1, 2, 0]])
     np.testing.assert_array_equal(out[1:3, 1:4], src)  # the source sits at the centre
-    np.testing.assert_array_equal(centre_tile(np.arange(5), (3,)), [1, 2, 3])  # a shrinking axis: centre crop
+    with pytest.raises(ValueError, match="larger"):  # a shrinking axis is refused, never cropped
+        centre_tile(np.arange(5), (3,))
+
+
+def test_a_table_axis_keeps_each_row_at_its_index():
+    # [rows 3, features 2] -> [rows 5, features 4]: row i stays row i (features centre-tiled, offset 1);
+    # rows 3 and 4 are new and come from fill
+    src = np.arange(6.0).reshape(3, 2)
+    fill = -np.ones((5, 4))
+    out = centre_tile(src, (5, 4), tables=(0,), fill=fill)
+    np.testing.assert_array_equal(out[:3], [[1, 0, 1, 0], [3, 2, 3, 2], [5, 4, 5, 4]])
+    np.testing.assert_array_equal(out[3:], fill[3:])
 
 
 def test_a_fused_projection_is_tiled_block_by_block():
@@ -92,3 +106,66 @@ def test_a_transformers_modernbert_tiles_into_a_wider_deeper_model(tmp_path):
 def test_init_tile_needs_init_from(tmp_path):
     with pytest.raises(RecipeError, match="model.init_tile: true tiles the params of model.init_from"):
         load_recipe(write_recipe(tmp_path / "r.yaml", model={"preset": "bert-tiny", "init_tile": True}))
+
+
+def _bert(layers: int, hidden: int, positions: int, vocab: int) -> dict:
+    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=4, intermediate_size=2 * hidden,
+                max_position_embeddings=positions, vocab_size=vocab)
+
+
+def test_a_bert_tiles_into_a_wider_deeper_one_with_tables_row_for_row(tmp_path):
+    # 1x32 (64 positions, vocab 99) -> 2x64 (128 positions, vocab 104): hidden offset (64 - 32) // 2 = 16
+    hf = tiny_hf_model("BertForMaskedLM", **_bert(1, 32, 64, 99))
+    hf.save_pretrained(tmp_path / "small")
+    sd = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    model = build_model("BertForMaskedLM", BertConfig(**_bert(2, 64, 128, 104)), ModelOptions())
+    ids = jnp.ones((1, 8), jnp.int32)
+    fresh = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
+    loaded = warmstart.load_source_params(str(tmp_path / "small"), "BertForMaskedLM")
+    lines = []
+    merged = flatten(warmstart.merge(fresh, loaded, False, log=lines.append, tile=True), sep="/")
+    before = flatten(fresh, sep="/")
+    pos = merged["bert/embeddings/position_embeddings/embedding"]
+    # position i of the larger model is the source's position i (centre tiling the rows made
+    # position 0 the source's 32), its features centre-tiled; positions 64..127 keep their fresh rows
+    np.testing.assert_array_equal(pos[:64, 16:48], sd["bert.embeddings.position_embeddings.weight"])
+    np.testing.assert_array_equal(pos[:64, :16], sd["bert.embeddings.position_embeddings.weight"][:, 16:])
+    np.testing.assert_array_equal(pos[64:], before["bert/embeddings/position_embeddings/embedding"][64:])
+    words = merged["bert/embeddings/word_embeddings/embedding"]
+    np.testing.assert_array_equal(words[:99, 16:48], sd["bert.embeddings.word_embeddings.weight"])
+    np.testing.assert_array_equal(words[99:], before["bert/embeddings/word_embeddings/embedding"][99:])
+    np.testing.assert_array_equal(merged["bert/embeddings/token_type_embeddings/embedding"][:, 16:48],
+                                  sd["bert.embeddings.token_type_embeddings.weight"])
+    bias = merged["cls/predictions/bias"]  # the decoder's vocabulary axis: token i's bias stays token i's
+    np.testing.assert_array_equal(bias[:99], sd["cls.predictions.bias"])
+    np.testing.assert_array_equal(bias[99:], before["cls/predictions/bias"][99:])
+    # layer 1 repeats the source's only layer
+    for layer in (0, 1):
+        np.testing.assert_array_equal(merged[f"bert/encoder/layer/{layer}/attention/self/query/kernel"][16:48, 16:48],
+                                      sd["bert.encoder.layer.0.attention.self.query.weight"].T)
+    new = "\n".join(lines)
+    assert "position_embeddings/embedding: rows 64..127 of axis 0 are new" in new
+    assert "word_embeddings/embedding: rows 99..103 of axis 0 are new" in new
+    assert "cls/predictions/bias: rows 99..103" in new
+
+
+def test_a_larger_source_is_refused_not_cropped(tmp_path, capsys):
+    # 2x64 (128 positions) into 1x32 (64 positions): every axis and the depth would be cropped
+    hf = tiny_hf_model("BertForMaskedLM", **_bert(2, 64, 128, 99))
+    hf.save_pretrained(tmp_path / "large")
+    model = build_model("BertForMaskedLM", BertConfig(**_bert(2, 32, 64, 99)), ModelOptions())
+    ids = jnp.ones((1, 8), jnp.int32)
+    fresh = model.init(jax.random.PRNGKey(0), ids, ids)["params"]
+    loaded = warmstart.load_source_params(str(tmp_path / "large"), "BertForMaskedLM")
+    with pytest.raises(TilingError, match=r"init_tile: param bert/\S+ of the source has shape \((64|128),[^)]*\), "
+                                           r"larger than the model's \((32|64),[^)]*\); .* never crops"):
+        warmstart.merge(fresh, loaded, False, log=lambda m: None, tile=True)
+    # as `jaxbert train` runs it: one line, exit 2, no step taken (the depth is named first)
+    recipe = write_recipe(tmp_path / "r.yaml", model={"preset": "bert-tiny", "config": _bert(1, 32, 64, 99),
+                                                      "init_from": str(tmp_path / "large"), "init_tile": True},
+                          train={"steps": 2})
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "init_tile: the source has 2 layers in bert/encoder/layer, the model 1" in err[0], err
+    assert not list((tmp_path / "run").glob("checkpoints/*"))
