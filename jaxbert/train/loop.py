@@ -124,6 +124,8 @@ def _set_up(recipe: Recipe, workdir, plan_auto: PlanAuto | None) -> _Run:
     cfg = recipe.model_config(vocab)
     if data_dir is not None:  # a model, tokenizer and data that do not fit stop here, named
         sources.check_fits(cfg, tok, data_dir, recipe.data.packing)
+        if recipe.model.init_from:  # continued pretraining: data tokenized as the source model was trained
+            warmstart.check_tokenizer(recipe.model.init_from, tok, data_dir)
     runner = parallel.make_runner(recipe.parallel)
     if "auto" in (recipe.train.per_device_batch_size, recipe.model.remat_policy):
         recipe = plan_auto(recipe, cfg, runner.devices, log)
@@ -187,7 +189,7 @@ def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, object]:
         state = runner.create_state()
         if recipe.model.init_from:
             params = jax.device_get(runner.to_saved(state).params)
-            loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class)
+            loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class, run.log)
             state = state.replace(params=runner.place_params(
                 warmstart.merge(params, loaded, recipe.model.scan_layers, run.log, tile=recipe.model.init_tile,
                                 fused_outputs=family_of(run.cfg).fused_outputs)))

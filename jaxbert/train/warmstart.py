@@ -5,7 +5,13 @@ Hugging Face or jaxbert directory, a safetensors / PyTorch / msgpack file) or
 a jaxbert training workdir (its newest checkpoint; this is how
 bert-base-phase2 starts from phase 1). Params the source lacks, such as the
 MLM head of a plain BertModel checkpoint, keep their fresh initialisation;
-the run says which.
+the run says which. A workdir whose run stopped before its last step is read
+all the same, and the log gives its step and says that it did not finish.
+
+The data must be tokenized as the source was trained: ``check_tokenizer``
+compares the source's own tokenizer (beside its weights, or its run's) with
+the one the data was prepared with, by the hash prepared data records (as
+mixture sources are compared), and refuses another, even of the same size.
 """
 
 from __future__ import annotations
@@ -14,15 +20,58 @@ import warnings
 
 import numpy as np
 
+from jaxbert import fs
+from jaxbert import workdir as workdir_lib
 from jaxbert.convert import from_pretrained
+from jaxbert.data.loader import DataCompatibilityError
+from jaxbert.data.tokenizer import tokenizer_hash
 from jaxbert.errors import InputError
 from jaxbert.model.families import Family, family_of_class, family_of_params
 from jaxbert.model.params import flatten, scan_params, unflatten, unscan_params
 from jaxbert.train.tiling import tile_params
 
 
-def load_source_params(path: str, model_class: str) -> dict:
-    """Host params of `path` (anything from_pretrained reads, a workdir too) in the per-layer layout."""
+def check_tokenizer(init_from: str, tok, data_dir) -> None:
+    """DataCompatibilityError when `init_from` ships a tokenizer (its own files, or its run's) other than
+    `tok`, the tokenizer the data in `data_dir` was prepared with (check_fits has matched the two).
+    A source without one, or one no longer there (a resumed run does not read it), is not checked."""
+    try:
+        own = workdir_lib.tokenizer_path(init_from)
+        if own is None or not any((fs.as_path(own) / n).is_file() for n in ("tokenizer.json", "vocab.txt")):
+            return
+        source_hash = tokenizer_hash(own)
+    except (InputError, OSError):
+        return
+    data_hash = tokenizer_hash(tok)
+    if source_hash != data_hash:
+        where = ", ".join(map(str, data_dir)) if isinstance(data_dir, (list, tuple)) else data_dir
+        raise DataCompatibilityError(
+            f"model.init_from: {init_from} was trained with the tokenizer in {own} (sha256 {source_hash[:12]}), "
+            f"but {where} was prepared with another (sha256 {data_hash[:12]}): its ids would mean other pieces "
+            f"to the model; prepare the data with --tokenizer {own}")
+
+
+def describe_source(path: str) -> str | None:
+    """A line on a workdir source: its step, and whether its run finished; None for a model directory."""
+    try:
+        if not workdir_lib.is_workdir(path):
+            return None
+        step, meta = workdir_lib.newest_meta(fs.as_path(path))
+    except (InputError, OSError):
+        return None
+    planned = (workdir_lib.saved_recipe(meta).get("train") or {}).get("steps")
+    if isinstance(planned, int) and step < planned:
+        return (f"init_from: {path} is at step {step:,} of the {planned:,} its recipe plans: its run did not "
+                f"finish; starting from its step-{step:,} weights")
+    return f"init_from: {path} at step {step:,}" + (" (its run finished)" if planned else "")
+
+
+def load_source_params(path: str, model_class: str, log=None) -> dict:
+    """Host params of `path` (anything from_pretrained reads, a workdir too) in the per-layer layout.
+    `log` gets a workdir's step (and a word when its run did not finish)."""
+    line = describe_source(path) if log is not None else None
+    if line:
+        log(line)
     with warnings.catch_warnings():  # merge() lists what was missing, in the run's log
         warnings.simplefilter("ignore")
         _, params, report = from_pretrained(str(path), model_class=model_class, strict=False,

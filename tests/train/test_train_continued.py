@@ -104,3 +104,60 @@ def test_a_released_checkpoint_continues_pretraining_on_a_new_corpus(tmp_path, f
     assert losses[0] == pytest.approx(expected, rel=1e-5, abs=1e-5)
     # a freshly initialised model of that config would start near log(V), far from the source's loss
     assert abs(expected - np.log(model.config.vocab_size)) > 0.5
+
+
+def test_data_of_another_tokenizer_of_the_same_size_is_refused(tmp_path, capsys):
+    """The released model's own tokenizer against the data's: same vocabulary size, two pieces swapped
+    (a different tokenizer a size check cannot tell apart): one line, exit 2, no step taken."""
+    import json
+    corpus = _corpus(tmp_path / "domain.txt")
+    released = tmp_path / "released"
+    _, model_class = _released("bert", released, corpus)
+    spec = json.loads((released / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = "statement", "loop"
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    assert load_tokenizer(other).get_vocab_size() == load_tokenizer(released).get_vocab_size()
+    assert main(["data", "prepare", "--input", str(corpus), "--tokenizer", str(other), "--output",
+                 str(tmp_path / "data"), "--max-length", "32", "--validation-fraction", "0.1", "--quiet"]) == 0
+    recipe = write_recipe(tmp_path / "adapt.yaml",
+                          model={"preset": str(released), "config": {}, "model_class": model_class,
+                                 "init_from": str(released)},
+                          data={"source": "prepared", "dir": str(tmp_path / "data"), "seq_len": 32},
+                          train={"steps": 1, "per_device_batch_size": 4, "eval_batches": 1})
+    capsys.readouterr()
+    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"model.init_from: {released} was trained with the tokenizer in {released}" in err[0]
+    assert f"but {tmp_path / 'data'} was prepared with another" in err[0]
+    assert f"prepare the data with --tokenizer {released}" in err[0]
+    assert not list((tmp_path / "run").glob("checkpoints/*"))
+    # the data prepared with the model's own tokenizer passes the check (and trains)
+    assert main(["data", "prepare", "--input", str(corpus), "--tokenizer", str(released), "--output",
+                 str(tmp_path / "data"), "--max-length", "32", "--validation-fraction", "0.1", "--quiet",
+                 "--overwrite"]) == 0
+    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run2")]) == 0
+
+
+def test_a_phase_started_from_an_unfinished_run_says_so(tmp_path, capsys):
+    first = write_recipe(tmp_path / "p1.yaml", train={"steps": 40, "eval_batches": 1},
+                         checkpoint={"every_steps": 100, "keep": 2})
+    assert main(["train", "--config", str(first), "--workdir", str(tmp_path / "p1"), "--stop-after", "3"]) == 0
+    second = write_recipe(tmp_path / "p2.yaml", model={"init_from": str(tmp_path / "p1")},
+                          train={"steps": 1, "eval_batches": 1})
+    capsys.readouterr()
+    assert main(["train", "--config", str(second), "--workdir", str(tmp_path / "p2")]) == 0
+    log = capsys.readouterr().out
+    assert (f"init_from: {tmp_path / 'p1'} is at step 3 of the 40 its recipe plans: its run did not finish"
+            in log), log
+    assert "init_from: loaded" in log
+    # a finished source is named as such
+    assert main(["train", "--config", str(first), "--workdir", str(tmp_path / "p1"), "--set", "train.steps=4"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--config", str(second), "--workdir", str(tmp_path / "p3")]) == 0
+    log = capsys.readouterr().out
+    assert f"init_from: {tmp_path / 'p1'} at step 4 (its run finished)" in log, log
