@@ -88,7 +88,7 @@ def torch_model(module, params, dtype: str = "float32"):
              for k, v in params_to_state_dict(params, module.config, name).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     # Tied decoder weights and buffers are the only keys the state dict may lack.
-    missing = [k for k in missing if ".decoder." not in f".{k}" and not k.endswith("_ids")]
+    missing = [k for k in missing if ".decoder." not in f".{k}" and not k.endswith("_ids") and k not in spec.ties(module.config)]
     if missing or unexpected:
         raise RuntimeError(f"transformers {name} did not take the weights: missing {missing}, unexpected {unexpected}")
     return model
@@ -137,12 +137,41 @@ def _outputs_torch(model, spec, inputs, enc):
     for key, module_name in (("pooler", "pooler"), ("final", spec.family.final_norm)):
         if module_name and getattr(base, module_name, None) is not None:
             hooks.append(getattr(base, module_name).register_forward_hook(
-                lambda m, i, o, key=key: seen.setdefault(key, o)))
+                lambda m, i, o, key=key: None if seen.setdefault(key, (i[0], o)) else None))  # None: o unchanged
     with torch.no_grad():
         out = model(**kw, output_hidden_states=True)
     for hook in hooks:
         hook.remove()
-    return _stages(spec, out.hidden_states, seen.get("pooler"), out, seen.get("final"))
+    pooled = seen["pooler"][1] if "pooler" in seen else None
+    stages = _stages(spec, out.hidden_states, pooled, out, seen["final"][1] if "final" in seen else None)
+    if "final" in seen:  # the last layer's own output, whatever hidden_states[-1] holds (see _last_layer_alike)
+        stages[_BEFORE_FINAL] = np.asarray(seen["final"][0].detach().numpy(), np.float64)
+    return stages
+
+
+_BEFORE_FINAL = "_before final norm"
+
+
+def _last_layer_alike(ours: dict, *refs: dict) -> None:
+    """Compare the last layer like with like. transformers 4.x's ModernBERT returns the last layer's
+    output as hidden_states[-1]; 5.x returns last_hidden_state there (after final_norm), as jaxbert's
+    EuroBERT does. Where jaxbert's last hidden state is the final norm's input and the reference's its
+    output, the reference's "layer n" becomes the final norm's input (taken by a hook); the final norm
+    itself is compared in its own row either way. Changes ``refs`` in place."""
+    befores = [ref.pop(_BEFORE_FINAL, None) for ref in refs]
+    layers = [k for k in ours if k.startswith("layer ")]
+    if not layers or "final norm" not in ours:
+        return
+    last = max(layers, key=lambda k: int(k.split()[1]))
+    ours_after = np.array_equal(ours[last], ours["final norm"])
+    for ref, before in zip(refs, befores):
+        if before is None or "final norm" not in ref:
+            continue
+        ref_after = np.array_equal(ref[last], ref["final norm"])
+        if ref_after and not ours_after:
+            ref[last] = before
+        elif ours_after and not ref_after:
+            ref[last] = ref["final norm"]
 
 
 def _stages(spec, hidden_states, pooled, out, final=None) -> dict:
@@ -239,6 +268,7 @@ def compare(module, params, inputs: dict, *, dtype: str = "float32", tolerance: 
         with numerics("float64", precision):
             own64 = ours if dtype == "float64" else _outputs_jax(module, params, inputs, encoder_states,
                                                                   "float64", jit)
+    _last_layer_alike(ours, ref, *([truth] if truth is not None else []))
     mask = np.asarray(inputs["attention_mask"]).astype(bool)
     token_mask = mask.reshape(-1, mask.shape[-1])  # [B*C, L] for multiple choice
     rows = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import types
 
 import jax
@@ -159,32 +160,80 @@ def float64_rotary(model):
     """transformers takes RoPE's inverse frequencies, angles, cos and sin in float32 even in a
     float64 model (ModernBERT: 1 float32 ulp off at some angles, 1e-8 on the outputs). Its rotary
     modules (any submodule named ``rotary_emb``) get float64 tables here, from inverse frequencies
-    taken in float64 from the module's rope_theta (as jaxbert's float64 path takes them), so a
-    float64 comparison tests everything else to 1e-10. Returns the model (changed in place)."""
+    taken in float64 from the config's theta (as jaxbert's float64 path takes them), so a
+    float64 comparison tests everything else to 1e-10. Both layouts transformers has: one table per
+    module (``inv_freq``; 4.x ModernBERT's per-layer modules, EuroBERT's) and one module holding a
+    table per layer type (``{layer_type}_inv_freq``, called with the layer type; 5.x ModernBERT).
+    Returns the model (changed in place)."""
     import torch
 
-    def forward(self, x, position_ids):
-        angles = position_ids[:, :, None].double() * self._float64_inv_freq[None, None, :]
-        angles = angles.repeat(1, 1, 2)  # (angles, angles): rotate-half's layout
-        return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    def forward(self, x, position_ids, layer_type=None):
+        inv = self._float64_inv_freq[layer_type]
+        angles = position_ids[..., None].double() * inv.to(position_ids.device)[None, None, :]
+        angles = torch.cat((angles, angles), dim=-1)  # rotate-half's layout
+        scale = self._float64_scaling[layer_type]
+        return (angles.cos() * scale).to(x.dtype), (angles.sin() * scale).to(x.dtype)
 
     for name, sub in model.named_modules():
-        if name.rsplit(".", 1)[-1] == "rotary_emb" and hasattr(sub, "inv_freq"):
-            sub._float64_inv_freq = _float64_inv_freq(sub, torch)
-            sub.forward = types.MethodType(forward, sub)
+        if name.rsplit(".", 1)[-1] != "rotary_emb":
+            continue
+        tables = {None: "inv_freq"} if hasattr(sub, "inv_freq") else \
+            {kind: f"{kind}_inv_freq" for kind in getattr(sub, "layer_types", ()) if hasattr(sub, f"{kind}_inv_freq")}
+        if not tables:
+            continue
+        sub._float64_inv_freq = {kind: _float64_inv_freq(getattr(sub, attr), _theta(sub, kind), torch)
+                                 for kind, attr in tables.items()}
+        sub._float64_scaling = {kind: float(getattr(sub, "attention_scaling" if kind is None
+                                                    else f"{kind}_attention_scaling", 1.0))
+                                for kind in tables}
+        sub.forward = types.MethodType(forward, sub)
+        _float64_rope_application(sys.modules.get(type(model).__module__), torch)
     return model
 
 
-def _float64_inv_freq(rotary, torch):
-    """theta ** (-2i / D) in float64 from the module's config, when that reproduces its float32
-    buffer (the default RoPE); else the buffer widened (a scaled RoPE this does not rebuild)."""
-    buffer = rotary.inv_freq.double()
+def _float64_rope_application(modeling, torch):
+    """transformers 5's ModernBERT applies the tables to q.float() and k.float() (float32 in a float64
+    model: 1e-8 on the outputs). Its modeling module's apply_rotary_pos_emb is wrapped, once, so that
+    float64 q and k stay float64; any other dtype goes to transformers' own function unchanged."""
+    original = getattr(modeling, "apply_rotary_pos_emb", None)
+    if original is None or getattr(original, "_jaxbert_float64", False):
+        return
+    if list(inspect.signature(original).parameters) != ["q", "k", "cos", "sin", "unsqueeze_dim"]:
+        return  # a layout this does not know: left as it is
+
+    def rotate_half(x):
+        half = x.shape[-1] // 2
+        return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        if q.dtype != torch.float64:
+            return original(q, k, cos, sin, unsqueeze_dim)
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    apply_rotary_pos_emb._jaxbert_float64 = True
+    modeling.apply_rotary_pos_emb = apply_rotary_pos_emb
+
+
+def _theta(rotary, layer_type):
+    """The RoPE theta a rotary module was built from: its config's rope_theta (4.x), else its
+    rope_parameters' (5.x: flat for a family of one layer kind, else per layer type), else None."""
     config = getattr(rotary, "config", None)
-    theta = getattr(config, "rope_theta", None)
-    if theta is None:  # transformers 5 keeps one theta in rope_parameters (a family of one layer kind)
-        theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
+    theta = getattr(config, "rope_theta", None) if layer_type is None else None
+    params = getattr(config, "rope_parameters", None) or {}
+    if theta is None and layer_type is not None:
+        theta = (params.get(layer_type) or {}).get("rope_theta")
+    elif theta is None:
+        theta = params.get("rope_theta")
+    return theta
+
+
+def _float64_inv_freq(buffer, theta, torch):
+    """theta ** (-2i / D) in float64, when that reproduces the float32 ``buffer`` (the default RoPE);
+    else the buffer widened (a scaled RoPE this does not rebuild)."""
+    buffer = buffer.double()
     if not isinstance(theta, (int, float)):
         return buffer
     dim = 2 * buffer.shape[-1]
-    wide = 1.0 / (float(theta) ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    wide = 1.0 / (float(theta) ** (torch.arange(0, dim, 2, dtype=torch.float64, device=buffer.device) / dim))
     return wide if torch.allclose(wide, buffer, rtol=1e-6, atol=0.0) else buffer
