@@ -27,6 +27,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxbert.engine.step import apply_gradients
 from jaxbert.finetune.embedding_loss import contrastive_loss, normalise, pool
 
 LOGIT_KEY = "embedding_log_scale"
@@ -115,3 +116,26 @@ def loss_and_grads(embed: Callable, params: dict, batch: dict, rng, *, temperatu
     if g_scale is not None:
         grads = {**grads, LOGIT_KEY: g_scale}
     return loss, grads
+
+
+def make_train_step(pooling: str, temperature: float, *, symmetric: bool = False, dims=(), chunks: int = 1,
+                    groups: int = 1):
+    """train_step(state, batch [1, B, C, L], rng) -> (state, metrics) for the mesh runner's compile_train:
+    one optimizer update from the loss of the whole global batch (no accumulation: a step's negatives
+    are every candidate of its batch; GradCache chunks bound the memory instead)."""
+    def train_step(state, batch: dict, rng, axis_name: str | None = None):
+        if axis_name is not None:
+            raise ValueError("the embedding kind trains on the mesh runner (parallel.strategy: mesh), "
+                             "where every anchor scores every candidate of the global batch")
+        if batch["input_ids"].shape[0] != 1:
+            raise ValueError("the embedding kind takes no train.accum_steps > 1: use "
+                             "kinds.embedding.mini_batch_size (GradCache) to bound memory instead")
+        mb = jax.tree_util.tree_map(lambda x: x[0], batch)
+        loss, grads = loss_and_grads(embedder(state.apply_fn, pooling), state.params, mb,
+                                     jax.random.fold_in(rng, state.step), temperature=temperature,
+                                     symmetric=symmetric, dims=dims, chunks=chunks, groups=groups)
+        rows = jnp.sum(mb["valid"].astype(jnp.float32)) if "valid" in mb else jnp.float32(mb["input_ids"].shape[0])
+        sums = {"loss_sum": loss * rows, "weight": rows}
+        return apply_gradients(state, grads, sums, sums["loss_sum"])
+    train_step.__name__ = "embedding_train_step"
+    return train_step
