@@ -8,7 +8,7 @@ on. Adding a kind is one new module defining its Kind object and one line below.
 
 from __future__ import annotations
 
-from jaxbert.finetune.kinds import choice, classification, qa, regression, tokens
+from jaxbert.finetune.kinds import choice, classification, embedding, qa, regression, tokens
 from jaxbert.finetune.kinds.base import Kind
 from jaxbert.finetune.row_files import TaskDataError
 
@@ -18,6 +18,7 @@ KINDS: dict[str, Kind] = {
     "tokens": tokens.KIND,
     "qa": qa.KIND,
     "choice": choice.KIND,
+    "embedding": embedding.KIND,
 }
 
 
