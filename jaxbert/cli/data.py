@@ -38,8 +38,9 @@ def add_arguments(p) -> None:
                         "an Apache Beam runner (pip install '.[beam]'), same output files")
     q.add_argument("--pipeline-options", default=None, metavar="OPTIONS",
                    help="the Beam runner's pipeline options as one string, given with '=': --pipeline-options=\"--project=P "
-                        "--region=R --temp_location=gs://BUCKET/tmp\" (remote runners need --temp_location)")
-    q.add_argument("--quiet", action="store_true", help="no progress output (a bar, or plain lines when piped)")
+                        "--region=R --temp_location=gs://BUCKET/tmp\" (remote runners need --temp_location); checked "
+                        "against Beam's own options before any work, and refused with --runner local")
+    q.add_argument("--quiet", action="store_true", help="no progress output (a bar, or plain lines when piped), nor Beam's log lines")
     q.add_argument("--overwrite", action="store_true",
                    help="replace OUTPUT when it is an earlier prepared dataset (anything else is refused)")
     i = sub.add_parser("inspect", help="print a prepared folder's metadata and its first rows decoded")

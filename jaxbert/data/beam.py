@@ -16,15 +16,24 @@ runner and its number of workers. Staged files live under the pipeline's `--temp
 (a bucket that every worker reaches, for Dataflow), or a local temporary folder for the
 DirectRunner, and are removed at the end.
 
+Pipeline options are checked against Beam's own parser (every PipelineOptions class Beam defines) before
+any work: a value of the wrong type or an option Beam does not know is refused in one line, where Beam
+would print its usage, or drop the option with a warning (a misspelt Dataflow option would go unnoticed).
+`quiet` (`--quiet`) keeps Beam's INFO and WARNING lines off the terminal, its worker processes' too
+(their stderr is held back and shown only when the run fails).
+
 apache-beam is an optional dependency (`pip install '.[beam]'`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
+import os
 import shlex
+import sys
 import tempfile
 import threading
 import uuid
@@ -48,9 +57,54 @@ class BeamError(InputError):
     """Bad runner arguments."""
 
 
-def pipeline_args(runner: str, options: str | None, num_workers: int | None, embedded: bool = False) -> list[str]:
+def import_beam(purpose: str):
+    """apache_beam, imported without the warnings Beam logs about Google Cloud clients it may not need;
+    an InputError naming the extra that installs it when it is missing."""
+    logging.disable(logging.WARNING)
+    try:
+        return require("apache_beam", "beam", purpose)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def check_options(args: list[str], runner: str) -> None:
+    """BeamError, in one line, for pipeline options Beam's parser refuses (a value of the wrong type) or
+    does not know (Beam itself would print its usage, or drop them with a warning)."""
+    beam = import_beam(f"preparing data with --runner {runner}")
+    options = beam.options.pipeline_options
+    base = getattr(options, "_BeamArgumentParser", None)  # Beam's parser class (value-provider options)
+    if base is None:  # another Beam release: its own parser runs the pipeline
+        return
+
+    class Parser(base):
+        def error(self, message):
+            if message.startswith("ambiguous option: "):  # as Beam: an unknown prefix of two options
+                return
+            raise BeamError(f"--pipeline-options: {message} (apache-beam {beam.__version__})")
+
+    parser = Parser(allow_abbrev=False, add_help=False)
+    seen = {}
+    for cls in options.PipelineOptions.__subclasses__():
+        seen.setdefault(str(cls), cls)
+    for cls in seen.values():
+        cls._add_argparse_args(parser)  # noqa: SLF001 - how Beam's PipelineOptions builds its own parser
+    _, unknown = parser.parse_known_args(args)
+    if unknown:
+        raise BeamError(f"--pipeline-options: apache-beam {beam.__version__} knows no option "
+                        f"{' '.join(unknown)} (it would drop it): check its spelling in Beam's pipeline options")
+
+
+def pipeline_args(runner: str, options: str | None, num_workers: int | None, embedded: bool = False,
+                  quiet: bool = False) -> list[str]:
     """Beam's argv for a runner: --runner, the user's pipeline options, and for the DirectRunner
-    `num_workers` processes (default 2). BeamError for arguments the run cannot go with."""
+    `num_workers` processes (default 2). BeamError for arguments the run cannot go with: options
+    given to the local runner, options Beam refuses or does not know (check_options). quiet: the
+    workers log errors only."""
+    if runner == "local":
+        if options is not None:
+            raise BeamError("--pipeline-options are a Beam runner's (--runner direct, dataflow, flink, spark); "
+                            "--runner local (this machine's processes, no Beam) takes none: drop them or pick a runner")
+        return []
     if runner not in RUNNERS:
         raise BeamError(f"--runner {runner!r} is not one of local, {', '.join(RUNNERS)}")
     try:
@@ -63,7 +117,8 @@ def pipeline_args(runner: str, options: str | None, num_workers: int | None, emb
     if runner == "direct" and not any(a.startswith("--direct_num_workers") for a in args):
         args += [f"--direct_num_workers={num_workers or 2}", "--direct_running_mode=multi_processing"]
     if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
-        args.append("--default_sdk_harness_log_level=WARNING")  # not a line per worker start and stop
+        # not a line per worker start and stop; under --quiet, not a warning either
+        args.append(f"--default_sdk_harness_log_level={'ERROR' if quiet else 'WARNING'}")
     if runner != "direct":
         if embedded:
             raise BeamError(f"--runner {runner}: the embedded corpus is this machine's Python documentation; "
@@ -71,7 +126,31 @@ def pipeline_args(runner: str, options: str | None, num_workers: int | None, emb
         if _temp_location(args) is None:
             raise BeamError(f"--runner {runner} needs --temp_location in --pipeline-options "
                             "(a bucket every worker reaches, e.g. gs://BUCKET/tmp)")
+    check_options(args, runner)
     return args
+
+
+@contextlib.contextmanager
+def _worker_stderr(quiet: bool):
+    """Under `quiet`, what Beam's worker processes write to stderr (each logs its start at INFO and
+    WARNING, before any option reaches it) goes to a temporary file, shown only when the run fails."""
+    if not quiet:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            held.seek(0)
+            sys.stderr.write(held.read().decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _temp_location(args: list[str]) -> str | None:
@@ -171,13 +250,10 @@ class BeamEncoder:
     """
 
     def __init__(self, corpus: Corpus, config: dict, runner: str, options: str | None = None,
-                 num_workers: int | None = None):
-        logging.disable(logging.WARNING)  # importing Beam warns about Google Cloud clients it may not need
-        try:
-            self.beam = require("apache_beam", "beam", f"preparing data with --runner {runner}")
-        finally:
-            logging.disable(logging.NOTSET)
-        self.args = pipeline_args(runner, options, num_workers, embedded=corpus.sources is None)
+                 num_workers: int | None = None, quiet: bool = False):
+        self.beam = import_beam(f"preparing data with --runner {runner}")
+        self.quiet = quiet
+        self.args = pipeline_args(runner, options, num_workers, embedded=corpus.sources is None, quiet=quiet)
         temp = _temp_location(self.args)
         self.corpus, self.config = corpus, config
         self.stage = (fs.as_path(temp) / f"jaxbert-prepare-{uuid.uuid4().hex}" if temp is not None
@@ -196,7 +272,7 @@ class BeamEncoder:
         # Beam logs every worker's start and stop
         logging.disable(logging.CRITICAL)
         try:
-            with beam.Pipeline(options=options) as p:
+            with _worker_stderr(self.quiet), beam.Pipeline(options=options) as p:
                 build(p)
         finally:
             logging.disable(logging.NOTSET)

@@ -34,7 +34,7 @@ from jaxbert.data.encode import CHUNK_CHARS, SPLITS, chunks, encode_chunk, init_
 from jaxbert.data.packing import DocumentPacker, MLMPacker
 from jaxbert.terminal import progress_bar
 from jaxbert.data.tokenizer import load_tokenizer, special_token_ids, tokenizer_hash
-from jaxbert.errors import InputError
+from jaxbert.errors import InputError, require
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.fs import publish_dir
@@ -141,6 +141,14 @@ def _check_not_near_a_workdir(output: str, for_workdir: str | None) -> None:
                            "(replacing it with --overwrite would take the run's files with it)")
 
 
+def _check_readers(corpus: Corpus) -> None:
+    """The optional libraries the inputs' formats need (pyarrow for parquet and Arrow files), imported now:
+    an InputError naming the first file that needs a missing one comes before any work."""
+    for fmt, path in corpus.sources or ():
+        if fmt in ("parquet", "arrow"):
+            require("pyarrow.parquet", "data", f"reading {path}")
+
+
 def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: int = 128,
             format: str = "mlm", validation_fraction: float = 0.01, text_field: str = "text",
             seed: int = 0, num_workers: int | None = None, *, short_seq_prob: float = 0.1,
@@ -181,9 +189,10 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
     specials = special_token_ids(tok, tokenizer)
     vocab_size = tok.get_vocab_size(with_added_tokens=True)
     dtype = np.uint16 if vocab_size <= 1 << 16 else np.uint32
-    if runner != "local":  # bad runner arguments fail before any work
-        pipeline_args(runner, pipeline_options, num_workers, embedded=inputs is None)
+    # bad runner arguments (options for the local runner, options Beam does not know) fail before any work
+    pipeline_args(runner, pipeline_options, num_workers, embedded=inputs is None)
     corpus = Corpus(inputs, text_field, fetch=runner in ("local", "direct"))
+    _check_readers(corpus)  # a missing reader is refused before the progress line, like any bad input
     total = corpus.total()
     if num_workers is None:
         num_workers = os.cpu_count() or 1
@@ -210,7 +219,7 @@ def prepare(inputs: list[str] | None, tokenizer: str, output: str, max_length: i
             if runner == "local":
                 results = _run(chunks(corpus), config, num_workers)
             else:
-                encoder = BeamEncoder(corpus, config, runner, pipeline_options, num_workers)
+                encoder = BeamEncoder(corpus, config, runner, pipeline_options, num_workers, quiet=not progress)
                 corpus.stats = [SourceStats(**s) for s in encoder.stats]
                 results = iter(encoder)
             for res in results:

@@ -1,6 +1,7 @@
 """Packing, NSP pairing and `prepare` output, with hand-computed rows over a hand-written vocab."""
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from jaxbert.data.packing import MLMPacker, fit_pair, nsp_examples, split_senten
 from jaxbert.data.prepare import is_validation, prepare
 from jaxbert.data.tokenizer import TokenizerError
 from jaxbert.errors import InputError
+from tests.helpers.cli import one_line
 
 # [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4, a..z = 5..30, ##s=31, ##ing=32, .=33
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + list("abcdefghijklmnopqrstuvwxyz") + ["##s", "##ing", "."]
@@ -206,3 +208,15 @@ def test_cli_prepare_and_inspect(vocab, tmp_path, capsys):
     assert "2 documents, 5 tokens -> 1 train and 0 validation rows of 8" in capsys.readouterr().out
     assert cli_main(["data", "inspect", str(tmp_path / "out"), "--rows", "1"]) == 0
     assert "'[CLS] a b c [SEP] d e [SEP]'" in capsys.readouterr().out
+
+
+def test_a_missing_reader_is_refused_before_any_progress(vocab, tmp_path, capsys, monkeypatch):
+    """docs/refusals.md: a refusal comes before any work, so not after a progress line (0 of 4 bytes)."""
+    (tmp_path / "docs.parquet").write_bytes(b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import pyarrow raises ImportError
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    code = cli_main(["data", "prepare", "--input", str(tmp_path / "docs.parquet"), "--tokenizer", vocab,
+                     "--output", str(tmp_path / "out")])
+    assert code == 2
+    one_line(capsys.readouterr(), "data", f"reading {tmp_path / 'docs.parquet'} needs pyarrow", "pip install")
+    assert not (tmp_path / "out").exists()

@@ -95,6 +95,14 @@ def test_a_bad_file_read_by_a_worker_is_the_local_paths_error(tmp_path):
     (["--runner", "dataflow", "--pipeline-options=--temp_location=gs://b/tmp"], "embedded corpus"),
     (["--runner", "direct", "--pipeline-options=--runner=DataflowRunner"], "give the runner with --runner"),
     (["--runner", "direct", "--pipeline-options=--project='unclosed"], "--pipeline-options"),
+    # Beam would print its 128-line usage, or drop the unknown option with a warning
+    (["--runner", "direct", "--pipeline-options=--direct_num_workers=abc"],
+     "--pipeline-options: argument --direct_num_workers: invalid int value: 'abc'"),
+    (["--runner", "dataflow", "--input", "CORPUS", "--pipeline-options=--temp_location=gs://b/tmp --no_such_option=3"],
+     "knows no option --no_such_option=3"),
+    (["--runner", "direct", "--pipeline-options=--temp_locaton=gs://b/tmp"], "knows no option --temp_locaton"),
+    # the local runner is no Beam runner: options for it would be ignored
+    (["--pipeline-options=--direct_num_workers=2"], "--runner local (this machine's processes, no Beam) takes none"),
 ])
 def test_bad_runner_arguments_are_one_line_before_any_work(corpus, tmp_path, capsys, extra, needle):
     out = tmp_path / "out"
@@ -122,3 +130,20 @@ def test_staging_and_output_in_a_bucket(corpus, tmp_path, gcs):
     assert {k: v for k, v in _files(fetched).items() if not k.startswith(".")} == local
     assert [p for p in bucket.find(temp[5:]) if "jaxbert-prepare-" in p] == []  # the staged chunks are removed
     assert len(local) >= 4
+
+
+def test_quiet_keeps_beams_lines_off_the_terminal(tmp_path, capfd):
+    """--quiet: nothing on stderr, where Beam's worker processes log their start (INFO, WARNING) and the
+    Google Cloud client warning at import; the summary line on stdout stays."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    for f in range(2):
+        (folder / f"part-{f}.txt").write_text("\n\n".join(topics[n] for n in sorted(topics)[f * 5:f * 5 + 5]))
+    capfd.readouterr()
+    code = cli_main(["data", "prepare", "--input", str(folder), "--tokenizer", minilm_folder(), "--output",
+                     str(tmp_path / "out"), "--max-length", "32", "--runner", "direct", "--quiet",
+                     "--pipeline-options=--direct_num_workers=2 --direct_running_mode=multi_processing"])
+    out, err = capfd.readouterr()
+    assert code == 0
+    assert err == ""
+    assert out.startswith(f"{tmp_path / 'out'}: ") and " train and " in out and len(out.splitlines()) == 1, out
