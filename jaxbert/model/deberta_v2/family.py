@@ -1,0 +1,123 @@
+"""DeBERTa-v2's family entry (DeBERTa-v2 and -v3 checkpoints: model_type ``deberta-v2``): a family with modules,
+config and key table of its own (jaxbert.model.deberta_v2), reached by the rest of jaxbert through this entry.
+Its members that reach model code import it when called, so that the entry (and reading a config) loads no jax."""
+
+from __future__ import annotations
+
+from jaxbert.model.contract import Family, LayerStack
+from jaxbert.model.deberta_v2.config import CLASS_NAMES, MODEL_TYPE, DebertaV2Config
+
+_LOGITS = (("logits", "logits"),)
+# What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
+CLASS_SPECS = {
+    "DebertaV2Model": dict(pooler=False, base=True, main=("last_hidden_state",)),
+    "DebertaV2ForMaskedLM": dict(pooler=False, mlm=True, stages=(("mlm logits", "logits"),)),
+    "DebertaV2ForSequenceClassification": dict(pooler=False, stages=_LOGITS),
+    "DebertaV2ForTokenClassification": dict(pooler=False, stages=_LOGITS),
+    "DebertaV2ForQuestionAnswering": dict(pooler=False, stages=(("start logits", "start_logits"),
+                                                                ("end logits", "end_logits")),
+                                          main=("start_logits", "end_logits")),
+    "DebertaV2ForMultipleChoice": dict(pooler=False, choices=True, stages=_LOGITS),
+}
+
+
+def model_classes(family) -> dict:
+    from jaxbert.model.deberta_v2.heads import MODEL_CLASSES
+    return dict(MODEL_CLASSES)
+
+
+def table(config, model_class: str, scan_layers: bool = False, add_pooling_layer=None):
+    """The converter's key table (jaxbert.model.deberta_v2.table)."""
+    from jaxbert.model.deberta_v2.table import family_table
+    return family_table(config, model_class, scan_layers, add_pooling_layer)
+
+
+def mlm_rows(config) -> list:
+    from jaxbert.model.deberta_v2.table import mlm_rows as rows
+    return rows(config)
+
+
+def build(class_name: str, config: DebertaV2Config, options=None, **kwargs):
+    """The module of a DeBERTa-v2 class name for this config and these options (its classes take no other
+    keywords); options it cannot honour are refused by name: scan_layers with a conv layer, an attention_impl
+    other than einsum or auto (the relative terms are a score bias no fused kernel takes:
+    jaxbert.model.deberta_v2.attention); auto runs einsum."""
+    from jaxbert.model.deberta_v2.heads import MODEL_CLASSES
+    from jaxbert.model.deberta_v2.modules import SCAN_CONV
+    from jaxbert.model.options import ModelOptions
+    from jaxbert.model.own_classes import build_class
+    options = ModelOptions() if options is None else options
+    if options.scan_layers and config.conv_kernel_size > 0:
+        raise ValueError(SCAN_CONV)
+    if options.attention_impl == "auto":  # "the best path this model can run": einsum, the only one here
+        options = options.replace(attention_impl="einsum")
+    if options.attention_impl != "einsum":
+        raise ValueError(f"attention_impl {options.attention_impl!r}: DeBERTa-v2's relative terms (c2p, p2c) are a "
+                         "score bias that only the 'einsum' path takes (docs/attention.md); use einsum or auto")
+    module = build_class("DeBERTa-v2", MODEL_CLASSES, DebertaV2Config, MODEL_TYPE, class_name, config, options,
+                         kwargs)
+    return module
+
+
+def infer_class(config: DebertaV2Config, keys: list) -> str | None:
+    """A DeBERTa-v2 checkpoint's class: its architectures entry, else what its head keys say (either MLM layout;
+    a pooler with a classifier is sequence classification, as transformers' multiple-choice checkpoints always
+    name their class; qa_outputs question answering; a classifier alone token classification); None when
+    architectures names only classes DeBERTa-v2 does not have."""
+    from jaxbert.model.own_classes import class_of_checkpoint
+    return class_of_checkpoint(config, keys, CLASS_NAMES, (
+        (("cls.predictions",), "DebertaV2ForMaskedLM"), (("lm_predictions.lm_head",), "DebertaV2ForMaskedLM"),
+        (("pooler.dense", "classifier"), "DebertaV2ForSequenceClassification"),
+        (("qa_outputs",), "DebertaV2ForQuestionAnswering"),
+        (("classifier",), "DebertaV2ForTokenClassification")), "DebertaV2Model")
+
+
+def non_embedding_params(config: DebertaV2Config) -> int:
+    """Matmul weights of the layers, for the FLOP count: query, key, value and output (4 H^2) and the MLP
+    (2 H I). The relative projections act on the 2 span rows of the relative table once per layer, not per token."""
+    H, I = config.hidden_size, config.intermediate_size
+    return config.num_hidden_layers * (4 * H * H + 2 * H * I)
+
+
+def attended_positions(config: DebertaV2Config, seq_len: int) -> int:
+    """Keys a query attends, summed over the layers, for the FLOP count's attention-score term: every key, plus
+    per relative term (c2p, p2c) one product of the query (or key) with each of the 2 span relative embeddings,
+    a score matmul without its value product: span keys' worth."""
+    terms = len(config.att_terms) if config.relative_attention else 0
+    return config.num_hidden_layers * (seq_len + terms * config.att_span)
+
+
+def _position_limit(config: DebertaV2Config) -> int:
+    return config.max_position_embeddings
+
+
+def _parity_length(config: DebertaV2Config) -> int | None:
+    """Inputs reach past the relative span (by 8 tokens), so parity sees the clamped and bucketed distances."""
+    if not config.relative_attention:
+        return None
+    return min(2 * config.att_span + 8, config.max_position_embeddings)
+
+
+FAMILY = DEBERTA_V2 = Family(
+    name="deberta-v2", model_types=(MODEL_TYPE,), class_prefixes={MODEL_TYPE: "DebertaV2"},
+    prefix="deberta",
+    heads=tuple(name[len("DebertaV2"):] for name in CLASS_SPECS),
+    mlm_rows=mlm_rows, mlm_decoder="cls.predictions.decoder", mlm_bias="cls.predictions.bias",
+    pretraining_classes=("DebertaV2ForMaskedLM",),
+    config_class=DebertaV2Config, model_classes=model_classes,
+    build=build, table=table,
+    infer_class=infer_class, non_embedding_params=non_embedding_params,
+    attended_positions=attended_positions, position_limit=_position_limit,
+    describe_init=lambda config, class_name: f"{class_name}'s init: normal({config.initializer_range}), zero biases",
+    class_specs=CLASS_SPECS,
+    reference_attention="eager", parity_length=_parity_length,  # transformers' DeBERTa-v2 has only its own (eager) attention
+    segment_ids=False,  # no packed documents: the conv and the relative positions run across a row
+    token_types=True,  # read where type_vocab_size > 0 (v3 has none: its tokenizer's token_type_ids are ignored)
+    layer_stack=LayerStack("layer"),  # encoder/layer, as BERT's
+    also="DeBERTa-v3 (its checkpoints are `deberta-v2` configs)",
+    differences="its own modules (`jaxbert/model/deberta_v2/`): disentangled attention (`pos_att_type` `c2p` / "
+                "`p2c`, scores divided by sqrt(head_dim x (1 + terms))), log-bucketed relative positions "
+                "(`position_buckets`, `max_relative_positions`), `share_att_key`, `norm_rel_ebd`, "
+                "`position_biased_input`, v2's convolution layer (`conv_kernel_size`), the MLM head in both layouts "
+                "(`legacy`: `cls.predictions` / `lm_predictions.lm_head`), the ContextPooler; only the `einsum` "
+                "attention path (other `attention_impl` values refused by name); no packed documents")
