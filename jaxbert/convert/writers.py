@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -158,6 +160,24 @@ def write_hf(directory: str | Path, config: BertConfig, model_class: str, params
     return [directory / n for n in names]
 
 
+class _OcdbtMergeNote(logging.Filter):
+    """Orbax's warning that it found no OCDBT checkpoint to merge: this save writes none (use_ocdbt=False)."""
+
+    def filter(self, record) -> bool:
+        return "Skipping merge of OCDBT checkpoints" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _no_ocdbt_merge_note():
+    """That one absl warning (it names the temporary folder) off during jaxbert's own save; no other."""
+    note, logger = _OcdbtMergeNote(), logging.getLogger("absl")
+    logger.addFilter(note)
+    try:
+        yield
+    finally:
+        logger.removeFilter(note)
+
+
 def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, params, *,
                   add_pooling_layer: bool | None = None) -> Path:
     """A jaxbert directory: config.json, jaxbert.json (class, layout) and params/ (Orbax)."""
@@ -168,7 +188,7 @@ def write_jaxbert(directory: str | Path, config: BertConfig, model_class: str, p
     # device_put adopts the 64-byte-aligned buffers the loaders make), and
     # without OCDBT it streams each leaf to its own directory.
     tree = unflatten({p: jax.device_put(v) if isinstance(v, np.ndarray) else v for p, v in flat.items()})
-    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False)) as ckpt:
+    with _no_ocdbt_merge_note(), ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False)) as ckpt:
         ckpt.save(directory / PARAMS_DIR, args=ocp.args.PyTreeSave(tree))
     del tree
     meta = {"format": "jaxbert", "version": 1, "model_class": model_class,
