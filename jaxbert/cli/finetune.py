@@ -61,7 +61,8 @@ def run(args) -> int:
     fs.check_apart(workdir, model, "--workdir", "--model")
     config = args.config or default_recipe(spec.kind, model)  # said in the log, as glue says it
     recipe = load(config, args.overrides)
-    summary = finetune(recipe, spec, model, workdir, tokenizer=args.tokenizer)
+    trainer = getattr(spec.kind, "trainer", None) or finetune  # a kind with its own loop (embedding)
+    summary = trainer(recipe, spec, model, workdir, tokenizer=args.tokenizer)
     best = summary["best"]
     print(f"{summary['status']} at step {summary['step']}/{summary['total']}; workdir {summary['workdir']}")
     if best is not None:
