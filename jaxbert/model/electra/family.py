@@ -4,8 +4,8 @@ import it inside the function, so that the entry, and so reading a config, loads
 
 from __future__ import annotations
 
+from jaxbert.model.contract import Family, OwnFolder
 from jaxbert.model.electra.config import CLASS_NAMES, MODEL_TYPE, ElectraConfig
-from jaxbert.model.contract import Family
 
 _LOGITS = (("logits", "logits"),)
 # What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
@@ -23,43 +23,16 @@ CLASS_SPECS = {
 assert tuple(CLASS_SPECS) == CLASS_NAMES  # noqa: S101 (one list of classes)
 
 
-def model_classes(family) -> dict:
-    from jaxbert.model.electra.heads import MODEL_CLASSES
-    return dict(MODEL_CLASSES)
-
-
-def build(class_name: str, config: ElectraConfig, options=None, **kwargs):
-    """The module of an ELECTRA class name for this config and these options (its classes take no other
-    keywords: no pooler); options it cannot honour (decode) are refused by name."""
-    from jaxbert.model.electra.heads import MODEL_CLASSES
-    from jaxbert.model.options import ModelOptions
-    from jaxbert.model.own_classes import build_class
-    options = ModelOptions() if options is None else options
-    return build_class("ELECTRA", MODEL_CLASSES, ElectraConfig, MODEL_TYPE, class_name, config, options, kwargs)
-
-
-def table(config, model_class: str, scan_layers: bool = False, add_pooling_layer=None):
-    """The converter's key table (jaxbert.model.electra.table)."""
-    from jaxbert.model.electra.table import family_table
-    return family_table(config, model_class, scan_layers, add_pooling_layer)
-
-
-def mlm_rows(config) -> list:
-    from jaxbert.model.electra.table import mlm_rows as rows
-    return rows(config)
-
-
-def infer_class(config: ElectraConfig, keys: list) -> str | None:
-    """An ELECTRA checkpoint's class: its architectures entry, else what its head keys say; None when
-    architectures names only classes jaxbert's ELECTRA does not have (ElectraForCausalLM)."""
-    from jaxbert.model.own_classes import class_of_checkpoint
-    return class_of_checkpoint(config, keys, CLASS_NAMES, (
-        (("discriminator_predictions.dense_prediction",), "ElectraForPreTraining"),
-        (("generator_predictions.dense",), "ElectraForMaskedLM"),
-        (("classifier.out_proj",), "ElectraForSequenceClassification"),
-        (("sequence_summary.summary",), "ElectraForMultipleChoice"),
-        (("qa_outputs",), "ElectraForQuestionAnswering"),
-        (("classifier",), "ElectraForTokenClassification")), "ElectraModel")
+# Its classes, builder, key table and checkpoint-class reader, read in this folder when first called; a checkpoint
+# without architectures is read by its head's modules (the first match wins), else as the bare encoder.
+FOLDER = OwnFolder("jaxbert.model.electra", "ELECTRA", ElectraConfig, MODEL_TYPE, CLASS_NAMES, (
+    (("discriminator_predictions.dense_prediction",), "ElectraForPreTraining"),
+    (("generator_predictions.dense",), "ElectraForMaskedLM"),
+    (("classifier.out_proj",), "ElectraForSequenceClassification"),
+    (("sequence_summary.summary",), "ElectraForMultipleChoice"),
+    (("qa_outputs",), "ElectraForQuestionAnswering"),
+    (("classifier",), "ElectraForTokenClassification")), "ElectraModel")
+build, infer_class = FOLDER.build, FOLDER.infer_class
 
 
 def non_embedding_params(config: ElectraConfig) -> int:
@@ -78,13 +51,14 @@ def attended_positions(config: ElectraConfig, seq_len: int) -> int:
 FAMILY = ELECTRA = Family(
     name="electra", model_types=(MODEL_TYPE,), class_prefixes={MODEL_TYPE: "Electra"}, prefix="electra",
     heads=tuple(name[len("Electra"):] for name in CLASS_SPECS),
-    config_class=ElectraConfig, model_classes=model_classes, build=build, table=table, infer_class=infer_class,
-    mlm_rows=mlm_rows, mlm_decoder="generator_lm_head", mlm_bias="generator_lm_head.bias",
+    config_class=ElectraConfig, model_classes=FOLDER.model_classes, build=FOLDER.build, table=FOLDER.table,
+    infer_class=FOLDER.infer_class, mlm_rows=FOLDER.mlm_rows, mlm_decoder="generator_lm_head",
+    mlm_bias="generator_lm_head.bias",
     non_embedding_params=non_embedding_params, attended_positions=attended_positions,
     position_limit=lambda config: config.max_position_embeddings,
     class_specs=CLASS_SPECS, pretraining_classes=("ElectraForMaskedLM",),
     describe_init=lambda config, class_name: f"normal(std={config.initializer_range}) kernels, zero biases",
-    also="ELECTRA's discriminators and generators (Google's TF checkpoints too)",
+    also="the released discriminators and generators in transformers' layout",
     differences="its own folder (`jaxbert/model/electra/`) on BERT's encoder: embeddings `embedding_size` wide "
                 "and `embeddings_project` to `hidden_size` where they differ; no pooler; `electra.` prefix; heads "
                 "`discriminator_predictions` (one logit per token), `generator_predictions` + `generator_lm_head` "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import flax.linen as nn
 
+from jaxbert.errors import ConfigError
 from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import ModelOutput
 from jaxbert.model.electra.modules import ElectraModel, ElectraModule
@@ -165,6 +166,11 @@ class ElectraForMultipleChoice(ElectraPreTrainedModel):
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None, head_mask=None,
                  deterministic: bool = True, output_hidden_states: bool = False, output_attentions: bool = False,
                  segment_ids=None):
+        cfg = self.config
+        if cfg.summary_size != cfg.hidden_size:
+            raise ConfigError(f"ElectraForMultipleChoice: summary_proj_to_labels projects the summary to num_labels "
+                              f"({cfg.num_labels}) features, but its classifier reads hidden_size ({cfg.hidden_size}), "
+                              "as transformers builds it (its model cannot run either)")
         B, C, L = input_ids.shape
         flat = lambda a: None if a is None else a.reshape(B * C, L)  # noqa: E731 ([B, C, L] -> [B*C, L])
         out = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask), flat(position_ids), head_mask,

@@ -51,7 +51,7 @@ def head_rows(c: ElectraConfig, class_name: str) -> list:
         "ElectraForQuestionAnswering": [("qa_outputs", "linear", (H, c.num_labels))],
         "ElectraForMultipleChoice": ([("sequence_summary.summary", "linear", (H, c.summary_size))]
                                      if c.summary_use_proj else [])
-        + [("classifier", "linear", (c.summary_size, 1))],
+        + [("classifier", "linear", (H, 1))],
     }.get(class_name, [])
     return [(m, kind, dims, None) for m, kind, dims in rows]
 
