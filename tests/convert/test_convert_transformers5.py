@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 if int(transformers.__version__.split(".")[0]) < 5:
     if os.environ.get("JAXBERT_EXPECT_TRANSFORMERS5"):
         raise RuntimeError(f"JAXBERT_EXPECT_TRANSFORMERS5 is set but transformers is {transformers.__version__}")
-    pytest.skip(f"needs transformers 5 (.ci/run's second venv; this venv has {transformers.__version__})",
+    pytest.skip(f"needs transformers 5 (README's test command installs it; this venv has {transformers.__version__})",
                 allow_module_level=True)
 
 import torch  # noqa: E402

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (.ci/run's second venv runs these)")
+pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (README's test command installs it)")
 
 from jaxbert.bench.e2e import save_with_tokenizer  # noqa: E402
 from jaxbert.cli.main import main  # noqa: E402

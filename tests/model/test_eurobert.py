@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (.ci/run's second venv runs these)")
+pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (README's test command installs it)")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from jaxbert.model.config import ConfigError  # noqa: E402
+from jaxbert.model.configs import ConfigError  # noqa: E402
 from jaxbert.model.eurobert import EuroBertConfig, build  # noqa: E402
 from jaxbert.model.eurobert.table import Table, param_count  # noqa: E402
 from jaxbert.model.options import ModelOptions  # noqa: E402

@@ -14,7 +14,7 @@ import jaxbert
 from jaxbert.model.options import ModelOptions
 from jaxbert import (MODEL_CLASSES, BertConfig, BertForMaskedLM, BertForPreTraining, BertModel,
                      dummy_inputs, param_count, preset, scan_params, unscan_params)
-from tests.helpers.transformers4 import RELATIVE, transformers4
+from tests.helpers.transformers4 import positions as position_types
 
 TINY = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=37, max_position_embeddings=64, num_labels=3)
@@ -60,11 +60,11 @@ def _hf_key(path: tuple) -> str:
     return ".".join(path[:-1] + (leaf,))
 
 
-@transformers4(RELATIVE)
+@pytest.mark.parametrize("position", position_types("absolute", "relative_key_query"))
 @pytest.mark.parametrize("cls_name", sorted(MODEL_CLASSES))
-def test_param_paths_are_transformers_state_dict_keys(cls_name):
+def test_param_paths_are_transformers_state_dict_keys(cls_name, position):
     transformers = pytest.importorskip("transformers")
-    cfg = _config_for(cls_name, position_embedding_type="relative_key_query",
+    cfg = _config_for(cls_name, position_embedding_type=position,
                       add_cross_attention=cls_name == "BertLMHeadModel")
     model = MODEL_CLASSES[cls_name](cfg)
     params = model.init(jax.random.key(0), *dummy_inputs(cls_name, 1, 8))["params"]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (.ci/run's second venv runs these)")
+pytest.importorskip("transformers.models.eurobert", reason="EuroBERT is in transformers >= 5 (README's test command installs it)")
 
 import jaxbert.cli.main  # noqa: E402
 from jaxbert.model.families import BY_MODEL_TYPE, FAMILIES  # noqa: E402
