@@ -10,9 +10,12 @@ are resolved here, the same way for every verb (jaxbert.packaged).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
+import os
 import sys
+import warnings
 
 from jaxbert.errors import EXIT_BAD_INPUT, EXIT_CODES_HELP, JaxbertError
 from jaxbert.model.families import FAMILIES  # the registry alone: data, no model code
@@ -76,6 +79,24 @@ def _fail(verb: str, message: object, code: int) -> int:
     return code
 
 
+@contextlib.contextmanager
+def _deprecations_shown(verb: str):
+    """jaxbert's own DeprecationWarnings (a recipe key's old name), which Python shows only in __main__,
+    as one line each on stderr while the verb runs."""
+    shown, own = warnings.showwarning, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DeprecationWarning) and os.path.abspath(filename).startswith(own + os.sep):
+            print(f"jaxbert {verb}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", category=DeprecationWarning, module=r"jaxbert(\.|$)")
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     verb = next((a for a in argv if not a.startswith("-")), None)  # the top level has options -h only
@@ -95,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(args._module)
         for dest, flag in getattr(module, "MODEL_ARGUMENTS", {}).items():
             setattr(args, dest, resolve_model(getattr(args, dest), flag))
-        return int(module.run(args) or 0)
+        with _deprecations_shown(args.verb):
+            return int(module.run(args) or 0)
     except JaxbertError as e:
         return _fail(args.verb, e, e.exit_code)
     except OSError as e:  # a missing or unreadable input, a read-only or full destination

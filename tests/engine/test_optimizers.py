@@ -188,3 +188,17 @@ def test_evaluation_and_export_read_the_optimizers_eval_params(tmp_path, monkeyp
     checkpoint = flatten(read_params(tmp_path / "half_eval")[0])
     assert exported.keys() == checkpoint.keys()
     assert all(np.array_equal(exported[k], np.asarray(checkpoint[k]) / 2) for k in exported)
+
+
+def test_the_cli_says_when_a_recipe_uses_stable_adamws_old_weight_decay_key(tmp_path, capsys):
+    """Python hides a DeprecationWarning outside __main__: `jaxbert train` prints it, one line on stderr."""
+    path = write_recipe(tmp_path / "r.yaml", optim={"name": "stable_adamw", "weight_decay": 3e-5},
+                        train={"steps": 1, "eval_batches": 1})
+    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "run")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert err == ["jaxbert train: warning: recipe key optim.weight_decay of optimizer stable_adamw is now "
+                   "optim.decoupled_weight_decay (same meaning); the old name goes in a later release"], err
+    new = write_recipe(tmp_path / "n.yaml", optim={"name": "stable_adamw", "decoupled_weight_decay": 3e-5},
+                       train={"steps": 1, "eval_batches": 1})
+    assert main(["train", "--config", str(new), "--workdir", str(tmp_path / "run2")]) == 0
+    assert "warning" not in capsys.readouterr().err
