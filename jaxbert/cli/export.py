@@ -37,6 +37,11 @@ def check_not_finetuning(workdir) -> None:
 
 def run(args) -> int:
     check_not_finetuning(args.workdir)
+    from jaxbert.train import rtd_export  # a replaced-token-detection run: discriminator and generator
+    if rtd_export.rtd_recipe_of(args.workdir) is not None:
+        path = rtd_export.export_workdir(args.workdir, args.dst, args.step, overwrite=args.overwrite)
+        print(f"wrote {path} (discriminator) and {path}/generator (generator)")
+        return 0
     path = export_workdir(args.workdir, args.dst, args.step, overwrite=args.overwrite)
     print(f"wrote {path}")
     print(load_instructions(path))

@@ -131,7 +131,11 @@ def _set_up(recipe: Recipe, workdir, plan_auto: PlanAuto | None) -> _Run:
         recipe = plan_auto(recipe, cfg, runner.devices, log)
     if data_dir is not None:  # every run evaluates at its end: refuse data without held-out rows before a step
         _check_held_out(recipe, runner, data_dir)
-    model = build_model(recipe.model.model_class, cfg, recipe.model.options())
+    if recipe.train.objective == "rtd":  # the generator and the discriminator over one param tree
+        from jaxbert.train.rtd_loop import build_pair
+        model = build_pair(recipe, cfg)
+    else:
+        model = build_model(recipe.model.model_class, cfg, recipe.model.options())
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
     schedule = prepare_runner(runner, model, recipe.optim, recipe.train.steps, recipe.train.seed, (dummy, dummy),
                               recipe.train.norm_metrics)
@@ -220,7 +224,11 @@ def _note_changes(run: _Run, start: Start) -> None:
 def _train(run: _Run, session: Session, start: Start, source, stop_at: int | None = None):
     """Steps start+1 .. train.steps on the engine: logs, evaluations and checkpoints as the recipe asks;
     SIGTERM saves and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
-    task = MlmTask(run, source, start.step)
+    if run.recipe.train.objective == "rtd":
+        from jaxbert.train.rtd_loop import RtdTask
+        task = RtdTask(run, source, start.step)
+    else:
+        task = MlmTask(run, source, start.step)
     out = session.train(task, run.runner, start, stop_at)
     last_eval = task.last_eval
     if out.status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
@@ -318,7 +326,7 @@ class MlmTask:
         for _, host in zip(range(self.eval_batches), self.run.make_source("validation")):
             m = runner.metrics_to_host(self.eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
             sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
-        return summarize(sums, "eval_") if sums else {}
+        return self.summarize(sums, "eval_") if sums else {}
 
     def evaluated(self, step: int, state, figures: dict, seconds: float) -> None:
         self.last_eval = figures
@@ -339,6 +347,9 @@ def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dic
     o = run.recipe.outputs
     if status == "finished" and (o.plot or o.export or o.fill_mask):
         params = engine.host_params(run.runner, state)
-        if run.primary:
+        if run.primary and run.recipe.train.objective == "rtd":
+            from jaxbert.train import rtd_loop
+            rtd_loop.finish(run.recipe, run.workdir, run.cfg, params, run.tok_dir, run.log)
+        elif run.primary:
             finish(run.recipe, run.workdir, run.model, params, run.tok_dir, run.log)
     return summary

@@ -26,6 +26,7 @@ from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, C
                                    check_choice, check_ranges, check_sections, read_number, read_yaml,
                                    recipe_names, recipe_path)
 from jaxbert.engine import recipe as engine_recipe
+from jaxbert.train import rtd_recipe
 from jaxbert.model.config import BertConfig, ConfigError, build_config
 from jaxbert.model.config import position_limit as config_position_limit
 from jaxbert.model.families import BY_MODEL_TYPE, family_of, pretraining_classes
@@ -51,7 +52,8 @@ class ModelSection(ComputeSection):
     init_tile: bool = False
 
     def check(self, prefix: str = "model.") -> None:
-        check_choice(f"{prefix}model_class", self.model_class, PRETRAINING_CLASSES)
+        # an RTD recipe trains a discriminator (checked against train.objective by rtd_recipe.check_recipe)
+        check_choice(f"{prefix}model_class", self.model_class, PRETRAINING_CLASSES + rtd_recipe.DISCRIMINATOR_CLASSES)
         if self.init_tile and not self.init_from:
             raise RecipeError(f"{prefix}init_tile: true tiles the params of {prefix}init_from, which is not set")
         ComputeSection.check(self, prefix, auto=True)
@@ -234,6 +236,8 @@ class TrainSection:
     # batch over batch_warmup_tokens, in whole micro-batches (jaxbert.train.batch_warmup); null = off
     batch_warmup_start: Optional[int] = None
     batch_warmup_tokens: int = 0
+    # mlm | rtd: replaced-token detection, a generator and a discriminator (the rtd section, jaxbert.train.rtd_recipe)
+    objective: str = "mlm"
 
     def check(self, prefix: str = "train.") -> None:
         if self.batch_warmup_start is None and self.batch_warmup_tokens != 0:
@@ -289,12 +293,15 @@ class Recipe(RunRecipe):
     optim: OptimSection = dataclasses.field(default_factory=OptimSection)
     train: TrainSection = dataclasses.field(default_factory=TrainSection)
     outputs: OutputsSection = dataclasses.field(default_factory=OutputsSection)
+    rtd: rtd_recipe.RtdSection = dataclasses.field(default_factory=rtd_recipe.RtdSection)  # train.objective: rtd
 
     def to_dict(self) -> dict:
         """As recipe.yaml records it; data.sources as the list of mappings it was read from."""
         out = super().to_dict()
         if self.data.sources is not None:
             out["data"]["sources"] = [source.to_dict() for source in self.data.sources]
+        if self.train.objective != "rtd":  # the rtd section is recorded by the recipes that use it
+            out.pop("rtd", None)
         return out
 
     def model_config(self, vocab_size: int | None = None):
@@ -346,6 +353,7 @@ def _validate(r: Recipe) -> None:
         nsp_classes = " or ".join(c for c in PRETRAINING_CLASSES if spec_of(c).nsp)
         raise RecipeError(f"data.nsp: next-sentence data needs model.model_class={nsp_classes}")
     cfg = r.model_config()  # model.preset and model.config checked now, before any data is prepared
+    rtd_recipe.check_recipe(r, cfg)  # train.objective and the rtd section against the model
     _check_seq_len(r, cfg)
     if r.data.packing != "stream" and not family_of(cfg).segment_ids:
         raise RecipeError(f"data.packing: {r.data.packing!r} gives the model segment ids, which "

@@ -1,0 +1,75 @@
+"""`jaxbert export WORKDIR DST` of a replaced-token-detection run: the discriminator at DST, the generator at
+DST/generator, each a transformers directory (ELECTRA: ElectraForPreTraining, ElectraForMaskedLM) with the run's
+tokenizer beside it; built beside DST and swapped in whole (jaxbert.fs.publish_dir)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from jaxbert import fs
+from jaxbert import workdir as workdir_lib
+from jaxbert.convert.pretrained import MODEL_KIND
+from jaxbert.convert.writers import write_hf
+from jaxbert.errors import InputError
+from jaxbert.fs import check_destination, publish_dir
+from jaxbert.train.rtd_recipe import DISCRIMINATORS, generator_config
+
+GENERATOR = "generator"  # the generator's folder inside the export
+
+
+def _copy_tokenizer(tokenizer_dir, dst: Path, cfg) -> None:
+    from jaxbert.convert.export import TOKENIZER_FILES, _fit_tokenizer_to_model
+    tok = fs.local_copy(tokenizer_dir)
+    for name in TOKENIZER_FILES:
+        if (tok / name).exists():
+            shutil.copy2(tok / name, dst / name)
+    _fit_tokenizer_to_model(dst / "tokenizer_config.json", cfg)
+
+
+def export_pair(dst, recipe, cfg, gen_params, disc_params, tokenizer_dir, overwrite: bool = False,
+                sources: tuple = ()):
+    """The two models of an RTD run (whole params, jaxbert.train.rtd.export_params) as one export."""
+    from jaxbert.model.families import family_of
+    disc_class, gen_class = DISCRIMINATORS[family_of(cfg).name]
+    gen_cfg = generator_config(recipe.rtd, cfg)
+    with publish_dir(dst, MODEL_KIND, overwrite, sources=sources) as tmp:
+        tmp = Path(tmp)
+        write_hf(tmp, cfg, disc_class, disc_params)
+        write_hf(tmp / GENERATOR, gen_cfg, gen_class, gen_params)
+        if tokenizer_dir is not None:
+            _copy_tokenizer(tokenizer_dir, tmp, cfg)
+            _copy_tokenizer(tokenizer_dir, tmp / GENERATOR, gen_cfg)
+    return dst if fs.is_url(dst) else Path(dst)
+
+
+def rtd_recipe_of(workdir):
+    """The Recipe an RTD workdir was run with (its newest checkpoint's record), or None for any other workdir."""
+    from jaxbert.train.recipe import from_dict
+    try:
+        _, meta = workdir_lib.newest_meta(fs.as_path(workdir))
+    except Exception:  # noqa: BLE001 - not a readable pretraining workdir: the plain export says why
+        return None
+    saved = workdir_lib.saved_recipe(meta)
+    if (saved.get("train") or {}).get("objective") != "rtd":
+        return None
+    return from_dict(saved)
+
+
+def export_workdir(workdir, dst, step: int | None = None, overwrite: bool = False):
+    """An RTD workdir's newest (or given) checkpoint -> DST (discriminator) and DST/generator."""
+    from jaxbert.train.rtd_loop import models_for_export
+    recipe = rtd_recipe_of(workdir)
+    if recipe is None:
+        raise InputError(f"{workdir}: not a replaced-token-detection workdir (train.objective: rtd)")
+    checkpoints = workdir_lib.path(workdir, workdir_lib.CHECKPOINTS)
+    check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))
+    params, meta = workdir_lib.read_params(workdir, step)
+    vocab = params["discriminator"][next(iter(params["discriminator"]))]["embeddings"]["word_embeddings"]
+    cfg, _ = workdir_lib.run_config(meta, vocab["embedding"].shape[0], workdir)
+    tok_dir = workdir_lib.run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
+    if tok_dir is not None and not fs.as_path(tok_dir).exists():
+        raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")
+    (_, gen), (_, disc) = models_for_export(recipe, cfg, params)
+    return export_pair(dst, recipe, cfg, gen, disc, tok_dir, overwrite,
+                       sources=(checkpoints,) + ((tok_dir,) if tok_dir is not None else ()))

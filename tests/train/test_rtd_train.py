@@ -1,0 +1,133 @@
+"""`jaxbert train` with train.objective: rtd: the recipe's refusals, a run with accumulation that stops and resumes
+bit-exactly, and its export read back by transformers' ELECTRA classes."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from jaxbert.cli.main import main
+from jaxbert.train import recipe as recipe_lib
+from jaxbert.train.recipe import RecipeError
+
+ELECTRA = {"preset": "electra", "model_class": "ElectraForPreTraining", "config": {
+    "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "intermediate_size": 64, "vocab_size": 64, "max_position_embeddings": 32,
+    "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}}
+RTD = {
+    "name": "rtd-test", "model": ELECTRA,
+    "data": {"source": "synthetic", "seq_len": 16, "mask_rate": 0.25},
+    "optim": {"learning_rate": 3e-3, "warmup_steps": 2, "schedule": "linear"},
+    "train": {"objective": "rtd", "steps": 8, "per_device_batch_size": 4, "accum_steps": 2, "log_every": 2,
+              "eval_every": 0, "eval_batches": 2},
+    "rtd": {"generator": {"width": "1/2", "depth": "1/2"}, "weight": 50, "sharing": "gdes"},
+    "checkpoint": {"every_steps": 3, "keep": 5},
+    "outputs": {"plot": False},
+}
+
+
+def _recipe(**patch) -> dict:
+    data = copy.deepcopy(RTD)
+    for section, values in patch.items():
+        data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
+    return data
+
+
+@pytest.mark.parametrize("patch, key, words", [
+    ({"rtd": {"weight": 0}}, "rtd.weight", "> 0"),
+    ({"rtd": {"weight": -50}}, "rtd.weight", "> 0"),
+    ({"rtd": {"generator": {"hidden_size": 64}}}, "rtd.generator", "larger than the discriminator's 32"),
+    ({"rtd": {"generator": {"depth": "3/2"}}}, "rtd.generator.depth", "(0, 1]"),
+    ({"rtd": {"sharing": "gdes"}, "model": {**ELECTRA, "config": {**ELECTRA["config"], "tie_word_embeddings": False}}},
+     "rtd.sharing", "untied vocabularies"),
+    ({"model": {"preset": "bert-tiny", "model_class": "BertForMaskedLM", "config": {}}}, "train.objective",
+     "discriminator head"),
+    ({"model": {**ELECTRA, "model_class": "ElectraForMaskedLM"}}, "model.model_class", "ElectraForPreTraining"),
+    ({"train": {**RTD["train"], "objective": "mlm"}}, "model.model_class", "is a discriminator"),
+    ({"train": {**RTD["train"], "objective": "electra"}}, "train.objective", "not one of"),
+])
+def test_rtd_recipe_refusals_name_the_key_and_write_nothing(tmp_path, capsys, patch, key, words):
+    data = _recipe(**patch)
+    with pytest.raises(RecipeError) as e:
+        recipe_lib.from_dict(data)
+    assert str(e.value).startswith(key) and words in str(e.value), str(e.value)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_generator_size_from_fractions_and_explicit_keys():
+    from jaxbert.train.rtd_recipe import generator_config
+    r = recipe_lib.from_dict(_recipe(rtd={"generator": {"width": 0.25, "num_hidden_layers": 1}}))
+    gen = generator_config(r.rtd, r.model_config())
+    assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size, gen.num_hidden_layers,
+            gen.embedding_size) == (8, 1, 16, 1, 16)
+    assert recipe_lib.from_dict(RTD).to_dict()["rtd"]["sharing"] == "gdes"
+    assert "rtd" not in recipe_lib.from_dict(_recipe(model={"preset": "bert-tiny", "model_class": "BertForMaskedLM", "config": {}},
+                                                     train={"objective": "mlm"})).to_dict()
+
+
+def _params(workdir):
+    from jaxbert.workdir import read_params
+    from flax import traverse_util
+    params, _ = read_params(workdir, log=lambda m: None)
+    return {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
+
+
+def _rows(workdir):
+    timing = {"elapsed_s", "steps_per_s", "tokens_per_s", "sequences_per_s", "gflops_per_s", "mfu"}
+    return [{k: v for k, v in json.loads(line).items() if k not in timing}
+            for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_rtd_run_resumes_bit_exactly_and_exports_both_models(tmp_path, capsys):
+    path = tmp_path / "rtd.yaml"
+    path.write_text(yaml.safe_dump(_recipe(outputs={"plot": False, "export": True})))
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert main(["train", "--config", str(path), "--workdir", str(straight)]) == 0
+    assert main(["train", "--config", str(path), "--workdir", str(stopped), "--stop-after", "5"]) == 0
+    assert main(["train", "--config", str(path), "--workdir", str(stopped)]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    a, b = _params(straight), _params(stopped)
+    assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    # GDES: the discriminator's tables are E_delta, moved off their zero start by the RTD loss alone
+    delta = next(k for k in a if k.startswith("discriminator/") and k.endswith("word_embeddings/embedding"))
+    assert np.abs(a[delta]).max() > 0
+    rows = _rows(straight)
+    assert _rows(stopped) == rows
+    last = [r for r in rows if "rtd_loss" in r][-1]
+    assert last["step"] == 8 and 0 < last["replaced_fraction"] <= 1 and 0 <= last["rtd_auc"] <= 1
+    assert last["loss"] == pytest.approx(last["mlm_loss"] + 50 * last["rtd_loss"])
+    assert any("eval_rtd_accuracy" in r for r in rows)
+    _check_export(straight / "hf", a)
+
+
+def _check_export(hf, params):
+    """The export, read by transformers: the discriminator's and the generator's logits on one input equal
+    jaxbert's models on the joint params (float32)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import jax.numpy as jnp
+    from flax import traverse_util
+    from jaxbert.train import rtd_loop
+    r = recipe_lib.from_dict(RTD)
+    joint = traverse_util.unflatten_dict({tuple(k.split("/")): jnp.asarray(v) for k, v in params.items()})
+    (gen_model, gen), (disc_model, disc) = rtd_loop.models_for_export(r, r.model_config(64), joint)
+    ids = np.random.RandomState(0).randint(4, 64, (2, 12))
+    d_t = transformers.ElectraForPreTraining.from_pretrained(hf).eval()
+    g_t = transformers.ElectraForMaskedLM.from_pretrained(hf / "generator").eval()
+    assert g_t.config.hidden_size == 16 and g_t.config.num_hidden_layers == 1 and d_t.config.hidden_size == 32
+    with torch.no_grad():
+        d_ref = d_t(torch.from_numpy(ids)).logits.numpy()
+        g_ref = g_t(torch.from_numpy(ids)).logits.numpy()
+    d_ours = np.asarray(disc_model.apply({"params": disc}, jnp.asarray(ids), jnp.zeros_like(ids)).logits)
+    g_ours = np.asarray(gen_model.apply({"params": gen}, jnp.asarray(ids), jnp.zeros_like(ids)).logits)
+    np.testing.assert_allclose(d_ours, d_ref, atol=1e-4 * np.abs(d_ref).max())
+    np.testing.assert_allclose(g_ours, g_ref, atol=1e-4 * np.abs(g_ref).max())
