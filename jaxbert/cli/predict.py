@@ -2,7 +2,8 @@
 
 One line per example, its input beside the prediction: classification {id, <text columns>,
 label, score}; regression {id, <text columns>, value}; tokens {id, words, tags[, empty_words]};
-qa {id, question, context, answer}; choice {id, context, endings, label, score}. Without --out they go
+qa {id, question, context, answer}; choice {id, context, endings, label, score}; an
+embedding model (a sentence-transformers directory) {id, <its text column>, embedding}. Without --out they go
 to stdout. The model's head decides the task; a --task that contradicts it is refused.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from jaxbert.finetune.embedding_export import embedding_rows, is_embedding_model
 from jaxbert.finetune.predict import predict_file, write_predictions
 from jaxbert.fs import check_new_file
 from jaxbert.finetune.kinds import KINDS
@@ -31,7 +33,10 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     if args.out:
         check_new_file(args.out, "--out")  # before any work: exists, or its folder does not
-    rows = predict_file(args.model, args.file, args.task, args.text_columns, args.tokenizer)
+    if is_embedding_model(args.model):  # a sentence-transformers directory: embeddings, not a head's predictions
+        rows = embedding_rows(args.model, args.file, args.text_columns)
+    else:
+        rows = predict_file(args.model, args.file, args.task, args.text_columns, args.tokenizer)
     if args.out:
         write_predictions(rows, args.out)
         print(f"{len(rows)} predictions -> {args.out}")

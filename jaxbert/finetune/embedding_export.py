@@ -148,14 +148,17 @@ def encode(module, params, tok, texts, settings: Settings, prompt: str = "", bat
     return np.concatenate(rows).astype(np.float32)
 
 
-def predict_file(model_dir, input_path, out_path, column: str, prompt_name: str | None = None,
-                 batch_size: int = 32) -> int:
-    """`jaxbert predict` on an embedding model: one JSONL row per input row, its texts and its
-    `embedding` list; the prompt named (or the one named as the column) put in front. Returns rows written."""
+def embedding_rows(model_dir, input_path, columns=None, prompt_name: str | None = None, batch_size: int = 32) -> list:
+    """`jaxbert predict` on an embedding model: one row per input row, its text and its `embedding` list.
+    columns: the one column to embed (default: the first the model was trained on, else "text"); the
+    prompt named, else the one named as the column, put in front."""
     from jaxbert import from_pretrained
     from jaxbert.data.tokenizer import load_tokenizer
     from jaxbert.finetune.kinds.embedding import read_embedding
     settings = read_settings(model_dir)
+    if columns is not None and len(columns) != 1:
+        raise InputError(f"--text-columns {' '.join(columns)}: an embedding model embeds one column at a time")
+    column = columns[0] if columns else _trained_columns(model_dir)[0]
     name = prompt_name if prompt_name is not None else (column if column in settings.prompts else None)
     if name is not None and name not in settings.prompts:
         raise InputError(f"--prompt {name}: {model_dir} has prompts {sorted(settings.prompts) or 'none'}")
@@ -163,10 +166,24 @@ def predict_file(model_dir, input_path, out_path, column: str, prompt_name: str 
     module, params = from_pretrained(str(model_dir))
     emb = encode(module, params, load_tokenizer(str(model_dir)), [e.texts[0] for e in examples], settings,
                  settings.prompts.get(name, "") if name else "", batch_size)
+    return [{"id": e.id, column: e.texts[0], "embedding": [float(x) for x in v]} for e, v in zip(examples, emb)]
+
+
+def _trained_columns(model_dir) -> list:
+    """The text columns a jaxbert-trained embedding model recorded (config.json's jaxbert_task), else ["text"]."""
+    cfg = Path(str(model_dir)) / "config.json"
+    record = (_read_json(cfg).get("jaxbert_task") or {}) if cfg.is_file() else {}
+    return list(record.get("text_columns") or ["text"])
+
+
+def predict_file(model_dir, input_path, out_path, column: str, prompt_name: str | None = None,
+                 batch_size: int = 32) -> int:
+    """embedding_rows of one column written to OUT as JSONL (built beside it, then renamed); returns rows written."""
+    rows = embedding_rows(model_dir, input_path, [column], prompt_name, batch_size)
     out = Path(out_path)
     tmp = out.with_name(out.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        for e, v in zip(examples, emb):
-            f.write(json.dumps({"id": e.id, column: e.texts[0], "embedding": [float(x) for x in v]}) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
     tmp.replace(out)
-    return len(examples)
+    return len(rows)

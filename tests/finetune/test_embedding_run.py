@@ -57,6 +57,15 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     module, params = from_pretrained(str(work / "best"))
     ours = encode(module, params, load_tokenizer(str(work / "best")), texts, read_settings(work / "best"), "query: ")
     np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+    # jaxbert predict: the model is known by its sentence-transformers files; it embeds the column it was
+    # trained on first (q) with that column's prompt
+    pred = tmp_path / "pred.jsonl"
+    assert main(["predict", str(work / "best"), str(dev), "--out", str(pred)]) == 0
+    got = [json.loads(line) for line in pred.read_text().splitlines()]
+    dev_rows = _rows(24, 1)
+    assert [g["q"] for g in got] == [r["q"] for r in dev_rows]
+    expected = model.encode([r["q"] for r in dev_rows], prompt_name="q", convert_to_numpy=True)
+    np.testing.assert_allclose(np.array([g["embedding"] for g in got]), expected, atol=1e-5, rtol=0)
 
 
 @pytest.fixture(scope="module")
