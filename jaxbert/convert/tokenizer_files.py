@@ -14,9 +14,9 @@ from pathlib import Path
 from jaxbert import fs
 from jaxbert.workdir import is_workdir, tokenizer_path
 
-# WordPiece (BERT), byte-level BPE (RoBERTa) and SentencePiece (XLM-R) files, and the configs beside them.
+# WordPiece (BERT), byte-level BPE (RoBERTa) and SentencePiece (XLM-R; DeBERTa-v3's spm.model) files, and the configs beside them.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "vocab.json", "merges.txt", "sentencepiece.bpe.model")
+                   "added_tokens.json", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spm.model")
 
 
 def tokenizer_files(src) -> list:

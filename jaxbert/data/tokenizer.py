@@ -96,20 +96,24 @@ def special_token_names(path: str | os.PathLike | None) -> dict[str, str]:
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
-    """Load a tokenizer.json, a WordPiece vocab.txt or a model directory holding either.
+    """Load a tokenizer.json, a WordPiece vocab.txt, a SentencePiece spm.model (a released DeBERTa-v3
+    directory's) or a model directory holding one of them.
 
     For a vocab.txt, lower-casing follows `do_lower_case` of a neighbouring
-    tokenizer_config.json (True, BERT's default, when there is none).
+    tokenizer_config.json (True, BERT's default, when there is none). An spm.model is read as
+    transformers reads its directory (sentencepiece_tokenizer).
     """
     p = fs.local_copy(path) if fs.is_url(path) else Path(path)  # a URL: read from a local copy
     if p.is_dir():
-        for name in ("tokenizer.json", "vocab.txt"):
+        for name in ("tokenizer.json", "vocab.txt", "spm.model"):
             if (p / name).is_file():
                 return load_tokenizer(p / name)
-        raise TokenizerError(f"{p} holds neither tokenizer.json nor vocab.txt")
+        raise TokenizerError(f"{p} holds neither tokenizer.json, vocab.txt nor spm.model")
     if not p.is_file():
         raise TokenizerError(f"tokenizer not found: {p}")
-    if p.suffix == ".json":
+    if p.name == "spm.model":
+        tok = sentencepiece_tokenizer(p.parent)
+    elif p.suffix == ".json":
         try:
             tok = Tokenizer.from_file(str(p))
         except Exception as e:  # the Rust side raises plain Exception
@@ -140,6 +144,27 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     tok.no_truncation()
     tok.no_padding()
     return tok
+
+
+def sentencepiece_tokenizer(folder: Path) -> Tokenizer:
+    """The fast tokenizer transformers makes of a directory's SentencePiece spm.model (AutoTokenizer: the class its
+    tokenizer_config.json or config.json names, DebertaV2TokenizerFast for a DeBERTa-v3 directory, converted from
+    the slow one); it needs transformers and sentencepiece, each asked for by name where missing."""
+    try:
+        import sentencepiece  # noqa: F401 (transformers' conversion reads the model with it)
+        import transformers
+    except ImportError as e:
+        raise TokenizerError(f"{folder / 'spm.model'}: reading a SentencePiece model needs {e.name} "
+                             f"(pip install transformers sentencepiece)") from None
+    try:
+        fast = transformers.AutoTokenizer.from_pretrained(str(folder), use_fast=True)
+    except Exception as e:  # transformers raises several kinds on a file it cannot read
+        raise TokenizerError(f"{folder / 'spm.model'}: transformers could not read it as a tokenizer: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    if not getattr(fast, "is_fast", False):
+        raise TokenizerError(f"{folder / 'spm.model'}: transformers made no fast tokenizer of it "
+                             f"({type(fast).__name__})")
+    return Tokenizer.from_str(fast.backend_tokenizer.to_str())
 
 
 def special_token_ids(tok: Tokenizer, path: str | os.PathLike | None = None) -> dict[str, int]:
