@@ -82,13 +82,14 @@ def _jax_run(sharing, optim, batches):
         return (params_to_state_dict(gen, gen_cfg, "ElectraForMaskedLM"),
                 params_to_state_dict(disc, disc_cfg, "ElectraForPreTraining"))
     start = dicts(state.params)
+    sample = jax.jit(model.apply, static_argnums=3)
     rows = []
     for b in batches:
         jb = {k: jnp.asarray(v) for k, v in b.items() if k != "labels"}
         mb = jax.tree_util.tree_map(lambda x: x[0], jb)
         # the micro-batch key the step's forward draws from (jaxbert.engine.step: step, then micro-batch 0)
         key = jax.random.fold_in(jax.random.fold_in(rng, state.step), 0)
-        out = jax.jit(model.apply, static_argnums=3)({"params": state.params}, mb, key, False)
+        out = sample({"params": state.params}, mb, key, False)
         state, m = step_fn(state, jb, rng)
         m = jax.device_get(m)
         loss = m["mlm_loss_sum"] / m["mlm_weight"] + WEIGHT * m["rtd_loss_sum"] / m["rtd_weight"]
