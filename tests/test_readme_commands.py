@@ -109,3 +109,20 @@ def test_readme_and_the_numerics_log_quote_the_float64_tolerances_the_tool_appli
     numerics = " ".join((README.parent / "docs" / "numerics.md").read_text().split())
     assert f"tolerances {stages} on hidden states, {grads} relative on gradients" in readme
     assert f"tolerance **{stages}** on every stage and {grads} relative on gradients" in numerics
+
+
+def test_readmes_recipe_list_is_the_registry():
+    """Every recipe `jaxbert train --list` names, in its order (bert-base-phase1-1gpu and -8gpu were missing)."""
+    from jaxbert.engine.recipe import recipe_names
+    listed = ", ".join(f"`{name}`" for name in recipe_names("train"))
+    assert "`bert-base-phase1-1gpu`, `bert-base-phase1-8gpu`" in listed
+    text = " ".join(README.read_text().split())
+    assert f"names the shipped recipes, each with the hardware it is written for: {listed} (the ModernBERT" in text, (
+        f"README's recipe list (## Pretraining) must be every recipe of `jaxbert train --list`, in order: {listed}")
+
+
+def test_readmes_file_names_are_the_ones_its_commands_make():
+    """The fine-tuning block evaluates on dev.jsonl, the file its first line writes (not dev.json)."""
+    commands = readme_commands(README.read_text())
+    evaluate = [c for c in commands if c.startswith("jaxbert evaluate") and "--eval FILE" not in c]  # not usage
+    assert evaluate and all(c.split("--eval ")[1].split()[0] == "dev.jsonl" for c in evaluate), evaluate

@@ -280,15 +280,11 @@ def _readme_finetune_section() -> str:
     return text[text.index("## Fine-tuning"):text.index("## Numerics")]
 
 
-def _first_command(section: str) -> list[str]:
+def _block_lines(section: str) -> list[str]:
+    """The section's first bash block, one command per line (continuations joined, comments cut)."""
     block = section[section.index("```bash") + len("```bash"):]
     block = block[:block.index("```")]
-    lines, command = block.strip().splitlines(), ""
-    for line in lines:
-        command += line.split("  #")[0].rstrip().rstrip("\\") + " "
-        if not line.rstrip().endswith("\\"):
-            break
-    return shlex.split(command)
+    return [line.split("  #")[0].strip() for line in block.replace("\\\n", " ").strip().splitlines()]
 
 
 def _tiny_demo_workdir(root: Path) -> Path:
@@ -311,18 +307,38 @@ def _tiny_demo_workdir(root: Path) -> Path:
     return workdir
 
 
-def test_readmes_first_finetune_command_runs_as_written_on_runs_tiny_demo(tmp_path, monkeypatch, capsys):
-    argv = _first_command(_readme_finetune_section())
-    assert argv[:2] == ["jaxbert", "finetune"] and "runs/tiny-demo" in argv, argv
+def test_readmes_finetune_commands_run_as_written_on_files_readme_makes(tmp_path, monkeypatch, capsys):
+    """README's first lines write train.jsonl and dev.jsonl, fine-tune runs/tiny-demo on them, and predict
+    and evaluate read that run's best/ and dev.jsonl (issue 50.22: no file the reader lacks)."""
+    lines = _block_lines(_readme_finetune_section())
+    write, finetune = lines[0], shlex.split(lines[1])
+    assert write.startswith('python -c "') and finetune[:2] == ["jaxbert", "finetune"], lines[:2]
+    assert "runs/tiny-demo" in finetune and "train.jsonl" in finetune and "dev.jsonl" in finetune
+    used = [line for line in lines if line.startswith("jaxbert predict")]
+    assert len(used) == 1, lines
     _tiny_demo_workdir(tmp_path)
-    write_jsonl(tmp_path / "train.jsonl", classification_rows(96, 1))
-    write_jsonl(tmp_path / "dev.jsonl", classification_rows(32, 2))
-    capsys.readouterr()
     monkeypatch.chdir(tmp_path)
-    assert main(argv[1:]) == 0
+    exec(shlex.split(write)[2], {})  # the README's python line, as `python -c` runs it
+    rows = {name: [json.loads(r) for r in (tmp_path / name).read_text().splitlines()]
+            for name in ("train.jsonl", "dev.jsonl")}
+    for name, per_kind in (("train.jsonl", 40), ("dev.jsonl", 20)):
+        labels = [r["label"] for r in rows[name]]
+        assert {k: labels.count(k) for k in set(labels)} == {"module": per_kind, "class": per_kind,
+                                                             "function": per_kind}, name
+        assert all(len(r["text"].split()) >= 3 for r in rows[name])
+    assert not {r["text"] for r in rows["train.jsonl"]} & {r["text"] for r in rows["dev.jsonl"]}
+    capsys.readouterr()
+    assert main(finetune[1:]) == 0
     out = capsys.readouterr().out
+    assert "finished at step" in out, out[-2000:]
     best = json.loads((tmp_path / "runs" / "finetune-classification" / "eval.json").read_text())["best"]
-    assert "finished at step" in out and best["score"] >= 0.9, (best, out[-2000:])
+    predict, evaluate = (shlex.split(c.strip()) for c in used[0].split(";"))
+    assert main(predict[1:]) == 0 and main(evaluate[1:]) == 0
+    predicted = [json.loads(r) for r in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert len(predicted) == 60
+    # evaluate scores best/ on dev.jsonl: the figure the run recorded for its best evaluation
+    scores = dict(line.split() for line in capsys.readouterr().out.splitlines() if re.match(r"^\w+ +[0-9.]+$", line))
+    assert float(scores["accuracy"]) == pytest.approx(best["evals"]["dev"]["accuracy"], abs=1e-4), (scores, best)
 
 
 # --- item 21: --model minilm ----------------------------------------------------------------------
