@@ -402,10 +402,33 @@ class MLMLoader:
         """The batch this process gets at `step` of a run that kept this loader's batch size."""
         return self.batch_at_position(int(step) * self.global_batch_size)
 
+    def take(self, n: int) -> dict:
+        """n batches in one read, stacked [n, B, ...]: what n calls of next() return (the same rows,
+        masked the same way), gathered and masked together (a step's accumulation micro-batches)."""
+        parts = [self._mine(self.position + i * self.global_batch_size) for i in range(n)]
+        batch = self._batch(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        self.position += n * self.global_batch_size
+        return {k: v.reshape(n, self.batch_size, *v.shape[1:]) for k, v in batch.items()}
+
+    def whole(self):
+        """The split read once, whole, in batches of this loader's size: each row once, the last batch
+        filled with rows of the next pass that weigh nothing (zero masked weights; an NSP batch carries
+        next_sentence_weights, 0 on those rows), so every batch has one shape and nothing is counted twice."""
+        for position in range(0, self.num_examples, self.global_batch_size):
+            index, epochs = self._mine(position)
+            batch, first = self._batch(index, epochs), (epochs == 0).astype(np.float32)
+            batch["masked_weights"] = batch["masked_weights"] * first[:, None]
+            if self.nsp:
+                batch["next_sentence_weights"] = first
+            yield batch
+
     def batch_at_position(self, position: int) -> dict:
         """The batch this process gets when `position` sequences of the stream are consumed;
         a pure function of the constructor arguments and the position."""
-        index, epochs = self._mine(position)
+        return self._batch(*self._mine(position))
+
+    def _batch(self, index: np.ndarray, epochs: np.ndarray) -> dict:
+        """The masked rows of the split at `index` (their epochs key the masking)."""
         ids = self._gather(index, self._rows).astype(np.int32)
         keys = np.empty(len(index), np.uint64)
         for e in np.unique(epochs):  # a batch may end one epoch and begin the next

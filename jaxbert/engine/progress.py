@@ -24,15 +24,20 @@ def duration(seconds: float) -> str:
 class Progress:
     """Counts steps; prints the estimate, the log lines and the evaluation lines through `log`."""
 
-    MEASURE_STEPS, MEASURE_S = 20, 2.0  # time at least this many steps and seconds before estimating
+    MEASURE_STEPS, MEASURE_S = 20, 5.0  # time at least this many steps and seconds before estimating
+    SETTLE_STEPS = 3  # steps after the first (compilation) left out of the timing: they run slower
 
     def __init__(self, name: str, total: int, start: int, eval_every: int, eval_batches: int, log,
-                 active: bool = True):
-        """eval_batches: batches per evaluation, costed at one training step each until one was timed."""
+                 active: bool = True, work=None):
+        """eval_batches: batches per evaluation, costed at one training step each until one was timed.
+        work(first, last): the work of steps first..last (1-based, inclusive) in any unit, for runs whose
+        steps differ in cost (a batch-size warmup's: its micro-batches); None: every step alike."""
         self.total, self.start, self.eval_every, self.log = total, start, eval_every, log
+        self.work = work or (lambda first, last: max(last - first + 1, 0))
         self.eval_batches, self.last = eval_batches, start
+        # the bar's rate: a long average (tqdm's default follows the last half second, and swings)
         self.bar = tqdm(total=total, initial=start, disable=not (active and is_terminal(sys.stderr)),
-                        dynamic_ncols=True, mininterval=0.5, desc=name, unit="step",
+                        dynamic_ncols=True, mininterval=0.5, smoothing=0.02, desc=name, unit="step",
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} [{elapsed}, "
                                    "{rate_fmt}{postfix}]")  # the time left is the log lines' (evaluations included)
         self.t_first = None  # the end of the first step (compilation included), where timing starts
@@ -47,7 +52,9 @@ class Progress:
         self.bar.update(1)
         self.last = step
         if self.t_first is None:
-            self.t_first, self._mark, self.n_first = now, now, step
+            self.t_first, self._settled = now, step + self.SETTLE_STEPS
+        if step <= self._settled and (step < self.total or self._mark is None):
+            self._mark, self.n_first = now, step  # timing starts once the first steps have settled
             return
         self.train_s += now - self._mark
         self._mark = now
@@ -62,7 +69,9 @@ class Progress:
 
     def eta(self, step: int) -> float:
         sps = self.steps_per_s() or 0.0
-        left = (self.total - step) / sps if sps else 0.0
+        timed = self.work(self.n_first + 1, self.last)
+        per_s = timed / self.train_s if self.train_s > 0 and timed else 0.0  # work per second
+        left = self.work(step + 1, self.total) / per_s if per_s else 0.0
         if self.eval_every:
             evals_left = self.total // self.eval_every - step // self.eval_every + (self.total % self.eval_every > 0)
             per_eval = self.eval_s / self.evals if self.evals else self.eval_batches / max(sps, 1e-9)

@@ -164,12 +164,21 @@ def _batch_warmup(recipe: Recipe, runner, log) -> BatchWarmup | None:
     return warmup
 
 
+def _held_out_sources(recipe: Recipe, runner) -> list:
+    """A mixture's held-out splits, each to be read whole, in evaluation batches (sources.held_out_sources)."""
+    return sources.held_out_sources(recipe, parallel.host_batch_size(recipe, runner) // recipe.train.accum_steps,
+                                    process_index=jax.process_index(), process_count=jax.process_count())
+
+
 def _check_held_out(recipe: Recipe, runner, data_dir: str) -> None:
-    """The validation split holds at least one evaluation batch (the loader refuses fewer), named."""
+    """The validation split holds at least one evaluation batch (the loader refuses fewer), named; with a
+    mixture read whole (eval_batches 0), that of every source."""
     rows = parallel.host_batch_size(recipe, runner) // recipe.train.accum_steps
     try:
         sources.make_source(recipe, data_dir, rows, split="validation", process_index=jax.process_index(),
                             process_count=jax.process_count(), fixed_masking=True)
+        if not recipe.train.eval_batches and recipe.data.sources:
+            _held_out_sources(recipe, runner)
     except DataCompatibilityError as e:
         raise DataCompatibilityError(f"evaluation needs held-out rows: {e}; prepare {data_dir} with a larger "
                                      f"--validation-fraction (or data.validation_fraction)") from None
@@ -236,6 +245,41 @@ def _train(run: _Run, session: Session, start: Start, source, stop_at: int | Non
     return out.state, out.step, out.status, task.last, last_eval
 
 
+def _position(state: dict) -> int:
+    """Sequences a train source's state records as consumed (a folder's epoch and offset, or position)."""
+    if "position" in state:
+        return int(state["position"])
+    return int(state["epoch"]) * int(state["examples"]) + int(state["offset"])
+
+
+def _take(source, n: int) -> dict:
+    """n micro-batches [n, B, ...] off a train source: in one read where it can (take), else one by one."""
+    take = getattr(source, "take", None)
+    if take is not None:
+        return take(n)
+    parts = [next(source) for _ in range(n)]
+    return {k: np.stack([p[k] for p in parts]) for k in parts[0]}
+
+
+def _padded(batch: dict, warmup: BatchWarmup, nsp: bool) -> dict:
+    """A warmup step's n micro-batches padded to its compiled count (warmup.bucket(n)) with copies of
+    the last one that weigh nothing: zero masked weights (and, with NSP, zero sequence weights), so the
+    loss, the gradients and the metric sums are those of the n micro-batches alone."""
+    n = len(batch["input_ids"])
+    pad = warmup.bucket(n) - n
+    if nsp:  # every row of the n micro-batches counts in the NSP loss, none of the padding's
+        batch["next_sentence_weights"] = np.ones(batch["next_sentence_labels"].shape, np.float32)
+    if not pad:
+        return batch
+    out = {}
+    for k, v in batch.items():
+        extra = np.repeat(v[-1:], pad, axis=0)
+        if k in ("masked_weights", "next_sentence_weights"):
+            extra = np.zeros_like(extra)
+        out[k] = np.concatenate([v, extra])
+    return out
+
+
 class MlmTask:
     """MLM (and NSP) pretraining as the engine's task: batches from the prepared data (or synthetic),
     held-out figures over train.eval_batches fixed-masking batches, the loader position in each checkpoint."""
@@ -245,21 +289,30 @@ class MlmTask:
     def __init__(self, run: _Run, source, start: int):
         recipe, tr = run.recipe, run.recipe.train
         self.run, self.source, self.recipe = run, source, recipe
+        if run.warmup is not None and start:  # the batch goes on growing from the tokens the run has read
+            run.warmup.resume(start, _position(source.state()) * recipe.data.seq_len)
         self.apply_fn, self.total, self.log_every = run.model.apply, tr.steps, tr.log_every
         self.eval_fn = engine.compile_eval(self, run.runner)
         self.eval_batches = tr.eval_batches or getattr(run.make_source("validation"), "steps_per_epoch", 1)
+        self._held_out = None  # a mixture at eval_batches 0: each source's held-out split, read whole
+        if not tr.eval_batches and recipe.data.sources:
+            self._held_out = _held_out_sources(recipe, run.runner)
+            self.eval_batches = sum(-(-h.num_examples // h.global_batch_size) for _, _, h in self._held_out)
+        # a warmup's steps cost their compiled micro-batches: the time left is costed by them, not by steps
+        work = None if run.warmup is None else (lambda first, last: run.warmup.work(first - 1, last - 1))
         self.progress = Progress(recipe.name, tr.steps, start, tr.eval_every, self.eval_batches, run.log,
-                                 active=run.primary)
+                                 active=run.primary, work=work)
         T = recipe.data.seq_len
         self._throughput = (parallel.global_batch_size(recipe, run.runner) * T, T,
                             train_flops_per_token(run.cfg, T, recipe.data.masked_slots() / T),
                             peak_flops(jax.devices()[0].device_kind))
         self.last, self.last_eval = {}, {}
         self._logged_through = self._step = start
-        # a mixture's sources: the loader state after each step's batch (batches run ahead of the steps),
-        # and the sources already repeating (warned once, when their second pass begins)
+        # a mixture's sources: rows read from each after each step's batch, counted when the batch is read
+        # (batches run ahead of the steps; counting then, at the loader's own position, reuses the schedule
+        # blocks it just built instead of evicting them), and the sources already repeating (warned once)
         self._mixture = getattr(source, "source_rows", lambda state=None: {})
-        self._states: dict[int, dict] = {}
+        self._read: dict[int, dict] = {}
         now = self._mixture()  # {} but for a mixture
         self._repeating = {name for name, (read, rows) in now.items() if read > rows} if now else None
 
@@ -274,11 +327,12 @@ class MlmTask:
                     return
                 batch = {k: v.reshape(accum, v.shape[0] // accum, *v.shape[1:]) for k, v in b.items()}
             else:  # batch-size warmup: step `step` (0-based) takes its count of micro-batches off the stream
-                parts = [next(self.source) for _ in range(warmup.micro_batches(step))]
-                batch = {k: np.stack([p[k] for p in parts]) for k in parts[0]}
+                batch = _take(self.source, warmup.micro_batches(step))
+                if self.step is MLM:  # padding that weighs nothing is MLM's (zero masked weights); others: as read
+                    batch = _padded(batch, warmup, self.recipe.data.nsp)
             state, step = self.source.state(), step + 1
             if self._repeating is not None:
-                self._states[step] = state
+                self._read[step] = self._mixture(state)
             yield batch, state
 
     def throughput(self):
@@ -294,8 +348,7 @@ class MlmTask:
     def stepped(self, step: int) -> None:
         self._step = step
         self.progress.step(step)
-        state = self._states.get(step)
-        for name, (read, rows) in (self._mixture(state) if state else {}).items():
+        for name, (read, rows) in self._read.get(step, {}).items():
             if read > rows and name not in self._repeating:
                 self._repeating.add(name)
                 self.run.log(f"warning: source {name} repeats from step {step}: its {rows:,} rows were all read "
@@ -303,15 +356,14 @@ class MlmTask:
 
     def source_figures(self, step: int) -> dict:
         """tokens/NAME and epochs/NAME of a mixture's sources after `step` (rows read x row length)."""
-        state = self._states.get(step)
         T = self.recipe.data.seq_len
-        return {key: value for name, (read, rows) in (self._mixture(state) if state else {}).items()
+        return {key: value for name, (read, rows) in self._read.get(step, {}).items()
                 for key, value in ((f"tokens/{name}", read * T), (f"epochs/{name}", round(read / rows, 4)))}
 
     def logged(self, step: int, scalars: dict) -> None:
         scalars.update(self.source_figures(step))
-        for old in [s for s in self._states if s < step]:  # stepped() and logged() of earlier steps are done
-            del self._states[old]
+        for old in [s for s in self._read if s < step]:  # stepped() and logged() of earlier steps are done
+            del self._read[old]
         scalars["elapsed_s"] = round(time.time() - self.run.t0, 1)
         if self.run.warmup is not None:
             scalars["batch_size"] = self.run.warmup.sequences(step - 1)
@@ -322,11 +374,25 @@ class MlmTask:
         return bool(self.recipe.train.eval_every) and step % self.recipe.train.eval_every == 0
 
     def evaluate(self, state) -> dict:
+        """Held-out figures: over eval_batches batches of the validation stream; a mixture at eval_batches 0
+        over each source's split whole (eval_*/NAME), and the mixture's as its sources' weighed by their
+        shares of the stream (eval_*)."""
+        if self._held_out is None:
+            sums = self._sums(state, zip(range(self.eval_batches), self.run.make_source("validation")))
+            return self.summarize(sums, "eval_") if sums else {}
+        mixed, each = {}, {}
+        for name, share, loader in self._held_out:
+            for key, value in self.summarize(self._sums(state, enumerate(loader.whole())), "eval_").items():
+                each[f"{key}/{name}"] = value
+                mixed[key] = mixed.get(key, 0.0) + share * value
+        return {**mixed, **each}
+
+    def _sums(self, state, batches) -> dict:
         runner, sums = self.run.runner, {}
-        for _, host in zip(range(self.eval_batches), self.run.make_source("validation")):
+        for _, host in batches:
             m = runner.metrics_to_host(self.eval_fn(runner.params_of(state), runner.shard_batch(host, eval=True)))
             sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
-        return self.summarize(sums, "eval_") if sums else {}
+        return sums
 
     def evaluated(self, step: int, state, figures: dict, seconds: float) -> None:
         self.last_eval = figures

@@ -50,9 +50,16 @@ def _sums(out, mb) -> dict:
     if "next_sentence_labels" in mb:
         nsp_logits = out.seq_relationship_logits.astype(loss_dtype)  # [B, 2]
         nsp_labels = mb["next_sentence_labels"]
-        m["nsp_loss_sum"] = jnp.sum(optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels))
-        m["nsp_correct"] = jnp.sum((jnp.argmax(nsp_logits, -1) == nsp_labels).astype(jnp.float32))
-        m["nsp_count"] = jnp.asarray(nsp_labels.shape[0], jnp.float32)
+        nsp_loss = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp_labels)
+        nsp_correct = (jnp.argmax(nsp_logits, -1) == nsp_labels).astype(jnp.float32)
+        if "next_sentence_weights" in mb:  # a batch-size warmup's padding weighs nothing (jaxbert.train.loop)
+            w = mb["next_sentence_weights"]
+            m["nsp_loss_sum"] = jnp.sum(nsp_loss * w.astype(loss_dtype))
+            m["nsp_correct"], m["nsp_count"] = jnp.sum(nsp_correct * w), jnp.sum(w)
+        else:
+            m["nsp_loss_sum"] = jnp.sum(nsp_loss)
+            m["nsp_correct"] = jnp.sum(nsp_correct)
+            m["nsp_count"] = jnp.asarray(nsp_labels.shape[0], jnp.float32)
     return m
 
 
@@ -61,8 +68,11 @@ def _objective(m: dict, dens: dict, batch: dict):
     plus, with NSP data, the mean NSP loss over this device's sequences."""
     loss = m["mlm_loss_sum"] / dens["mlm"]
     if "nsp_loss_sum" in m:
-        # Sequences per device shard: every pmap device holds an equal share.
-        loss = loss + m["nsp_loss_sum"] / float(batch["input_ids"].shape[0] * batch["input_ids"].shape[1])
+        # Sequences per device shard: every pmap device holds an equal share (the weighted ones, when a
+        # batch-size warmup pads the step)
+        rows = (jnp.maximum(jnp.sum(batch["next_sentence_weights"]), 1.0) if "next_sentence_weights" in batch
+                else float(batch["input_ids"].shape[0] * batch["input_ids"].shape[1]))
+        loss = loss + m["nsp_loss_sum"] / rows
     return loss
 
 

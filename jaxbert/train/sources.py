@@ -20,7 +20,7 @@ from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.data import prepare, tokenizer
 from jaxbert.data.tokenizer import special_token_ids, tokenizer_hash
-from jaxbert.data.loader import MLMLoader, check_compatible, check_mixture
+from jaxbert.data.loader import DataCompatibilityError, MLMLoader, check_compatible, check_mixture, mixture_weights
 from jaxbert.data.masking import masked_slots
 from jaxbert.model.families import family_of
 from jaxbert.train.recipe import Recipe, RecipeError
@@ -77,6 +77,11 @@ class SyntheticMLM:
         self.position += self.global_batch_size
         return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
+    def take(self, n: int) -> dict:
+        """n batches stacked [n, B, ...]: what n calls of next() return."""
+        parts = [next(self) for _ in range(n)]
+        return {k: np.stack([p[k] for p in parts]) for k in parts[0]}
+
     def _example(self, index: int) -> dict:
         rng = np.random.default_rng([self.seed, self.split_id, index])
         L, M, V = self.seq_len, self.max_predictions, self.vocab_size
@@ -121,10 +126,10 @@ def check_data(recipe: Recipe, workdir: str | Path | None = None) -> None:
 def ensure_data(recipe: Recipe, workdir: str | Path, log=print) -> tuple[str | list[str], str]:
     """(data dir, tokenizer dir) for a 'prepared' recipe, building both in
     WORKDIR/tokenizer and WORKDIR/data from the embedded corpus when data.dir is unset.
-    A mixture's data dir is the list of its folders (the tokenizer: data.tokenizer or the first's)."""
+    A mixture's data dir is the list of its folders (the tokenizer: data.tokenizer or the first's): the
+    caller has checked them (check_data, before anything is written), so they are not read again here."""
     d = recipe.data
     if d.sources:
-        check_data(recipe)
         return d.source_dirs(), tokenizer_dir(recipe, workdir)
     if d.dir is not None:
         if not fs.as_path(d.dir).is_dir():
@@ -186,6 +191,27 @@ def make_source(recipe: Recipe, data_dir: str | None, batch_size: int, *, split:
                      max_predictions=slots, whole_word_mask=d.whole_word_mask,
                      process_index=process_index, process_count=process_count,
                      fixed_masking=fixed_masking, **mixture)
+
+
+def held_out_sources(recipe: Recipe, batch_size: int, *, process_index: int = 0, process_count: int = 1) -> list:
+    """A mixture's held-out splits, each read whole (train.eval_batches 0): [(name, share of the mixture,
+    loader)] with each loader's ``whole()`` batches; the shares are the mixture's proportions (its weights,
+    or the training rows to data.temperature), which weigh the sources' figures into the mixture's."""
+    d = recipe.data
+    dirs = d.source_dirs()
+    weights = mixture_weights(check_mixture(dirs), d.source_weights(), d.temperature)
+    total = sum(weights)
+    out = []
+    for k, (name, folder, weight) in enumerate(zip(d.source_names(), dirs, weights)):
+        try:
+            loader = MLMLoader(folder, batch_size, d.seq_len, seed=recipe.train.seed, split="validation",
+                               mask_rate=d.split_mask_rate("validation"), max_predictions=d.masked_slots("validation"),
+                               whole_word_mask=d.whole_word_mask, process_index=process_index,
+                               process_count=process_count, fixed_masking=True, shuffle=False)
+        except DataCompatibilityError as e:
+            raise DataCompatibilityError(f"data.sources[{k}]: {e}") from None
+        out.append((name, weight / total, loader))
+    return out
 
 
 def check_fits(cfg, tok, data_dir, packing: str | None = None) -> None:

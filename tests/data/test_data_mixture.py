@@ -170,3 +170,20 @@ def test_a_moved_folder_is_refused_with_the_name_that_resumes_it(folders, tmp_pa
     with pytest.raises(DataCompatibilityError) as e:
         MLMLoader(dirs[::-1], 8, 16, weights=[1, 3], seed=5, state=saved)
     assert "if only the folder" not in str(e.value)
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_take_reads_what_as_many_nexts_read(folders, mixed):
+    """take(n), a step's micro-batches in one read (a batch-size warmup's, #50.27), gives the rows and
+    masking of n calls of next() for each host, across an epoch boundary, and ends at the same position."""
+    root, _ = folders
+    data = [root / "early", root / "late"] if mixed else root / "late"
+    kw = {"weights": [3, 1]} if mixed else {}
+    for p in range(2):
+        one, many = (MLMLoader(data, 12, 16, seed=6, process_index=p, process_count=2, **kw) for _ in range(2))
+        for n in (1, 3, 5, 2):  # 264 rows: past the end of late's first epoch
+            got = many.take(n)
+            want = [next(one) for _ in range(n)]
+            for key in want[0]:
+                np.testing.assert_array_equal(got[key], np.stack([w[key] for w in want]), err_msg=key)
+        assert many.state() == one.state()
