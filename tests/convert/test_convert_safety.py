@@ -262,9 +262,9 @@ def _copy_hf(mlm_dir, dst, **config_changes):
 
 
 def test_unsupported_model_type_is_refused_by_name(mlm_dir, tmp_path, capsys):
-    src = _copy_hf(mlm_dir, tmp_path / "ele", model_type="electra", architectures=None)
+    src = _copy_hf(mlm_dir, tmp_path / "alb", model_type="albert", architectures=None)
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
-    _one_line_error(capsys, "model_type 'electra' is not supported", "'bert'", "'roberta'")
+    _one_line_error(capsys, "model_type 'albert' is not supported", "'bert'", "'roberta'")
     # A BERT checkpoint whose config says roberta: the roberta.* tensors it must hold are not there.
     src = _copy_hf(mlm_dir, tmp_path / "rob", model_type="roberta", architectures=None)
     assert main(["convert", str(src), str(tmp_path / "out"), "--to", "jaxbert"]) == 2
