@@ -27,6 +27,19 @@ def test_every_head_float64_within_1e10(deberta_models, tmp_path, capsys, style,
     assert max(r["max_abs"] for r in table["rows"]) <= 1e-10, table["rows"]
 
 
+def test_gradients_and_a_training_trajectory(deberta_models, tmp_path, capsys):
+    folder = str(deberta_models("DebertaV2ForMaskedLM", "v3"))
+    rc = jaxbert.cli.main.main(["parity", folder, "--dtype", "float64", "--grad", "--json", str(tmp_path / "g.json")])
+    assert rc == 0, capsys.readouterr().out
+    assert json.loads((tmp_path / "g.json").read_text())["grad"]["worst_rel"] <= 1e-9
+    rc = jaxbert.cli.main.main(["parity", folder, "--train-steps", "3", "--dtype", "float64", "--lr", "1e-3",
+                                "--json", str(tmp_path / "t.json")])
+    assert rc == 0, capsys.readouterr().out
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [r["step"] for r in rows] == [1, 2, 3] and len({r["loss_torch"] for r in rows}) == 3
+    assert max(r["loss_rel"] for r in rows) <= 1e-9 and max(r["param_rel"] for r in rows) <= 1e-8
+
+
 def test_a_wrong_relative_index_fails_parity(deberta_models, monkeypatch):
     """The relative terms are read: the index shifted by one row moves the first layer past the tolerance (and
     the stages and inputs reach past the buckets: the unshifted run passes on the same inputs)."""
