@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -150,12 +151,12 @@ def sentencepiece_tokenizer(folder: Path) -> Tokenizer:
     """The fast tokenizer transformers makes of a directory's SentencePiece spm.model (AutoTokenizer: the class its
     tokenizer_config.json or config.json names, DebertaV2TokenizerFast for a DeBERTa-v3 directory, converted from
     the slow one); it needs transformers and sentencepiece, each asked for by name where missing."""
-    try:
-        import sentencepiece  # noqa: F401 (transformers' conversion reads the model with it)
-        import transformers
-    except ImportError as e:
-        raise TokenizerError(f"{folder / 'spm.model'}: reading a SentencePiece model needs {e.name} "
-                             f"(pip install transformers sentencepiece)") from None
+    missing = [m for m in ("transformers", "sentencepiece") if importlib.util.find_spec(m) is None]
+    if missing:  # transformers' conversion reads the model with sentencepiece
+        raise TokenizerError(f"{folder / 'spm.model'}: reading a SentencePiece model needs {' and '.join(missing)} "
+                             f"(pip install transformers sentencepiece)")
+    import transformers
+
     try:
         fast = transformers.AutoTokenizer.from_pretrained(str(folder), use_fast=True)
     except Exception as e:  # transformers raises several kinds on a file it cannot read

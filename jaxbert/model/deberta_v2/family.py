@@ -4,7 +4,7 @@ Its members that reach model code import it when called, so that the entry (and 
 
 from __future__ import annotations
 
-from jaxbert.model.contract import Family, LayerStack
+from jaxbert.model.contract import Family, LayerStack, OwnFolder
 from jaxbert.model.deberta_v2.config import CLASS_NAMES, MODEL_TYPE, DebertaV2Config
 
 _LOGITS = (("logits", "logits"),)
@@ -21,55 +21,33 @@ CLASS_SPECS = {
 }
 
 
-def model_classes(family) -> dict:
-    from jaxbert.model.deberta_v2.heads import MODEL_CLASSES
-    return dict(MODEL_CLASSES)
-
-
-def table(config, model_class: str, scan_layers: bool = False, add_pooling_layer=None):
-    """The converter's key table (jaxbert.model.deberta_v2.table)."""
-    from jaxbert.model.deberta_v2.table import family_table
-    return family_table(config, model_class, scan_layers, add_pooling_layer)
-
-
-def mlm_rows(config) -> list:
-    from jaxbert.model.deberta_v2.table import mlm_rows as rows
-    return rows(config)
+# Its classes, builder, key table and checkpoint-class reader, read in this folder when first called. Without
+# architectures: either MLM layout; a pooler with a classifier is sequence classification (transformers' multiple-
+# choice checkpoints always name their class); qa_outputs question answering; a classifier alone token
+# classification.
+FOLDER = OwnFolder("jaxbert.model.deberta_v2", "DeBERTa-v2", DebertaV2Config, MODEL_TYPE, CLASS_NAMES, (
+    (("cls.predictions",), "DebertaV2ForMaskedLM"), (("lm_predictions.lm_head",), "DebertaV2ForMaskedLM"),
+    (("pooler.dense", "classifier"), "DebertaV2ForSequenceClassification"),
+    (("qa_outputs",), "DebertaV2ForQuestionAnswering"),
+    (("classifier",), "DebertaV2ForTokenClassification")), "DebertaV2Model")
+infer_class = FOLDER.infer_class
+SCAN_CONV = ("scan_layers with conv_kernel_size > 0 is not supported: the conv sits between layer 1 and layer 2, "
+             "which one scan over every layer cannot hold (use scan_layers: false)")
 
 
 def build(class_name: str, config: DebertaV2Config, options=None, **kwargs):
-    """The module of a DeBERTa-v2 class name for this config and these options (its classes take no other
-    keywords); options it cannot honour are refused by name: scan_layers with a conv layer, an attention_impl
-    other than einsum or auto (the relative terms are a score bias no fused kernel takes:
-    jaxbert.model.deberta_v2.attention); auto runs einsum."""
-    from jaxbert.model.deberta_v2.heads import MODEL_CLASSES
-    from jaxbert.model.deberta_v2.modules import SCAN_CONV
-    from jaxbert.model.options import ModelOptions
-    from jaxbert.model.own_classes import build_class
-    options = ModelOptions() if options is None else options
-    if options.scan_layers and config.conv_kernel_size > 0:
+    """The module of a DeBERTa-v2 class name for this config and these options (FOLDER.build), after what this
+    family cannot honour, refused by name: scan_layers with a conv layer, an attention_impl other than einsum or
+    auto (the relative terms are a score bias no fused kernel takes: jaxbert.model.deberta_v2.attention); auto
+    runs einsum."""
+    if options is not None and options.scan_layers and getattr(config, "conv_kernel_size", 0) > 0:
         raise ValueError(SCAN_CONV)
-    if options.attention_impl == "auto":  # "the best path this model can run": einsum, the only one here
+    if options is not None and options.attention_impl == "auto":  # "the best path it can run": einsum, its only one
         options = options.replace(attention_impl="einsum")
-    if options.attention_impl != "einsum":
+    if options is not None and options.attention_impl != "einsum":
         raise ValueError(f"attention_impl {options.attention_impl!r}: DeBERTa-v2's relative terms (c2p, p2c) are a "
                          "score bias that only the 'einsum' path takes (docs/attention.md); use einsum or auto")
-    module = build_class("DeBERTa-v2", MODEL_CLASSES, DebertaV2Config, MODEL_TYPE, class_name, config, options,
-                         kwargs)
-    return module
-
-
-def infer_class(config: DebertaV2Config, keys: list) -> str | None:
-    """A DeBERTa-v2 checkpoint's class: its architectures entry, else what its head keys say (either MLM layout;
-    a pooler with a classifier is sequence classification, as transformers' multiple-choice checkpoints always
-    name their class; qa_outputs question answering; a classifier alone token classification); None when
-    architectures names only classes DeBERTa-v2 does not have."""
-    from jaxbert.model.own_classes import class_of_checkpoint
-    return class_of_checkpoint(config, keys, CLASS_NAMES, (
-        (("cls.predictions",), "DebertaV2ForMaskedLM"), (("lm_predictions.lm_head",), "DebertaV2ForMaskedLM"),
-        (("pooler.dense", "classifier"), "DebertaV2ForSequenceClassification"),
-        (("qa_outputs",), "DebertaV2ForQuestionAnswering"),
-        (("classifier",), "DebertaV2ForTokenClassification")), "DebertaV2Model")
+    return FOLDER.build(class_name, config, options, **kwargs)
 
 
 def non_embedding_params(config: DebertaV2Config) -> int:
@@ -102,10 +80,10 @@ FAMILY = DEBERTA_V2 = Family(
     name="deberta-v2", model_types=(MODEL_TYPE,), class_prefixes={MODEL_TYPE: "DebertaV2"},
     prefix="deberta",
     heads=tuple(name[len("DebertaV2"):] for name in CLASS_SPECS),
-    mlm_rows=mlm_rows, mlm_decoder="cls.predictions.decoder", mlm_bias="cls.predictions.bias",
+    mlm_rows=FOLDER.mlm_rows, mlm_decoder="cls.predictions.decoder", mlm_bias="cls.predictions.bias",
     pretraining_classes=("DebertaV2ForMaskedLM",),
-    config_class=DebertaV2Config, model_classes=model_classes,
-    build=build, table=table,
+    config_class=DebertaV2Config, model_classes=FOLDER.model_classes,
+    build=build, table=FOLDER.table,
     infer_class=infer_class, non_embedding_params=non_embedding_params,
     attended_positions=attended_positions, position_limit=_position_limit,
     describe_init=lambda config, class_name: f"{class_name}'s init: normal({config.initializer_range}), zero biases",

@@ -26,13 +26,10 @@ from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import ModelOutput
 from jaxbert.model.deberta_v2.attention import DisentangledSelfAttention
 from jaxbert.model.deberta_v2.base import DebertaV2Module
+from jaxbert.model.deberta_v2.family import SCAN_CONV
 from jaxbert.model.layers.embed import padding_row_frozen
 from jaxbert.model.layers.stack import remat_layer, scan_layers
 from jaxbert.model.options import LAYER_INPUT, constrain_batch
-
-
-SCAN_CONV = ("scan_layers with conv_kernel_size > 0 is not supported: the conv sits between layer 1 and layer 2, "
-             "which one scan over every layer cannot hold (use scan_layers: false)")
 
 
 class _PostNorm(DebertaV2Module):
