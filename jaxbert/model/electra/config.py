@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from jaxbert.errors import ConfigError
+from jaxbert.model.families import family_of
 from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config
 
 MODEL_TYPE = "electra"
@@ -120,7 +121,6 @@ class ElectraConfig(HFConfig):
     @property
     def family(self):
         """Its registry entry (BERT's embeddings ask it for the position rule)."""
-        from jaxbert.model.families import family_of
         return family_of(self.model_type)
 
     def position_limit(self) -> int:
