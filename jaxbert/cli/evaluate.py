@@ -1,12 +1,15 @@
 """`jaxbert evaluate MODEL --eval FILE [--task KIND]`: a fine-tuned model's metrics on labelled data.
 
 The task is the one the model's head records (config.json); --task, when given, must agree with it.
+An embedding model (a sentence-transformers directory) is scored by retrieval, or with --label-column by
+the Spearman correlation of its cosines (jaxbert.finetune.embedding_export.evaluate_embedding).
 """
 
 from __future__ import annotations
 
 import sys
 
+from jaxbert.finetune.embedding_export import evaluate_embedding, is_embedding_model
 from jaxbert.finetune.predict import evaluate_file
 from jaxbert.finetune.kinds import KINDS
 
@@ -25,8 +28,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    metrics = evaluate_file(args.model, args.task, args.eval, args.text_columns, args.label_column, args.tokenizer,
-                            log=lambda msg: print(msg, file=sys.stderr))
+    if is_embedding_model(args.model):  # a sentence-transformers directory: retrieval or STS figures
+        metrics = evaluate_embedding(args.model, args.eval, args.text_columns, args.label_column)
+    else:
+        metrics = evaluate_file(args.model, args.task, args.eval, args.text_columns, args.label_column,
+                                args.tokenizer, log=lambda msg: print(msg, file=sys.stderr))
     for key, value in metrics.items():
         print(f"{key:20s} {value:.4f}")
     return 0

@@ -7,6 +7,8 @@ best evaluation's model lands in WORKDIR/best as a Hugging Face directory.
 
 from __future__ import annotations
 
+import importlib
+
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
@@ -61,7 +63,10 @@ def run(args) -> int:
     fs.check_apart(workdir, model, "--workdir", "--model")
     config = args.config or default_recipe(spec.kind, model)  # said in the log, as glue says it
     recipe = load(config, args.overrides)
-    trainer = getattr(spec.kind, "trainer", None) or finetune  # a kind with its own loop (embedding)
+    trainer = finetune
+    if getattr(spec.kind, "trainer", None):  # a kind with its own loop, "module:function" (embedding)
+        module, _, name = spec.kind.trainer.partition(":")
+        trainer = getattr(importlib.import_module(module), name)
     summary = trainer(recipe, spec, model, workdir, tokenizer=args.tokenizer)
     best = summary["best"]
     print(f"{summary['status']} at step {summary['step']}/{summary['total']}; workdir {summary['workdir']}")

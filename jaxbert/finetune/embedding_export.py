@@ -20,11 +20,20 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxbert import fs
+from jaxbert.convert.pretrained import MODEL_KIND, from_pretrained
+from jaxbert.convert.writers import write_hf
+from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
-from jaxbert.finetune.embedding_loss import POOLINGS
+from jaxbert.finetune.embedding_loss import POOLINGS, normalise, pool
+from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval, sts_spearman
+from jaxbert.finetune.features import encode as encode_texts, sequence_arrays, special_id
+from jaxbert.finetune.kinds.embedding import read_embedding
+from jaxbert.finetune.row_files import TaskDataError, cell, read_rows, require_columns
 
 MODULES = "modules.json"
 POOLING_DIR, NORMALIZE_DIR = "1_Pooling", "2_Normalize"
@@ -51,8 +60,6 @@ def write_sentence_transformers(dst, config, class_name: str, params, tokenizer_
                                 overwrite: bool = False) -> Path:
     """DST as a sentence-transformers directory (see the module docstring); an existing DST is replaced
     only when jaxbert wrote it and overwrite is set."""
-    from jaxbert.convert.pretrained import MODEL_KIND
-    from jaxbert.convert.writers import write_hf
     with fs.publish_dir(dst, MODEL_KIND, overwrite) as tmp:
         tmp = Path(tmp)
         write_hf(tmp, config, class_name, params)
@@ -128,10 +135,6 @@ def read_settings(path) -> Settings:
 def encode(module, params, tok, texts, settings: Settings, prompt: str = "", batch_size: int = 32,
            max_length: int | None = None) -> np.ndarray:
     """[N, D] float32 embeddings of texts (prompt put in front), as the directory's settings say."""
-    import jax
-    import jax.numpy as jnp
-    from jaxbert.finetune.embedding_loss import normalise, pool
-    from jaxbert.finetune.features import encode as encode_texts, sequence_arrays, special_id
     limit = max_length or settings.max_seq_length or int(module.config.max_position_embeddings)
 
     @jax.jit
@@ -152,9 +155,6 @@ def embedding_rows(model_dir, input_path, columns=None, prompt_name: str | None 
     """`jaxbert predict` on an embedding model: one row per input row, its text and its `embedding` list.
     columns: the one column to embed (default: the first the model was trained on, else "text"); the
     prompt named, else the one named as the column, put in front."""
-    from jaxbert import from_pretrained
-    from jaxbert.data.tokenizer import load_tokenizer
-    from jaxbert.finetune.kinds.embedding import read_embedding
     settings = read_settings(model_dir)
     if columns is not None and len(columns) != 1:
         raise InputError(f"--text-columns {' '.join(columns)}: an embedding model embeds one column at a time")
@@ -187,3 +187,35 @@ def predict_file(model_dir, input_path, out_path, column: str, prompt_name: str 
             f.write(json.dumps(row) + "\n")
     tmp.replace(out)
     return len(rows)
+
+
+def evaluate_embedding(model_dir, eval_path, columns=None, label_column: str | None = None) -> dict:
+    """`jaxbert evaluate` on an embedding model. Rows of ANCHOR POSITIVE [NEGATIVE ...] (default: the columns
+    it was trained on): retrieval of each anchor in the pooled corpus of every positive and negative
+    (recall@1/@10, MRR@10, nDCG@10); two text columns and --label-column SCORE: the Spearman correlation
+    of their cosine with the score. Each column's prompt is put in front (the positive's for the corpus)."""
+    settings = read_settings(model_dir)
+    columns = list(columns) if columns else _trained_columns(model_dir)
+    if len(columns) < 2 or (label_column and len(columns) != 2):
+        raise InputError(f"--text-columns {' '.join(columns)}: an embedding model is evaluated on ANCHOR POSITIVE "
+                         f"[NEGATIVE ...] rows, or on two texts with --label-column SCORE")
+    examples, _ = read_embedding(eval_path, columns)
+    module, params = from_pretrained(str(model_dir))
+    tok = load_tokenizer(str(model_dir))
+
+    def embed(texts, column):
+        return encode(module, params, tok, texts, settings, settings.prompts.get(column, ""))
+    if label_column:
+        rows, lines = read_rows(eval_path)
+        require_columns(eval_path, rows, [label_column])
+        gold = []
+        for row, n in zip(rows, lines):
+            value = cell(eval_path, row, n, label_column)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TaskDataError(f"{eval_path}: line {n} has {label_column} {value!r}, not a number")
+            gold.append(float(value))
+        a = embed([e.texts[0] for e in examples], columns[0])
+        b = embed([e.texts[1] for e in examples], columns[1])
+        return {"spearman": sts_spearman(a, b, gold)}
+    corpus, relevant = pooled_corpus([e.texts for e in examples])
+    return retrieval(embed([e.texts[0] for e in examples], columns[0]), embed(corpus, columns[1]), relevant)

@@ -38,13 +38,13 @@ from jaxbert.finetune.features import bucket_for, bucket_lengths
 from jaxbert.finetune.kinds.embedding import check_run, negatives_line
 from jaxbert.finetune.model import load_task_model, source_config
 from jaxbert.finetune.task_data import read_task_data
+from jaxbert.model.classes import build_model, dummy_inputs
 
 MAIN = "ndcg@10"
 
 
 def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int | None = None, log=print) -> dict:
     """Trains and exports; returns the summary `jaxbert finetune` prints (status, step, total, best, ...)."""
-    import jaxbert
     t0 = time.time()
     kind = spec.kind
     options = recipe.options_for(kind)
@@ -78,9 +78,9 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
     log(negatives_line(options, batch, columns, chunks))
     workdir = fs.as_path(workdir)
     with workdir_lib.claimed(workdir, workdir_lib.FINETUNING, active=True):
-        model = jaxbert.build_model(loaded.class_name, loaded.config, r.model.options())
+        model = build_model(loaded.class_name, loaded.config, r.model.options())
         prepare_runner(runner, model, r.optim, total, r.train.seed,
-                       jaxbert.dummy_inputs(loaded.class_name, 1, 8), r.train.norm_metrics)
+                       dummy_inputs(loaded.class_name, 1, 8), r.train.norm_metrics)
         state = runner.create_state(runner.place_params(loaded.params))
         step_fn = runner.compile_train(make_train_step(options.pooling, options.temperature,
                                                        symmetric=options.symmetric,
@@ -133,7 +133,7 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
         if not evals:
             write_sentence_transformers(workdir_lib.path(workdir, workdir_lib.BEST), loaded.config, loaded.class_name,
                                         jax.device_get(runner.params_of(state)), tok_dir, settings, overwrite=True)
-        _write_json(Path(workdir) / "eval.json", {"main": MAIN, "history": history, "best": best})
+        _write_json(Path(str(workdir_lib.path(workdir, workdir_lib.EVAL))), {"main": MAIN, "history": history, "best": best})
     status = "finished" if step >= total else "stopped"
     return {"status": status, "step": step, "total": total, "history": history, "best": best,
             "main": (next(iter(evals), "train"), MAIN), "workdir": str(workdir),

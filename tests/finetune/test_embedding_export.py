@@ -36,7 +36,7 @@ def _tiny(hidden=32):
 
 
 @pytest.mark.parametrize("pooling", ["mean", "last"])
-def test_the_written_directory_loads_in_sentence_transformers_and_embeds_as_jaxbert(tmp_path, pooling):
+def test_the_written_directory_loads_in_sentence_transformers_and_embeds_as_jaxbert(tmp_path, capsys, pooling):
     module, params = _tiny()
     settings = Settings(pooling, True, {"query": "search_query: ", "passage": "search_document: "}, 48)
     out = write_sentence_transformers(tmp_path / "st", module.config, "BertModel", params, minilm_folder(), settings)
@@ -56,6 +56,20 @@ def test_the_written_directory_loads_in_sentence_transformers_and_embeds_as_jaxb
     got = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
     assert [g["query"] for g in got] == TEXTS
     np.testing.assert_allclose(np.array([g["embedding"] for g in got]), theirs, atol=1e-5, rtol=0)
+    # jaxbert evaluate --label-column: Spearman of the pairs' cosines, as scipy ranks sentence-transformers' cosines
+    from scipy.stats import spearmanr
+
+    from jaxbert.cli.main import main
+    pairs = [(TEXTS[i], TEXTS[j], float((i * 3 + j) % 5)) for i in range(4) for j in range(4) if i != j]
+    sts = tmp_path / "sts.jsonl"
+    sts.write_text("".join(json.dumps({"query": a, "passage": b, "score": s}) + "\n" for a, b, s in pairs))
+    assert main(["evaluate", str(out), "--eval", str(sts), "--text-columns", "query", "passage",
+                 "--label-column", "score"]) == 0
+    printed = float(capsys.readouterr().out.split("spearman")[1].split()[0])
+    a = model.encode([p[0] for p in pairs], prompt_name="query", convert_to_numpy=True)
+    b = model.encode([p[1] for p in pairs], prompt_name="passage", convert_to_numpy=True)
+    expected = spearmanr(np.sum(a * b, 1), [p[2] for p in pairs]).statistic
+    assert printed == pytest.approx(expected, abs=1e-4)
 
 
 def test_a_sentence_transformers_model_is_recognised_and_embedded_as_sentence_transformers_does():

@@ -66,6 +66,12 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     assert [g["q"] for g in got] == [r["q"] for r in dev_rows]
     expected = model.encode([r["q"] for r in dev_rows], prompt_name="q", convert_to_numpy=True)
     np.testing.assert_allclose(np.array([g["embedding"] for g in got]), expected, atol=1e-5, rtol=0)
+    # jaxbert evaluate: the best evaluation's retrieval figures again, from the saved directory
+    capsys.readouterr()
+    assert main(["evaluate", str(work / "best"), "--eval", str(dev)]) == 0
+    printed = dict(line.split() for line in capsys.readouterr().out.strip().splitlines())
+    best = json.loads((work / "eval.json").read_text())["best"]["evals"]["dev"]
+    assert float(printed["ndcg@10"]) == pytest.approx(best["ndcg@10"], abs=1e-4)
 
 
 @pytest.fixture(scope="module")

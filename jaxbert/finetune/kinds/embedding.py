@@ -161,11 +161,8 @@ class Embedding(Kind):
     def options_record(self, options: EmbeddingOptions) -> dict:
         return dataclasses.asdict(options)
 
-    @property
-    def trainer(self):
-        """`jaxbert finetune`'s loop for this kind (jaxbert.finetune.embedding_run)."""
-        from jaxbert.finetune.embedding_run import train_embedding
-        return train_embedding
+    # `jaxbert finetune`'s loop for this kind, "module:function", imported by the command when it runs
+    trainer = "jaxbert.finetune.embedding_run:train_embedding"
 
     def recognises(self, config) -> bool:
         """A bare encoder whose config's task record (config.json's jaxbert_task) names this kind; a
