@@ -122,7 +122,7 @@ def test_the_class_comes_from_the_keys_and_a_discriminator_loads_into_a_task_cla
         assert jaxbert.convert.load_checkpoint(folder)[1] == name
     disc = electra_dirs("ElectraForPreTraining")
     with pytest.warns(jaxbert.convert.ConversionWarning, match="classifier"):
-        module, params = jaxbert.from_pretrained(disc, "ElectraForSequenceClassification")
+        _, params = jaxbert.from_pretrained(disc, "ElectraForSequenceClassification")
     saved = load_file(disc / "model.safetensors")
     np.testing.assert_array_equal(params["electra"]["encoder"]["layer"]["1"]["output"]["dense"]["kernel"],
                                   saved["electra.encoder.layer.1.output.dense.weight"].T)

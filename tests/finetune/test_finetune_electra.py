@@ -20,7 +20,7 @@ from jaxbert.finetune.task_data import parse_task
 from tests.helpers.electra import make_electra_source
 from tests.helpers.finetune_data import write_kind
 
-QUIET = lambda m: None  # noqa: E731
+QUIET = lambda m: None
 # kind -> (ELECTRA class, metric of the dev set, the least it must reach), as tests/finetune/test_finetune_run.py's
 KINDS = {"classification": ("ElectraForSequenceClassification", "accuracy", 0.9),
          "tokens": ("ElectraForTokenClassification", "entity_f1", 0.9),

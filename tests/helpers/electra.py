@@ -57,7 +57,7 @@ def padded_inputs(batch: int = 3, length: int = LENGTH, seed: int = 0, choices: 
     ids = np.where(mask == 1, rng.randint(1, TINY["vocab_size"], (batch, length)), TINY["pad_token_id"])
     types = (np.arange(length)[None, :] >= mask.sum(1, keepdims=True) // 2).astype(np.int64) * mask
     if choices:
-        tile = lambda a: np.stack([np.roll(a, c, axis=0) for c in range(choices)], axis=1)  # noqa: E731
+        tile = lambda a: np.stack([np.roll(a, c, axis=0) for c in range(choices)], axis=1)
         return tile(ids), tile(types), tile(mask)
     return ids, types, mask
 

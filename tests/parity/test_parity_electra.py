@@ -10,7 +10,7 @@ import jaxbert
 import jaxbert.cli.main
 from tests.helpers.electra import CLASSES, TINY, electra_dirs  # noqa: F401 (a fixture)
 
-HEAD_STAGES = {"ElectraModel": [], "ElectraForPreTraining": ["discriminator logits"],
+HEAD_STAGES = {"ElectraModel": [], "ElectraForPreTraining": ["rtd logits"],
                "ElectraForMaskedLM": ["mlm logits"], "ElectraForQuestionAnswering": ["start logits", "end logits"]}
 
 
@@ -34,7 +34,7 @@ def test_an_unprojected_discriminator_float64(electra_dirs, tmp_path, capsys):
     rc, table = _parity(folder, tmp_path / "p.json", "--dtype", "float64")
     assert rc == 0, capsys.readouterr().out
     assert max(r["max_abs"] for r in table["rows"]) <= 1e-10
-    module, params = jaxbert.from_pretrained(folder)
+    _, params = jaxbert.from_pretrained(folder)
     assert "embeddings_project" not in params["electra"]
 
 

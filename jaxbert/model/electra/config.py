@@ -135,7 +135,7 @@ class ElectraConfig(HFConfig):
 
     # ---- config.json -------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ElectraConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> ElectraConfig:
         model_type = data.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise ConfigError(f"model_type {model_type!r} is not an ELECTRA config (expected {MODEL_TYPE!r})")

@@ -11,7 +11,7 @@ _LOGITS = (("logits", "logits"),)
 # What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
 CLASS_SPECS = {
     "ElectraModel": dict(pooler=False, base=True, main=("last_hidden_state",)),
-    "ElectraForPreTraining": dict(pooler=False, stages=(("discriminator logits", "logits"),)),
+    "ElectraForPreTraining": dict(pooler=False, stages=(("rtd logits", "logits"),)),  # replaced-token detection
     "ElectraForMaskedLM": dict(pooler=False, mlm=True, stages=(("mlm logits", "logits"),)),
     "ElectraForSequenceClassification": dict(pooler=False, stages=_LOGITS),
     "ElectraForTokenClassification": dict(pooler=False, stages=_LOGITS),
@@ -20,7 +20,7 @@ CLASS_SPECS = {
                                         main=("start_logits", "end_logits")),
     "ElectraForMultipleChoice": dict(pooler=False, choices=True, stages=_LOGITS),
 }
-assert tuple(CLASS_SPECS) == CLASS_NAMES  # noqa: S101 (one list of classes)
+assert tuple(CLASS_SPECS) == CLASS_NAMES  # one list of classes, in transformers' order
 
 
 # Its classes, builder, key table and checkpoint-class reader, read in this folder when first called; a checkpoint

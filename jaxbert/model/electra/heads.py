@@ -172,7 +172,7 @@ class ElectraForMultipleChoice(ElectraPreTrainedModel):
                               f"({cfg.num_labels}) features, but its classifier reads hidden_size ({cfg.hidden_size}), "
                               "as transformers builds it (its model cannot run either)")
         B, C, L = input_ids.shape
-        flat = lambda a: None if a is None else a.reshape(B * C, L)  # noqa: E731 ([B, C, L] -> [B*C, L])
+        flat = lambda a: None if a is None else a.reshape(B * C, L)  # [B, C, L] -> [B*C, L]
         out = self.encode(flat(input_ids), flat(token_type_ids), flat(attention_mask), flat(position_ids), head_mask,
                           deterministic, output_hidden_states, output_attentions, flat(segment_ids))
         x = _SequenceSummary(self.config, self.options, name="sequence_summary")(out.last_hidden_state, deterministic)

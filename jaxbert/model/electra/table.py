@@ -6,8 +6,8 @@ each head's modules. ``generator_lm_head.weight`` is an alias of the word embedd
 
 from __future__ import annotations
 
-from jaxbert.model.electra.config import ElectraConfig
 from jaxbert.model.contract import LayerStack
+from jaxbert.model.electra.config import ElectraConfig
 from jaxbert.model.row_table import Layout, RowTable, holds_scanned
 
 PREFIX = "electra"  # the encoder's name in the head classes
