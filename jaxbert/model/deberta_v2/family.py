@@ -92,10 +92,10 @@ FAMILY = DEBERTA_V2 = Family(
     segment_ids=False,  # no packed documents: the conv and the relative positions run across a row
     token_types=True,  # read where type_vocab_size > 0 (v3 has none: its tokenizer's token_type_ids are ignored)
     layer_stack=LayerStack("layer"),  # encoder/layer, as BERT's
-    also="DeBERTa-v3 (its checkpoints are `deberta-v2` configs)",
+    also="and DeBERTa-v3, whose checkpoints are `deberta-v2` configs; a v3 directory's `spm.model` read as its tokenizer",
     differences="its own modules (`jaxbert/model/deberta_v2/`): disentangled attention (`pos_att_type` `c2p` / "
                 "`p2c`, scores divided by sqrt(head_dim x (1 + terms))), log-bucketed relative positions "
                 "(`position_buckets`, `max_relative_positions`), `share_att_key`, `norm_rel_ebd`, "
                 "`position_biased_input`, v2's convolution layer (`conv_kernel_size`), the MLM head in both layouts "
                 "(`legacy`: `cls.predictions` / `lm_predictions.lm_head`), the ContextPooler; only the `einsum` "
-                "attention path (other `attention_impl` values refused by name); no packed documents")
+                "attention path (`auto` runs it; `dot_product`, `blocked`, `splash` refused by name); no packed documents")
