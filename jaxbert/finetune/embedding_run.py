@@ -10,7 +10,8 @@ of its longest text. The step is jaxbert.finetune.embedding_step's (GradCache wi
 mini_batch_size). At each epoch end, every train.eval_every steps and at the end, each eval file is
 scored by retrieval (also before the first step; its anchors against the pooled corpus of its positives and negatives,
 jaxbert.finetune.embedding_metrics); the best nDCG@10 is exported to WORKDIR/best as a
-sentence-transformers directory, and WORKDIR/eval.json lists every evaluation. This trainer keeps
+sentence-transformers directory, and WORKDIR/eval.json lists every evaluation (and the temperature
+where it is learned: log(1 / temperature) is a param beside the encoder's). This trainer keeps
 no checkpoints: an interrupted run starts over.
 """
 
@@ -33,7 +34,7 @@ from jaxbert.engine.session import prepare_runner
 from jaxbert.errors import InputError
 from jaxbert.finetune.embedding_export import Settings, encode, write_sentence_transformers
 from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval
-from jaxbert.finetune.embedding_step import make_train_step
+from jaxbert.finetune.embedding_step import LOGIT_KEY, make_train_step, model_params
 from jaxbert.finetune.features import bucket_for, bucket_lengths
 from jaxbert.finetune.kinds.embedding import check_run, negatives_line
 from jaxbert.finetune.model import load_task_model, source_config
@@ -48,9 +49,6 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
     t0 = time.time()
     kind = spec.kind
     options = recipe.options_for(kind)
-    if options.learn_temperature:
-        raise RecipeError("kinds.embedding.learn_temperature: the embedding step learns it "
-                          "(jaxbert.finetune.embedding_step), `jaxbert finetune` does not yet: leave it false")
     data = read_task_data(spec, options)
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
@@ -79,9 +77,12 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
     workdir = fs.as_path(workdir)
     with workdir_lib.claimed(workdir, workdir_lib.FINETUNING, active=True):
         model = build_model(loaded.class_name, loaded.config, r.model.options())
-        prepare_runner(runner, model, r.optim, total, r.train.seed,
+        start = dict(loaded.params)
+        if options.learn_temperature:  # log(1 / temperature) trained beside the encoder's params
+            start[LOGIT_KEY] = np.asarray(math.log(1.0 / options.temperature), np.float32)
+        prepare_runner(runner, _LearnedScale(model, start.get(LOGIT_KEY)), r.optim, total, r.train.seed,
                        dummy_inputs(loaded.class_name, 1, 8), r.train.norm_metrics)
-        state = runner.create_state(runner.place_params(loaded.params))
+        state = runner.create_state(runner.place_params(start))
         step_fn = runner.compile_train(make_train_step(options.pooling, options.temperature,
                                                        symmetric=options.symmetric,
                                                        dims=tuple(options.matryoshka_dims), chunks=chunks,
@@ -93,7 +94,7 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
         rng = jax.random.key(r.train.seed)
         stop = total if stop_at is None else min(total, stop_at)
         if evals:  # SRC as it came: the figures training is measured against (never exported as best)
-            params = jax.device_get(runner.params_of(state))
+            params = _encoder(runner, state)
             history.append({"step": 0, "evals": {n: _score(model, params, tok, ex, settings) for n, ex in evals.items()}})
             log("eval before training: " + "; ".join(f"{n} " + ", ".join(f"{k} {v:.4f}" for k, v in ms.items())
                                                     for n, ms in history[0]["evals"].items()))
@@ -115,9 +116,11 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
                         f"lr {m['learning_rate']:.2e}")
                 due = step % per_epoch == 0 or step == stop or (r.train.eval_every and step % r.train.eval_every == 0)
                 if due and evals:
-                    params = jax.device_get(runner.params_of(state))
+                    params = _encoder(runner, state)
                     record = {"step": step, "evals": {n: _score(model, params, tok, ex, settings)
                                                       for n, ex in evals.items()}}
+                    if options.learn_temperature:
+                        record["temperature"] = float(np.exp(-jax.device_get(state.params[LOGIT_KEY])))
                     history.append(record)
                     name = next(iter(evals))
                     better = best is None or record["evals"][name][MAIN] > best["evals"][name][MAIN]
@@ -132,12 +135,30 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
                     break
         if not evals:
             write_sentence_transformers(workdir_lib.path(workdir, workdir_lib.BEST), loaded.config, loaded.class_name,
-                                        jax.device_get(runner.params_of(state)), tok_dir, settings, overwrite=True)
+                                        _encoder(runner, state), tok_dir, settings, overwrite=True)
         _write_json(Path(str(workdir_lib.path(workdir, workdir_lib.EVAL))), {"main": MAIN, "history": history, "best": best})
     status = "finished" if step >= total else "stopped"
     return {"status": status, "step": step, "total": total, "history": history, "best": best,
             "main": (next(iter(evals), "train"), MAIN), "workdir": str(workdir),
             "best_dir": str(workdir_lib.path(workdir, workdir_lib.BEST)), "wall_s": round(time.time() - t0, 1)}
+
+
+class _LearnedScale:
+    """The model as the runner prepares it, its params with the learned log scale beside the encoder's."""
+
+    def __init__(self, model, log_scale):
+        self.model, self.log_scale, self.apply = model, log_scale, model.apply
+
+    def init_boxed(self, *args, **kwargs):
+        out = self.model.init_boxed(*args, **kwargs)
+        if self.log_scale is None:
+            return out
+        return {**out, "params": {**out["params"], LOGIT_KEY: jax.numpy.asarray(self.log_scale)}}
+
+
+def _encoder(runner, state) -> dict:
+    """The encoder's params on the host (a learned temperature left out)."""
+    return model_params(jax.device_get(runner.params_of(state)))
 
 
 def _score(model, params, tok, examples, settings: Settings) -> dict:

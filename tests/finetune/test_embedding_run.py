@@ -1,5 +1,5 @@
 """`jaxbert finetune --task embedding` end to end on a tiny BERT (no download): rows of a query, its
-passage and a hard negative; GradCache chunks; retrieval improves; WORKDIR/best is a
+passage and a hard negative; GradCache chunks; a learned temperature; retrieval improves; WORKDIR/best is a
 sentence-transformers directory that embeds as jaxbert does; bad input refused in one line, nothing written."""
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     args = ["finetune", "--task", "embedding", "--model", str(src), "--train", str(train), "--eval", str(dev),
             "--text-columns", "q", "p", "n", "--config", "finetune-tiny", "--workdir", str(work),
             "--set", "train.epochs=3", "--set", "data.max_length=16",
-            "--set", "kinds.embedding.mini_batch_size=8", "--set", "kinds.embedding.prefixes={q: 'query: '}"]
+            "--set", "kinds.embedding.mini_batch_size=8", "--set", "kinds.embedding.prefixes={q: 'query: '}",
+            "--set", "kinds.embedding.learn_temperature=true"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "each anchor scores 32 candidates per step (16 positives and 16 hard negatives" in out
@@ -47,6 +48,8 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     history = json.loads((work / "eval.json").read_text())["history"]
     first, last = history[0]["evals"]["dev"]["ndcg@10"], max(h["evals"]["dev"]["ndcg@10"] for h in history)
     assert [h["step"] for h in history] == [0, 4, 8, 12] and last > first + 0.1, (first, last)
+    temperatures = [h["temperature"] for h in history[1:]]  # learned: it moves from 0.05, step after step
+    assert abs(temperatures[0] - 0.05) > 1e-4 and len(set(temperatures)) == 3
     model = st.SentenceTransformer(str(work / "best"), device="cpu")
     assert model.prompts["q"] == "query: "
     texts = [r["q"] for r in _rows(4, 2)]
