@@ -1,14 +1,14 @@
 """What a mixture's per-source reporting and data checks cost a run (#50.28).
 
 A `jaxbert train` run on a 3:1 mixture of two prepared folders (tests/helpers/mixture.py's corpora, T=16),
-a tiny model, --batch rows a step (1,536 by default: one and a half schedule blocks of 1,024, as a large
-global batch spans several), --steps steps, logging every step. Counted while it runs:
+a tiny model, --batch rows a step in 8 micro-batches (4,608 by default, ModernBERT-base's global batch: four
+and a half schedule blocks of 1,024), --steps steps, logging every step. Counted while it runs:
   - schedule blocks built (jaxbert.data.mixture.Schedule._block), and how many of them were built again
     after an eviction, with the time spent building them;
   - Schedule.consumed calls (the per-source figures) and their time;
   - check_data and check_mixture calls (the mixture's folders read and compared).
 
-    python benchmarks/mixture_reporting.py [--batch 1536] [--steps 30]
+    python benchmarks/mixture_reporting.py [--batch 4608] [--steps 20]
 
 Run it on an older tree (PYTHONPATH=OLD python benchmarks/mixture_reporting.py) for the figures before.
 Times are this process's CPU time (time.process_time).
@@ -56,8 +56,8 @@ built: set = set()
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=1536)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=4608)
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     calls, times = Counter(), Counter()
     counted(Schedule, "_block", calls, times, "blocks built", miss=lambda self, b: b not in self._blocks)
@@ -68,7 +68,7 @@ def main() -> None:
     from jaxbert.cli.main import main as jaxbert
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        prepare_sources(root, {"early": 3000, "late": 1000})
+        prepare_sources(root, {"early": 9000, "late": 3000}, validation_fraction=0.2)
         recipe = {"name": "mixture-reporting",
                   "model": {"preset": "bert-tiny", "config": {"hidden_size": 32, "num_hidden_layers": 1,
                                                              "num_attention_heads": 2, "intermediate_size": 64,
@@ -76,8 +76,8 @@ def main() -> None:
                   "data": {"source": "prepared", "seq_len": 16, "mask_rate": 0.25,
                            "sources": [{"dir": str(root / "early"), "weight": 3},
                                        {"dir": str(root / "late"), "weight": 1}]},
-                  "train": {"steps": args.steps, "per_device_batch_size": args.batch, "log_every": 1,
-                            "eval_every": 0, "eval_batches": 1},
+                  "train": {"steps": args.steps, "per_device_batch_size": args.batch // 8, "log_every": 1,
+                            "eval_every": 0, "eval_batches": 1, "accum_steps": 8},
                   "checkpoint": {"every_steps": args.steps, "keep": 1}, "outputs": {"plot": False}}
         (root / "r.yaml").write_text(yaml.safe_dump(recipe))
         t = time.time()

@@ -4,11 +4,11 @@
    counts the warmup goes through (each was one compiled train step before the counts were bucketed),
    the compiled shapes now (jaxbert.train.batch_warmup.BatchWarmup.buckets), and the padding's cost:
    compiled micro-batches over the micro-batches of real rows, across the warmup's steps.
-2. A tiny run measured: `jaxbert train` on the synthetic source, 1 -> 8 micro-batches of 2 sequences over
-   the first 512 tokens, 16 steps; XLA backend compiles counted by jax.monitoring (the train step's, the
+2. A tiny run measured: `jaxbert train` on the synthetic source, 1 -> 16 micro-batches of 2 sequences over
+   the first 2,048 tokens, 20 steps (11 counts); XLA backend compiles counted by jax.monitoring (the train step's, the
    eval step's and any small helper's), and the distinct batch shapes the train step was called with.
 
-    python benchmarks/warmup_compiles.py [--steps 16]
+    python benchmarks/warmup_compiles.py [--steps 20]
 
 Run it on an older tree (PYTHONPATH=OLD python benchmarks/warmup_compiles.py) for the figures before.
 """
@@ -70,8 +70,8 @@ def measured_run(steps: int) -> None:
                                                        "num_attention_heads": 2, "intermediate_size": 64,
                                                        "vocab_size": 64, "max_position_embeddings": 32}},
             "data": {"source": "synthetic", "seq_len": 16, "mask_rate": 0.25},
-            "train": {"steps": steps, "per_device_batch_size": 2, "accum_steps": 8, "log_every": steps,
-                      "eval_every": 0, "eval_batches": 1, "batch_warmup_start": 2, "batch_warmup_tokens": 512},
+            "train": {"steps": steps, "per_device_batch_size": 2, "accum_steps": 16, "log_every": steps,
+                      "eval_every": 0, "eval_batches": 1, "batch_warmup_start": 2, "batch_warmup_tokens": 2048},
             "checkpoint": {"every_steps": steps, "keep": 1}, "outputs": {"plot": False}}
     with tempfile.TemporaryDirectory() as tmp:
         recipe = Path(tmp) / "r.yaml"
@@ -85,7 +85,7 @@ def measured_run(steps: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     recipe_figures()
     measured_run(args.steps)

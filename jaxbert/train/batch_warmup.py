@@ -12,8 +12,8 @@ new size. The run reads its train stream one micro-batch at a time during the wa
 batch neither skips nor repeats a row; once the batch is full it reads whole batches again.
 
 Compiled shapes: each step's micro-batches are padded up to a bucket (``bucket``: the first count,
-the powers of two between it and accum_steps, and accum_steps), the padding weighing nothing (its
-masked weights are zero), so a warmup compiles the train step a handful of times (4 for
+the counts 2^k and 3 x 2^k between it and accum_steps, and accum_steps), the padding weighing nothing
+(its masked weights are zero), so a warmup compiles the train step a handful of times (7 for
 ModernBERT-base's 2 .. 16) instead of once per count.
 """
 
@@ -37,8 +37,10 @@ class BatchWarmup:
         self._base = 0  # the step _counts[0] belongs to
         self._counts: list[int] = []  # micro-batches of steps _base, _base + 1, ... up to the first full one
         self._consumed = 0  # tokens consumed before the step after the last one counted
-        powers = {1 << k for k in range(accum.bit_length()) if self.first < 1 << k < accum}
-        self.buckets = sorted({self.first, accum} | powers)
+        # 1, 2, 3, 4, 6, 8, 12, 16, ...: each at most 1.5 x the one before, so padding adds under half a
+        # step's micro-batches (ModernBERT-base's warmup: 1.11 x its micro-batches, benchmarks/warmup_compiles.py)
+        ladder = {m << k for k in range(accum.bit_length()) for m in (2, 3)} | {1}
+        self.buckets = sorted({self.first, accum} | {b for b in ladder if self.first < b < accum})
 
     def resume(self, step: int, consumed_tokens: int) -> None:
         """Go on from a checkpoint: `step` optimizer updates done, having read `consumed_tokens` tokens
