@@ -18,14 +18,20 @@ from jaxbert.errors import ConfigError
 from jaxbert.model.deberta_v2 import DebertaV2Config, build, infer_class
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten
-from tests.helpers.deberta import CLASSES, STYLES, deberta_models  # noqa: F401 (the session's saved models)
+from tests.helpers.deberta import CLASSES, STYLES, saved_model
+
+
+@pytest.fixture(scope="session")
+def deberta_models():
+    """saved_model: the session's tiny models, one per class and style."""
+    return saved_model
 
 
 def _bytes_equal(a: dict, b: dict) -> None:
     assert sorted(a) == sorted(b)
-    for k in a:
-        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
-        assert np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)), k
+    for k, v in a.items():
+        assert v.dtype == b[k].dtype and v.shape == b[k].shape, k
+        assert np.array_equal(v.view(np.uint8), b[k].view(np.uint8)), k
 
 
 def _inputs(name):
@@ -60,7 +66,7 @@ def test_hf_to_jaxbert_to_hf_is_bit_exact_and_transformers_reloads_it(deberta_mo
     assert back["pos_att_type"] == STYLES[style]["pos_att_type"] or back["pos_att_type"] == ["p2c", "c2p"]
 
     ids, mask = _inputs(name)
-    load = lambda folder: getattr(transformers, name).from_pretrained(folder).eval()  # noqa: E731
+    load = lambda folder: getattr(transformers, name).from_pretrained(folder).eval()
     with torch.no_grad():
         want = _outputs(load(hf_dir)(torch.tensor(ids), attention_mask=torch.tensor(mask)))[0]
         again = _outputs(load(tmp_path / "back")(torch.tensor(ids), attention_mask=torch.tensor(mask)))[0]
@@ -82,7 +88,7 @@ def test_params_to_state_dict_and_back_bit_exact_in_both_layouts(deberta_models,
     config = module.config
     for scan in (False, True) if style == "v3" else (False,):
         sd = params_to_state_dict(params, config, name)
-        back, report = state_dict_to_params(sd, config, name, scan_layers=scan, strict=True)
+        back, _ = state_dict_to_params(sd, config, name, scan_layers=scan, strict=True)
         again = params_to_state_dict(back, config, name)
         _bytes_equal(sd, again)
         if scan:

@@ -13,21 +13,26 @@ import numpy as np
 import pytest
 
 pytest.importorskip("sentencepiece", reason="reading spm.model needs sentencepiece (pip install sentencepiece)")
-import sentencepiece  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
+import sentencepiece
+import torch
+import transformers
 
-from jaxbert.cli.main import main  # noqa: E402
-from jaxbert.data.tokenizer import load_tokenizer  # noqa: E402
-from jaxbert.finetune import loop as loop_lib  # noqa: E402
-from jaxbert.finetune.predict import _featurize, load_finetuned, read_examples, run_model  # noqa: E402
-from jaxbert.finetune.recipe import load  # noqa: E402
-from jaxbert.finetune.task_data import parse_task  # noqa: E402
-from jaxbert.infer.fill_mask import load_for_fill_mask, mask_probabilities  # noqa: E402
-from tests.helpers.deberta import STYLES  # noqa: E402
-from tests.helpers.finetune_data import WORDS, write_kind  # noqa: E402
+from jaxbert.cli.main import main
+from jaxbert.data.tokenizer import load_tokenizer
+from jaxbert.finetune import loop as loop_lib
+from jaxbert.finetune.predict import (
+    _featurize,
+    load_finetuned,
+    read_examples,
+    run_model,
+)
+from jaxbert.finetune.recipe import load
+from jaxbert.finetune.task_data import parse_task
+from jaxbert.infer.fill_mask import load_for_fill_mask, mask_probabilities
+from tests.helpers.deberta import STYLES
+from tests.helpers.finetune_data import WORDS, write_kind
 
-QUIET = lambda m: None  # noqa: E731
+QUIET = lambda m: None
 TEXTS = ("the cat sat on the [MASK] .", "a big red house", "quick slow happy sad marker answer")
 
 

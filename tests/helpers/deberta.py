@@ -11,6 +11,11 @@ pos_att_type p2c|c2p, hidden 32, 2 layers, 4 heads, vocabulary 100. Nothing is d
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
 BASE = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
             max_position_embeddings=64, relative_attention=True, max_relative_positions=16, hidden_act="gelu",
             pad_token_id=0)
@@ -45,31 +50,16 @@ def tiny_hf(class_name: str, style: str = "v3", seed: int = 0, **overrides):
     return model
 
 
-def saved(root, class_name: str, style: str):
-    """The folder of a tiny model saved under root (made on first use)."""
-    folder = root / f"{style}-{class_name}"
+_ROOT: list = []  # the session's folder of saved models, made on first use
+
+
+def saved_model(class_name: str, style: str = "v3") -> Path:
+    """The folder of a tiny model of this class and style, saved on first use and shared by every test of the
+    session (one folder per process, removed at exit)."""
+    if not _ROOT:
+        _ROOT.append(Path(tempfile.mkdtemp(prefix="deberta-models-")))
+        atexit.register(shutil.rmtree, _ROOT[0], True)
+    folder = _ROOT[0] / f"{style}-{class_name}"
     if not folder.exists():
         tiny_hf(class_name, style, seed=5).save_pretrained(folder)
     return folder
-
-
-class _Saved:
-    """Tiny models saved on first use, one per style and class, for the whole session."""
-
-    def __init__(self, root):
-        self.root = root
-
-    def __call__(self, class_name: str, style: str = "v3"):
-        return saved(self.root, class_name, style)
-
-
-def _session_models(tmp_path_factory):
-    return _Saved(tmp_path_factory.mktemp("deberta-models"))
-
-
-try:
-    import pytest
-
-    deberta_models = pytest.fixture(scope="session")(_session_models)
-except ImportError:  # pragma: no cover (the helpers are read by tests only)
-    pass

@@ -5,10 +5,17 @@ blocks, the scanned stack), MLM logits at masked positions are the full logits t
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxbert
 from jaxbert.model.deberta_v2 import build
-from tests.helpers.deberta import deberta_models  # noqa: F401 (the session's saved models)
+from tests.helpers.deberta import saved_model
+
+
+@pytest.fixture(scope="session")
+def deberta_models():
+    """saved_model: the session's tiny models, one per class and style."""
+    return saved_model
 
 
 def _inputs():

@@ -10,10 +10,15 @@ import numpy as np
 import pytest
 
 import jaxbert.cli.main
-from tests.helpers.deberta import CLASSES, deberta_models  # noqa: F401 (the session's saved models)
+from tests.helpers.deberta import CLASSES, saved_model
 
 HEAD = {"DebertaV2Model": [], "DebertaV2ForMaskedLM": ["mlm logits"],
         "DebertaV2ForQuestionAnswering": ["start logits", "end logits"]}
+
+@pytest.fixture(scope="session")
+def deberta_models():
+    """saved_model: the session's tiny models, one per class and style."""
+    return saved_model
 
 
 @pytest.mark.parametrize("style", ["v2", "v3"])
@@ -58,7 +63,7 @@ def test_a_wrong_relative_index_fails_parity(deberta_models, monkeypatch):
                                                                                     2 * config.att_span - 1))
     with numerics("float64"):
         report = compare(module, params, inputs, dtype="float64", torch_reference=reference, jit=False)
-    assert [r.stage for r in report.rows if not r.ok][0] == "layer 1"
+    assert next(r.stage for r in report.rows if not r.ok) == "layer 1"
 
 
 @pytest.mark.parametrize("buckets,max_position", [(256, 512), (8, 16), (0, 16), (64, 128)])
@@ -66,6 +71,7 @@ def test_relative_positions_are_transformers_buckets(buckets, max_position):
     """The host-side buckets equal transformers' build_relative_position at every length up to 600."""
     torch = pytest.importorskip("torch")
     from transformers.models.deberta_v2 import modeling_deberta_v2 as ref
+
     from jaxbert.model.deberta_v2.attention import relative_positions
     for length in (1, 7, 40, 129, 600):
         x = torch.zeros(1, length, 4)

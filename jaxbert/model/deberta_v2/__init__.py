@@ -13,7 +13,12 @@ from __future__ import annotations
 import importlib
 
 from jaxbert.model.deberta_v2.config import CLASS_NAMES, MODEL_TYPE, DebertaV2Config
-from jaxbert.model.deberta_v2.family import attended_positions, build, infer_class, non_embedding_params
+from jaxbert.model.deberta_v2.family import (
+    attended_positions,
+    build,
+    infer_class,
+    non_embedding_params,
+)
 
 # Names of its model code, imported when first asked for (the folder's own import loads no jax).
 _LAZY = {"MODEL_CLASSES": "heads", "Table": "table", "is_scanned": "table", "param_count": "table"}

@@ -9,8 +9,8 @@ transformers computes them, so that the buckets are the same integers). Both ter
 table at clamp(bucket(i - j) + span, 0, 2 span - 1), span = position_buckets or max_relative_positions.
 
 The relative terms are an additive [B, N, T, T] score bias formed from the queries and keys themselves, which no
-fused kernel takes: every attention_impl runs ``einsum`` here (``blocked``, ``splash``, ``auto`` and
-``dot_product`` included); docs/attention.md says so.
+fused kernel takes: the layers run ``einsum`` (whole, or in attention_chunks blocks of queries); the family's build
+runs ``auto`` as einsum and refuses ``dot_product``, ``blocked`` and ``splash`` by name (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -56,11 +56,6 @@ def scale_of(config, dtype):
     return jnp.asarray(np.sqrt(np.float32(config.head_dim * config.scale_factor)), dtype)
 
 
-def refused_impl(options) -> str | None:
-    """The attention_impl this family runs as einsum instead (every other one): None where it is einsum."""
-    return None if options.attention_impl == "einsum" else options.attention_impl
-
-
 class DisentangledSelfAttention(DebertaV2Module):
     """query_proj, key_proj, value_proj (and pos_key_proj / pos_query_proj unless share_att_key) -> scores.
 
@@ -81,7 +76,7 @@ class DisentangledSelfAttention(DebertaV2Module):
         cfg, opts = self.config, self.options
         B, T, H = hidden_states.shape
         N, D = cfg.num_attention_heads, cfg.head_dim
-        heads = lambda x: x.reshape(*x.shape[:-1], N, D)  # noqa: E731
+        heads = lambda x: x.reshape(*x.shape[:-1], N, D)
         query, key = self.proj("query_proj"), self.proj("key_proj")
         q, k = heads(query(hidden_states)), heads(key(hidden_states))
         v = heads(self.proj("value_proj")(hidden_states))

@@ -12,7 +12,7 @@ Anything jaxbert cannot honour is refused by name.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Mapping  # noqa: UP035 (HFConfig's FIELD_TYPES are keyed by typing.Mapping)
 
 from jaxbert.errors import ConfigError
 from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config
@@ -195,7 +195,7 @@ class DebertaV2Config(HFConfig):
 
     # ---- config.json -------------------------------------------------------------------
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "DebertaV2Config":
+    def from_dict(cls, data: Mapping[str, Any]) -> DebertaV2Config:
         model_type = data.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
             raise ConfigError(f"model_type {model_type!r} is not a DeBERTa-v2 config (expected {MODEL_TYPE!r})")

@@ -156,7 +156,7 @@ class DebertaV2ForMultipleChoice(DebertaV2PreTrainedModel):
                  segment_ids=None):
         no_head_mask(FAMILY, head_mask)
         B, C, T = input_ids.shape
-        flat = lambda a: None if a is None else a.reshape(B * C, T)  # noqa: E731 [B, C, T] -> [B*C, T]
+        flat = lambda a: None if a is None else a.reshape(B * C, T)
         out = self.encode(flat(input_ids), flat(attention_mask), flat(position_ids), deterministic,
                           output_hidden_states, output_attentions, flat(segment_ids), flat(token_type_ids))
         return out.replace(logits=self.classify(out.last_hidden_state, 1, deterministic).reshape(B, C))

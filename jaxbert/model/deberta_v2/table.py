@@ -8,8 +8,8 @@ both are aliases.
 
 from __future__ import annotations
 
-from jaxbert.model.deberta_v2.config import CLASS_NAMES, DebertaV2Config
 from jaxbert.model.contract import LayerStack
+from jaxbert.model.deberta_v2.config import CLASS_NAMES, DebertaV2Config
 from jaxbert.model.row_table import Layout, RowTable
 
 PREFIX = "deberta"
