@@ -136,11 +136,7 @@ def test_data_of_another_tokenizer_of_the_same_size_is_refused(tmp_path, capsys)
     assert f"but {tmp_path / 'data'} was prepared with another" in err[0]
     assert f"prepare the data with --tokenizer {released}" in err[0]
     assert not list((tmp_path / "run").glob("checkpoints/*"))
-    # the data prepared with the model's own tokenizer passes the check (and trains)
-    assert main(["data", "prepare", "--input", str(corpus), "--tokenizer", str(released), "--output",
-                 str(tmp_path / "data"), "--max-length", "32", "--validation-fraction", "0.1", "--quiet",
-                 "--overwrite"]) == 0
-    assert main(["train", "--config", str(recipe), "--workdir", str(tmp_path / "run2")]) == 0
+    # (the released model's own tokenizer passes the check: the test above trains on such data)
 
 
 def test_a_phase_started_from_an_unfinished_run_says_so(tmp_path, capsys):
