@@ -31,7 +31,8 @@ from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
 from jaxbert.finetune.embedding_loss import POOLINGS, normalise, pool
 from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval, sts_spearman
-from jaxbert.finetune.features import encode as encode_texts, sequence_arrays, special_id
+from jaxbert.finetune.features import encode as encode_texts
+from jaxbert.finetune.features import sequence_arrays, special_id
 from jaxbert.finetune.kinds.embedding import read_embedding
 from jaxbert.finetune.row_files import TaskDataError, cell, read_rows, require_columns
 

@@ -13,7 +13,7 @@ prefixes of the embedding (MatryoshkaLoss with weights 1). Everything is taken i
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -10,7 +10,7 @@ the cosine of each pair with its gold score.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ def pooled_corpus(rows: Sequence[Sequence[str]]) -> tuple[list[str], list[set]]:
 
 def _ranks(x: np.ndarray) -> np.ndarray:
     """1-based ranks, ties given the mean of the ranks they span."""
-    values, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)
     return ((ends - counts + 1 + ends) / 2.0)[inverse]
 

@@ -32,7 +32,11 @@ from jaxbert.engine import parallel
 from jaxbert.engine.recipe import RecipeError
 from jaxbert.engine.session import prepare_runner
 from jaxbert.errors import InputError
-from jaxbert.finetune.embedding_export import Settings, encode, write_sentence_transformers
+from jaxbert.finetune.embedding_export import (
+    Settings,
+    encode,
+    write_sentence_transformers,
+)
 from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval
 from jaxbert.finetune.embedding_step import LOGIT_KEY, make_train_step, model_params
 from jaxbert.finetune.features import bucket_for, bucket_lengths

@@ -22,7 +22,7 @@ model's params; a fixed one is a constant.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -17,9 +17,20 @@ import jaxbert
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.engine.recipe import RecipeError
 from jaxbert.finetune import kinds
-from jaxbert.finetune.embedding_export import (Settings, encode, is_embedding_model, predict_file, read_settings,
-                                               write_sentence_transformers)
-from jaxbert.finetune.kinds.embedding import check_run, embedding_features, negatives_line, read_embedding
+from jaxbert.finetune.embedding_export import (
+    Settings,
+    encode,
+    is_embedding_model,
+    predict_file,
+    read_settings,
+    write_sentence_transformers,
+)
+from jaxbert.finetune.kinds.embedding import (
+    check_run,
+    embedding_features,
+    negatives_line,
+    read_embedding,
+)
 from jaxbert.finetune.row_files import TaskDataError
 from jaxbert.packaged import minilm_folder
 

@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 
 import jaxbert
-from jaxbert.finetune.embedding_step import embedder, join_rows, loss_and_grads, split_rows
+from jaxbert.finetune.embedding_step import (
+    embedder,
+    join_rows,
+    loss_and_grads,
+    split_rows,
+)
 from tests.helpers.runs import child_env
 
 CONFIG = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
@@ -116,7 +121,7 @@ print(json.dumps(out))
 
 def _run_child(n: int, chunks: int) -> dict:
     done = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(chunks)], env=child_env(devices=8),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -19,9 +19,9 @@ import pytest
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("sentence_transformers")
 
-from jaxbert import from_pretrained, params_to_state_dict  # noqa: E402
-from jaxbert.finetune.embedding_step import LOGIT_KEY, embedder, loss_and_grads  # noqa: E402
-from jaxbert.packaged import minilm_folder  # noqa: E402
+from jaxbert import from_pretrained, params_to_state_dict
+from jaxbert.finetune.embedding_step import LOGIT_KEY, embedder, loss_and_grads
+from jaxbert.packaged import minilm_folder
 
 ANCHORS = ["how do cats sleep", "what is the capital of france", "python list sort", "rain in spain"]
 POSITIVES = ["cats sleep up to sixteen hours a day curled in warm places", "paris is the capital of france",
@@ -105,7 +105,7 @@ def _check(loss_j, grads_j, module, loss_t, grads_t):
 
 
 def _jax(sides, **kw):
-    _, module, params, embed, batch = sides
+    _, _, params, embed, batch = sides
     return loss_and_grads(embed, params, batch, jax.random.key(0), deterministic=True, **kw)
 
 
@@ -147,7 +147,10 @@ def test_cached_mnrl_matches_gradcache(sides):
 
 
 def test_matryoshka_matches_sentence_transformers(sides):
-    from sentence_transformers.losses import MatryoshkaLoss, MultipleNegativesRankingLoss
+    from sentence_transformers.losses import (
+        MatryoshkaLoss,
+        MultipleNegativesRankingLoss,
+    )
     model, module = sides[0], sides[1]
     dims = (32, 16, 8)
     loss_t, grads_t = _torch_step(model, MatryoshkaLoss(model, MultipleNegativesRankingLoss(model, scale=20.0),

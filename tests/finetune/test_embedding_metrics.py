@@ -11,7 +11,7 @@ from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval, sts_spe
 
 st = pytest.importorskip("sentence_transformers")
 
-WORDS = "cat dog sat ran mat red blue tree bird fish apple river stone cloud green quick slow happy".split()
+WORDS = ["cat", "dog", "sat", "ran", "mat", "red", "blue", "tree", "bird", "fish", "apple", "river", "stone", "cloud", "green", "quick", "slow", "happy"]
 
 
 def test_retrieval_metrics_match_information_retrieval_evaluator(tmp_path):

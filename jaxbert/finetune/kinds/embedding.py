@@ -14,8 +14,8 @@ family's bare encoder (`...Model`, no head); it is saved as a sentence-transform
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -23,7 +23,13 @@ from jaxbert.engine.recipe import RecipeError
 from jaxbert.finetune.embedding_loss import POOLINGS
 from jaxbert.finetune.features import Features, encode, sequence_arrays, special_id
 from jaxbert.finetune.kinds.base import Kind
-from jaxbert.finetune.row_files import TaskDataError, local_path, read_rows, require_columns, text_cell
+from jaxbert.finetune.row_files import (
+    TaskDataError,
+    local_path,
+    read_rows,
+    require_columns,
+    text_cell,
+)
 
 # sentence-transformers' MultipleNegativesRankingLoss scale 20: the default most fine-tuned embedders
 # were trained with; nomic's contrastive recipes use 0.02 (scale 50) on batches of thousands.
