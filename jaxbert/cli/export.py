@@ -9,6 +9,7 @@ from __future__ import annotations
 from jaxbert import workdir as workdir_lib
 from jaxbert.convert.export import export_workdir, load_instructions
 from jaxbert.errors import InputError
+from jaxbert.train import rtd_export  # a replaced-token-detection run: its discriminator and generator
 
 
 def add_arguments(parser) -> None:
@@ -37,7 +38,6 @@ def check_not_finetuning(workdir) -> None:
 
 def run(args) -> int:
     check_not_finetuning(args.workdir)
-    from jaxbert.train import rtd_export  # a replaced-token-detection run: discriminator and generator
     if rtd_export.rtd_recipe_of(args.workdir) is not None:
         path = rtd_export.export_workdir(args.workdir, args.dst, args.step, overwrite=args.overwrite)
         print(f"wrote {path} (discriminator) and {path}/generator (generator)")

@@ -33,7 +33,7 @@ from jaxbert.engine.session import Session, Start, prepare_runner
 from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.heads import build_model
-from jaxbert.train import sources, warmstart
+from jaxbert.train import rtd_loop, sources, warmstart
 from jaxbert.train.batch_warmup import BatchWarmup
 from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
@@ -132,8 +132,7 @@ def _set_up(recipe: Recipe, workdir, plan_auto: PlanAuto | None) -> _Run:
     if data_dir is not None:  # every run evaluates at its end: refuse data without held-out rows before a step
         _check_held_out(recipe, runner, data_dir)
     if recipe.train.objective == "rtd":  # the generator and the discriminator over one param tree
-        from jaxbert.train.rtd_loop import build_pair
-        model = build_pair(recipe, cfg)
+        model = rtd_loop.build_pair(recipe, cfg)
     else:
         model = build_model(recipe.model.model_class, cfg, recipe.model.options())
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
@@ -233,11 +232,7 @@ def _note_changes(run: _Run, start: Start) -> None:
 def _train(run: _Run, session: Session, start: Start, source, stop_at: int | None = None):
     """Steps start+1 .. train.steps on the engine: logs, evaluations and checkpoints as the recipe asks;
     SIGTERM saves and stops. Returns (state, step, status, last logged train metrics, last eval metrics)."""
-    if run.recipe.train.objective == "rtd":
-        from jaxbert.train.rtd_loop import RtdTask
-        task = RtdTask(run, source, start.step)
-    else:
-        task = MlmTask(run, source, start.step)
+    task = (RtdTask if run.recipe.train.objective == "rtd" else MlmTask)(run, source, start.step)
     out = session.train(task, run.runner, start, stop_at)
     last_eval = task.last_eval
     if out.status == "finished" and not last_eval:  # resumed at the end: report the held-out figures anyway
@@ -406,6 +401,16 @@ class MlmTask:
         self.progress.close()
 
 
+class RtdTask(MlmTask):
+    """MlmTask with the replaced-token-detection objective and figures (train.objective: rtd, jaxbert.train.rtd_loop)."""
+
+    def __init__(self, run: _Run, source, start: int):
+        self.step, self.summarize = rtd_loop.objective(run.recipe)  # before MlmTask compiles the eval step
+        super().__init__(run, source, start)
+        tokens, T, _, peak = self._throughput
+        self._throughput = (tokens, T, rtd_loop.flops_per_token(run.recipe, run.cfg), peak)
+
+
 def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dict) -> dict:
     """The run's summary; a finished run also writes the recipe's outputs (plot, export, fill-mask)."""
     summary = {"status": status, "step": step, "wall_s": round(time.time() - run.t0, 1),
@@ -414,7 +419,6 @@ def _finish(run: _Run, state, step: int, status: str, last: dict, last_eval: dic
     if status == "finished" and (o.plot or o.export or o.fill_mask):
         params = engine.host_params(run.runner, state)
         if run.primary and run.recipe.train.objective == "rtd":
-            from jaxbert.train import rtd_loop
             rtd_loop.finish(run.recipe, run.workdir, run.cfg, params, run.tok_dir, run.log)
         elif run.primary:
             finish(run.recipe, run.workdir, run.model, params, run.tok_dir, run.log)

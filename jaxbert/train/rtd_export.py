@@ -1,25 +1,49 @@
-"""`jaxbert export WORKDIR DST` of a replaced-token-detection run: the discriminator at DST, the generator at
-DST/generator, each a transformers directory (ELECTRA: ElectraForPreTraining, ElectraForMaskedLM) with the run's
-tokenizer beside it; built beside DST and swapped in whole (jaxbert.fs.publish_dir)."""
+"""The two models of a replaced-token-detection run as transformers directories: the discriminator at DST, the
+generator at DST/generator (ELECTRA: ElectraForPreTraining, ElectraForMaskedLM), each with the run's tokenizer
+beside it, built beside DST and swapped in whole (jaxbert.fs.publish_dir); `jaxbert export WORKDIR DST` of an RTD
+workdir (``export_workdir``)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from flax import traverse_util
+
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
+from jaxbert.convert.export import TOKENIZER_FILES, _fit_tokenizer_to_model
 from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
+from jaxbert.model.families import family_of
+from jaxbert.train.recipe import from_dict
+from jaxbert.train.rtd import RtdModel, export_params, shared_tables
 from jaxbert.train.rtd_recipe import DISCRIMINATORS, generator_config
 
 GENERATOR = "generator"  # the generator's folder inside the export
 
 
+def build_pair(recipe, cfg) -> RtdModel:
+    """The generator (the family's masked LM at rtd.generator's size) and the discriminator (model.model_class
+    at the recipe's config), with the recipe's compute options, sharing as rtd.sharing says."""
+    family = family_of(cfg)
+    disc_class, gen_class = DISCRIMINATORS[family.name]
+    options = recipe.model.options()
+    return RtdModel(family.build(gen_class, generator_config(recipe.rtd, cfg), options),
+                    family.build(disc_class, cfg, options), recipe.rtd.sharing)
+
+
+def models_for_export(recipe, cfg, params) -> tuple:
+    """((generator module, its params), (discriminator module, its params)) of a joint param tree, as whole
+    models: the shared tables in both, GDES's discriminator tables E_G + E_delta."""
+    pair = build_pair(recipe, cfg)
+    gen, disc = export_params(params, recipe.rtd.sharing)
+    return (pair.generator, gen), (pair.discriminator, disc)
+
+
 def _copy_tokenizer(tokenizer_dir, dst: Path, cfg) -> None:
-    from jaxbert.convert.export import TOKENIZER_FILES, _fit_tokenizer_to_model
     tok = fs.local_copy(tokenizer_dir)
     for name in TOKENIZER_FILES:
         if (tok / name).exists():
@@ -30,7 +54,6 @@ def _copy_tokenizer(tokenizer_dir, dst: Path, cfg) -> None:
 def export_pair(dst, recipe, cfg, gen_params, disc_params, tokenizer_dir, overwrite: bool = False,
                 sources: tuple = ()):
     """The two models of an RTD run (whole params, jaxbert.train.rtd.export_params) as one export."""
-    from jaxbert.model.families import family_of
     disc_class, gen_class = DISCRIMINATORS[family_of(cfg).name]
     gen_cfg = generator_config(recipe.rtd, cfg)
     with publish_dir(dst, MODEL_KIND, overwrite, sources=sources) as tmp:
@@ -45,7 +68,6 @@ def export_pair(dst, recipe, cfg, gen_params, disc_params, tokenizer_dir, overwr
 
 def rtd_recipe_of(workdir):
     """The Recipe an RTD workdir was run with (its newest checkpoint's record), or None for any other workdir."""
-    from jaxbert.train.recipe import from_dict
     try:
         _, meta = workdir_lib.newest_meta(fs.as_path(workdir))
     except Exception:  # noqa: BLE001 - not a readable pretraining workdir: the plain export says why
@@ -58,15 +80,18 @@ def rtd_recipe_of(workdir):
 
 def export_workdir(workdir, dst, step: int | None = None, overwrite: bool = False):
     """An RTD workdir's newest (or given) checkpoint -> DST (discriminator) and DST/generator."""
-    from jaxbert.train.rtd_loop import models_for_export
     recipe = rtd_recipe_of(workdir)
     if recipe is None:
         raise InputError(f"{workdir}: not a replaced-token-detection workdir (train.objective: rtd)")
     checkpoints = workdir_lib.path(workdir, workdir_lib.CHECKPOINTS)
     check_destination(dst, MODEL_KIND, overwrite, sources=(checkpoints,))
     params, meta = workdir_lib.read_params(workdir, step)
-    vocab = params["discriminator"][next(iter(params["discriminator"]))]["embeddings"]["word_embeddings"]
-    cfg, _ = workdir_lib.run_config(meta, vocab["embedding"].shape[0], workdir)
+    flat = traverse_util.flatten_dict(params["discriminator"])
+    words = [flat[path] for suffix, path in shared_tables(params["discriminator"]).items()
+             if suffix[1] == "word_embeddings"]
+    if not words:
+        raise InputError(f"{workdir}: its checkpoint holds no discriminator word embeddings")
+    cfg, _ = workdir_lib.run_config(meta, words[0].shape[0], workdir)
     tok_dir = workdir_lib.run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
     if tok_dir is not None and not fs.as_path(tok_dir).exists():
         raise InputError(f"{tok_dir}: the run's tokenizer directory does not exist")

@@ -22,7 +22,8 @@ import dataclasses
 from fractions import Fraction
 from typing import Optional
 
-from jaxbert.engine.recipe import RecipeError, check_choice
+from jaxbert.engine.recipe import RecipeError, build, check_choice
+from jaxbert.model.families import family_of
 from jaxbert.train.rtd import DEFAULT_WEIGHT, SHARINGS
 
 OBJECTIVES = ("mlm", "rtd")
@@ -72,7 +73,6 @@ class GeneratorSection:
 
 
 def _read_generator(value, key):
-    from jaxbert.engine.recipe import build
     if not isinstance(value, dict):
         raise RecipeError(f"{key}: expected a mapping like {{width: 1/3}}, got {value!r}")
     # width and depth may be numbers or "a/b" strings: kept as written, read by read_fraction
@@ -111,7 +111,6 @@ def check_recipe(recipe, cfg) -> None:
             raise RecipeError(f"model.model_class: {recipe.model.model_class} is a discriminator, trained by "
                               "train.objective: rtd; an MLM recipe trains a masked-LM class")
         return
-    from jaxbert.model.families import family_of
     family = family_of(cfg).name
     if family not in DISCRIMINATORS:
         raise RecipeError(f"train.objective: rtd needs a discriminator head, which jaxbert has for "

@@ -107,6 +107,11 @@ def test_rtd_run_resumes_bit_exactly_and_exports_both_models(tmp_path, capsys):
     assert last["loss"] == pytest.approx(last["mlm_loss"] + 50 * last["rtd_loss"])
     assert any("eval_rtd_accuracy" in r for r in rows)
     _check_export(straight / "hf", a)
+    # `jaxbert export` of the workdir writes the same two models
+    assert main(["export", str(straight), str(tmp_path / "out")]) == 0
+    for sub in ("", "generator"):
+        assert (tmp_path / "out" / sub / "model.safetensors").read_bytes() == \
+            (straight / "hf" / sub / "model.safetensors").read_bytes()
 
 
 def _check_export(hf, params):
@@ -116,10 +121,10 @@ def _check_export(hf, params):
     transformers = pytest.importorskip("transformers")
     import jax.numpy as jnp
     from flax import traverse_util
-    from jaxbert.train import rtd_loop
+    from jaxbert.train import rtd_export
     r = recipe_lib.from_dict(RTD)
     joint = traverse_util.unflatten_dict({tuple(k.split("/")): jnp.asarray(v) for k, v in params.items()})
-    (gen_model, gen), (disc_model, disc) = rtd_loop.models_for_export(r, r.model_config(64), joint)
+    (gen_model, gen), (disc_model, disc) = rtd_export.models_for_export(r, r.model_config(64), joint)
     ids = np.random.RandomState(0).randint(4, 64, (2, 12))
     d_t = transformers.ElectraForPreTraining.from_pretrained(hf).eval()
     g_t = transformers.ElectraForMaskedLM.from_pretrained(hf / "generator").eval()
