@@ -21,7 +21,7 @@ if sys.argv[1] == "jaxbert":
 import jax, jax.numpy as jnp
 from jaxbert.engine import parallel
 from jaxbert.train import sources
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.engine.optim import make_optimizer
 from jaxbert.train.recipe import load
 from jaxbert.train.mlm import train_step

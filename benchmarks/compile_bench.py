@@ -16,7 +16,7 @@ import argparse
 import jax
 
 from jaxbert.bench import contenders
-from jaxbert.model.config import preset
+from jaxbert.model.configs import preset
 
 
 def main() -> None:

@@ -34,8 +34,8 @@ import optax
 
 from jaxbert.bench import contenders
 from jaxbert.bench.machine import this_machine
-from jaxbert.model.config import BertConfig
-from jaxbert.model.heads import build_model
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.classes import build_model
 from jaxbert.model.options import ModelOptions
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,

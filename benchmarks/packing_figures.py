@@ -66,7 +66,7 @@ def time_steps(folders: dict, seq_len: int, batch: int, steps: int, repeats: int
     from jaxbert.data.loader import MLMLoader
     from jaxbert.engine import parallel
     from jaxbert.engine.optim import make_optimizer
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     from jaxbert.train import mlm
     from jaxbert.train import recipe as recipe_lib
 

@@ -12,36 +12,36 @@ import importlib
 _EXPORTS = {
     'FAMILIES': 'jaxbert.model.families',
     'MODEL_TYPES': 'jaxbert.model.families',
-    'BertConfig': 'jaxbert.model.config',
-    'ConfigError': 'jaxbert.model.config',
-    'preset': 'jaxbert.model.config',
-    'BertAttention': 'jaxbert.model.encoder',
-    'BertEmbeddings': 'jaxbert.model.encoder',
-    'BertEncoder': 'jaxbert.model.encoder',
-    'BertIntermediate': 'jaxbert.model.encoder',
-    'BertLayer': 'jaxbert.model.encoder',
-    'BertLMPredictionHead': 'jaxbert.model.encoder',
-    'BertOutput': 'jaxbert.model.encoder',
-    'BertPooler': 'jaxbert.model.encoder',
-    'BertPredictionHeadTransform': 'jaxbert.model.encoder',
-    'BertSelfOutput': 'jaxbert.model.encoder',
-    'BertSelfAttention': 'jaxbert.model.attention',
+    'BertConfig': 'jaxbert.model.bert.config',
+    'ConfigError': 'jaxbert.model.configs',
+    'preset': 'jaxbert.model.configs',
+    'BertAttention': 'jaxbert.model.bert.encoder',
+    'BertEmbeddings': 'jaxbert.model.bert.encoder',
+    'BertEncoder': 'jaxbert.model.bert.encoder',
+    'BertIntermediate': 'jaxbert.model.bert.encoder',
+    'BertLayer': 'jaxbert.model.bert.encoder',
+    'BertLMPredictionHead': 'jaxbert.model.bert.encoder',
+    'BertOutput': 'jaxbert.model.bert.encoder',
+    'BertPooler': 'jaxbert.model.bert.encoder',
+    'BertPredictionHeadTransform': 'jaxbert.model.bert.encoder',
+    'BertSelfOutput': 'jaxbert.model.bert.encoder',
+    'BertSelfAttention': 'jaxbert.model.bert.attention',
     'ModelOutput': 'jaxbert.model.base',
-    'BertModel': 'jaxbert.model.bert',
-    'BertPreTrainedModel': 'jaxbert.model.bert',
-    'ALL_MODEL_CLASSES': 'jaxbert.model.heads',
-    'MODEL_CLASSES': 'jaxbert.model.heads',
-    'BertForMaskedLM': 'jaxbert.model.heads',
-    'BertForMultipleChoice': 'jaxbert.model.heads',
-    'BertForNextSentencePrediction': 'jaxbert.model.heads',
-    'BertForPreTraining': 'jaxbert.model.heads',
-    'BertForQuestionAnswering': 'jaxbert.model.heads',
-    'BertForSequenceClassification': 'jaxbert.model.heads',
-    'BertForTokenClassification': 'jaxbert.model.heads',
-    'BertLMHeadModel': 'jaxbert.model.heads',
-    'build_model': 'jaxbert.model.heads',
-    'dummy_inputs': 'jaxbert.model.heads',
-    'param_count': 'jaxbert.model.heads',
+    'BertModel': 'jaxbert.model.bert.modules',
+    'BertPreTrainedModel': 'jaxbert.model.bert.modules',
+    'ALL_MODEL_CLASSES': 'jaxbert.model.classes',
+    'MODEL_CLASSES': 'jaxbert.model.bert.heads',
+    'BertForMaskedLM': 'jaxbert.model.bert.heads',
+    'BertForMultipleChoice': 'jaxbert.model.bert.heads',
+    'BertForNextSentencePrediction': 'jaxbert.model.bert.heads',
+    'BertForPreTraining': 'jaxbert.model.bert.heads',
+    'BertForQuestionAnswering': 'jaxbert.model.bert.heads',
+    'BertForSequenceClassification': 'jaxbert.model.bert.heads',
+    'BertForTokenClassification': 'jaxbert.model.bert.heads',
+    'BertLMHeadModel': 'jaxbert.model.bert.heads',
+    'build_model': 'jaxbert.model.classes',
+    'dummy_inputs': 'jaxbert.model.classes',
+    'param_count': 'jaxbert.model.classes',
     'ModelOptions': 'jaxbert.model.options',
     'is_scanned': 'jaxbert.model.params',
     'scan_params': 'jaxbert.model.params',
@@ -56,9 +56,9 @@ __version__ = "0.3.0"
 
 def _family_names() -> dict:
     """Every registered family's model and config classes, by name (imports the model code)."""
-    heads = importlib.import_module("jaxbert.model.heads")
-    configs = {c.__name__: c for c in importlib.import_module("jaxbert.model.config").config_classes()}
-    return {**configs, **heads.ALL_MODEL_CLASSES}
+    classes = importlib.import_module("jaxbert.model.classes")
+    configs = {c.__name__: c for c in importlib.import_module("jaxbert.model.configs").config_classes()}
+    return {**configs, **classes.ALL_MODEL_CLASSES}
 
 
 def __getattr__(name: str):

@@ -10,7 +10,7 @@ import pytest
 
 import jaxbert
 from jaxbert.finetune import kinds
-from jaxbert.model.heads import MODEL_CLASSES
+from jaxbert.model.bert.heads import MODEL_CLASSES
 from jaxbert.model.registry import HEADS
 
 ROOT = Path(jaxbert.__file__).parent

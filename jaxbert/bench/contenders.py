@@ -20,9 +20,9 @@ import optax
 from jaxbert.errors import require
 from jaxbert.convert import params_to_state_dict
 from jaxbert.data.masking import masked_slots
-from jaxbert.model.config import BertConfig
+from jaxbert.model.bert.config import BertConfig
 from jaxbert.model.families import FAMILIES
-from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.bert.heads import BertForMaskedLM
 from jaxbert.model.options import ModelOptions
 from jaxbert.finetune.loop import prepare_runner
 from jaxbert.finetune.model import task_config

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from jaxbert.convert.safetensors_io import write_safetensors
-from jaxbert.model.table import Table
+from jaxbert.model.bert.table import Table
 from jaxbert.convert.writers import hf_config
-from jaxbert.model.config import preset as get_preset
+from jaxbert.model.configs import preset as get_preset
 
 CONTENDERS = {
     "jaxbert.from_pretrained": """

@@ -43,8 +43,8 @@ from jaxbert.convert.export import TOKENIZER_FILES
 from jaxbert.convert.pretrained import save_pretrained
 from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
 from jaxbert.errors import InputError
-from jaxbert.model.config import BertConfig
-from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.bert.heads import BertForMaskedLM
 
 POSITIVE = ("good", "great", "fine", "lovely", "bright")
 NEGATIVE = ("bad", "poor", "awful", "dull", "grim")

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from jaxbert.errors import InputError
-from jaxbert.model.config import preset
+from jaxbert.model.configs import preset
 from jaxbert.bench import contenders
 from jaxbert.bench.convert import run_convert_bench
 from jaxbert.devices import peak_flops

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from jaxbert.bench import contenders
 from jaxbert.bench.target import run_aot_work
-from jaxbert.model.config import preset
+from jaxbert.model.configs import preset
 from jaxbert.train.allocator import keep_freed_memory
 
 MODELS = {"bert-base": "bert-base-uncased", "bert-small": "bert-small", "bert-large": "bert-large-uncased"}

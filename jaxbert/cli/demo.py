@@ -7,8 +7,9 @@ import time
 import jax
 import numpy as np
 
-from jaxbert.model.config import PRESETS, preset
-from jaxbert.model.heads import BertForMaskedLM, param_count
+from jaxbert.model.configs import PRESETS, preset
+from jaxbert.model.bert.heads import BertForMaskedLM
+from jaxbert.model.classes import param_count
 
 
 def add_arguments(p):

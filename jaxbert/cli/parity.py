@@ -86,7 +86,8 @@ def run(args) -> int:
     if args.json:
         fs.check_new_file(args.json, "--json", args.overwrite, ours=fs.json_report_of(*PARITY_REPORT_KEYS))
     _check_args(args)
-    module, params = from_pretrained(args.model, model_class=args.model_class)
+    # transformers' own computation order (explicit softmax), not from_pretrained's default fused path
+    module, params = from_pretrained(args.model, model_class=args.model_class, attention_impl="einsum")
     limit = position_limit(module.config)  # RoBERTa's positions start at pad_token_id + 1
     if args.max_length is None:
         args.max_length = limit

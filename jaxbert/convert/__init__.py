@@ -10,7 +10,7 @@ from jaxbert.convert.load import match_keys, state_dict_to_params
 from jaxbert.convert.readers import open_source, tensor_to_numpy, torch_load
 from jaxbert.convert.result import ConversionError, ConversionReport, ConversionWarning
 from jaxbert.model.keys import Entry
-from jaxbert.model.table import Table
+from jaxbert.model.bert.table import Table
 from jaxbert.workdir import is_workdir, tokenizer_path
 from jaxbert.convert.writers import iter_state_dict, params_to_state_dict, write_hf, write_jaxbert
 

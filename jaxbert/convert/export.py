@@ -17,7 +17,7 @@ from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.writers import write_hf
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import check_destination, publish_dir
-from jaxbert.model.config import read_config
+from jaxbert.model.configs import read_config
 from jaxbert.model.families import family_of
 from jaxbert.workdir import read_run
 

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxbert.model.config import BertConfig, bert_class_name
-from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.bert.config import BertConfig, bert_class_name
+from jaxbert.model.classes import build_model, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import unflatten
 from jaxbert.model.registry import head
@@ -25,7 +25,7 @@ from jaxbert.convert.readers import tensor_to_numpy
 from jaxbert.convert.result import ConversionError, ConversionReport
 from jaxbert.convert.safetensors_io import aligned_empty, is_aligned
 from jaxbert.convert.table import LEGACY_LEAVES, table_for, to_flax
-from jaxbert.model.table import Table
+from jaxbert.model.bert.table import Table
 
 # A load that finds fewer of the model's tensors than this share is refused: the
 # checkpoint is of another architecture (a head or two may be missing, not the body).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from pathlib import Path
@@ -14,11 +15,13 @@ from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.workdir import WorkdirError, is_workdir, read_run, recorded_config
-from jaxbert.model.config import PRESETS, BertConfig, bert_class_name, config_classes
-from jaxbert.model.config import read_config as _read_config
-from jaxbert.model.config import read_config_dict
+from jaxbert.model.configs import PRESETS, config_classes
+from jaxbert.model.bert.config import BertConfig, bert_class_name
+from jaxbert.model.configs import read_config as _read_config
+from jaxbert.model.configs import read_config_dict
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model
+from jaxbert.model.layers.attention import describe as describe_attention
+from jaxbert.model.classes import ALL_MODEL_CLASSES, build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, unflatten
 from jaxbert.model.registry import HEADS, head, spec_of
@@ -28,10 +31,17 @@ from jaxbert.convert.result import ConversionError, ConversionReport, Conversion
 from jaxbert.convert.tokenizer_files import copy_tokenizer, tokenizer_files
 from jaxbert.convert.writers import write_hf, write_jaxbert
 
+_LOG = logging.getLogger("jaxbert")
 MODEL_KIND = "model"  # what save_pretrained, convert and export publish (fs.publish_dir)
 
 DTYPES = {"float32": np.float32, "fp32": np.float32, "float16": np.float16, "fp16": np.float16,
-          "half": np.float16, "bfloat16": ml_dtypes.bfloat16, "bf16": ml_dtypes.bfloat16}
+          "half": np.float16, "bfloat16": ml_dtypes.bfloat16, "bf16": ml_dtypes.bfloat16,
+          "float64": np.float64, "fp64": np.float64, "double": np.float64}
+# The attention a loaded model runs unless told: the fused path, whose memory grows with the window and not
+# with T^2, and whose numbers agree with the einsum path within float32 rounding. It falls back to einsum
+# (jaxbert.model.layers.attention.path) where the probabilities are needed: returned, multiplied by a head
+# mask, or dropped out in training. Training recipes and `jaxbert parity` set their own.
+DEFAULT_ATTENTION = "auto"
 
 
 def resolve_dtype(dtype):
@@ -173,7 +183,9 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
       scan_layers: give the scanned layout (and a module built with scan_layers).
       seed: PRNG seed for initialising missing params.
       module_options: passed to the module (attention_impl, remat_policy,
-        add_pooling_layer, ...); ``compute_dtype`` becomes the module's ``dtype``.
+        add_pooling_layer, ...); ``compute_dtype`` becomes the module's ``dtype``. attention_impl is
+        DEFAULT_ATTENTION ("auto") unless given: the module's ``options.attention_impl`` says it, and the log
+        (logger "jaxbert") says which path it takes.
     Returns:
       (module, params), or (module, params, report) with ``return_report``.
       ``params`` is the params dict itself: call ``module.apply({'params': params}, ...)``.
@@ -193,6 +205,7 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
     for path_ in list(flat):  # one leaf at a time: NumPy copy freed as its jax copy is made
         out[path_] = jax.device_put(flat.pop(path_))
     param_dtype = dtypes.pop() if len(dtypes) == 1 else np.float32
+    module_options.setdefault("attention_impl", DEFAULT_ATTENTION)
     pooling = {"add_pooling_layer": module_options.pop("add_pooling_layer")} if "add_pooling_layer" in module_options else {}
     try:
         options = ModelOptions(param_dtype=param_dtype, scan_layers=scan_layers, **module_options)
@@ -202,6 +215,8 @@ def from_pretrained(path, model_class=None, *, config=None, dtype=None, strict: 
         module = build_model(name, config, options, **pooling)
     except ValueError as e:  # add_pooling_layer for a class of a family without a pooler
         raise ValueError(f"from_pretrained: {e}") from None
+    _LOG.info("from_pretrained: %s, attention_impl %r: %s", name, options.attention_impl,
+              describe_attention(options))
     return (module, unflatten(out), report) if return_report else (module, unflatten(out))
 
 

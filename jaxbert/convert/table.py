@@ -1,6 +1,6 @@
 """The converter's side of the key tables: which family's table a class is read through
 (``table_for``), and the transforms their entries name (a Linear weight is transposed, every other
-tensor copied). BERT's table is ``jaxbert.model.table.Table``; ModernBERT's is
+tensor copied). BERT's table is ``jaxbert.model.bert.table.Table``; ModernBERT's is
 ``jaxbert.model.modernbert.table.Table``.
 """
 

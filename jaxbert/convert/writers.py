@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
-from jaxbert.model.config import BertConfig
+from jaxbert.model.bert.config import BertConfig
 from jaxbert.model.params import flatten, is_scanned, unflatten
 from jaxbert.model.families import family_of
 from jaxbert.model.registry import spec_of
@@ -25,7 +25,7 @@ from jaxbert.convert.readers import JAXBERT_META, PARAMS_DIR
 from jaxbert.convert.result import ConversionError
 from jaxbert.convert.safetensors_io import write_safetensors
 from jaxbert.convert.table import table_for, to_torch
-from jaxbert.model.table import Table
+from jaxbert.model.bert.table import Table
 
 SAFE_NAME = "model.safetensors"
 SAFE_INDEX = "model.safetensors.index.json"

@@ -39,7 +39,7 @@ from jaxbert.finetune.loop import finetune
 from jaxbert.finetune.model import source_config
 from jaxbert.finetune.recipe import FinetuneRecipe
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.classes import build_model, dummy_inputs
 from jaxbert.finetune.task_data import parse_task
 
 KINDS = ("module", "class", "function")

@@ -39,9 +39,9 @@ from jaxbert.finetune.source_identity import KEYS as SOURCE_KEYS
 from jaxbert.finetune.source_identity import source_identity
 from jaxbert.finetune.step import eval_outputs, step_spec
 from jaxbert.finetune.task_data import TaskData, TaskSpec, read_task_data
-from jaxbert.model.config import position_limit
+from jaxbert.model.configs import position_limit
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.classes import build_model, dummy_inputs
 from jaxbert.model.params import unscan_params
 from jaxbert.engine import loop as engine
 from jaxbert.engine import parallel

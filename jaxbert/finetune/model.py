@@ -23,7 +23,8 @@ from jaxbert.convert.pretrained import load_checkpoint
 from jaxbert.errors import InputError
 from jaxbert.finetune import kinds
 from jaxbert.finetune.kinds.base import problem_type
-from jaxbert.model.config import BertConfig, read_config
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.configs import read_config
 from jaxbert.model.families import family_of, root_of
 from jaxbert.workdir import is_workdir, read_run, recorded_config
 

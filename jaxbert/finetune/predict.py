@@ -32,7 +32,8 @@ from jaxbert.finetune.losses import MODEL_INPUTS
 from jaxbert.finetune.model import OPTIONS_KEY, TASK_KEY, kind_of
 from jaxbert.finetune.eval_outputs import Collector
 from jaxbert.finetune.row_files import local_path
-from jaxbert.model.config import BertConfig, read_config
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.configs import read_config
 from jaxbert.workdir import tokenizer_path
 
 

@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxbert.model.config import BertConfig
+from jaxbert.model.hf_config import HFConfig
 from jaxbert.model.dropout import make_dropout
 from jaxbert.model.layers.dense import Dense
 from jaxbert.model.layers.embed import SmallTableEmbed
@@ -53,7 +53,7 @@ class BertModule(nn.Module):
       options: how it computes (dtype, scan, remat, attention and dropout implementations).
     """
 
-    config: BertConfig
+    config: HFConfig  # a family's config: BertConfig, ModernBertConfig, ...
     options: ModelOptions = ModelOptions()
 
     def require_hash_dropout(self, option: str, what: str) -> None:

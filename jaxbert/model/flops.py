@@ -5,7 +5,7 @@ L T is the keys a query attends summed over the layers: a family with sliding-wi
 
 from __future__ import annotations
 
-from jaxbert.model.config import BertConfig
+from jaxbert.model.bert.config import BertConfig
 from jaxbert.model.families import family_of
 
 

@@ -53,6 +53,21 @@ DENSE_SCORES_BYTES = 128 << 20
 # a tile instead of half of its 128 lanes (the head-dim-minor layout pads it to 128 in memory)
 LAYOUT = splash.QKVLayout.SEQ_MINOR
 PAD_SEGMENT = -1  # segment id of the tokens added to reach a multiple of a block: never a real segment
+# segment id of a padding token of an unpacked row (jaxbert.model.layers.attention.layer_mask): as a key no real
+# token attends it; as a query of a global layer it attends the row's real tokens (segment 1), as transformers'
+# padding mask computes it (a row with no real token: its own padding, every key, as there); on a sliding layer,
+# where its window may hold no real token, the padding around it (its output is no real token's input)
+PAD_QUERY = -2
+
+
+def _query_segments(segments: Array) -> Array:
+    real = (segments != PAD_QUERY) & (segments != PAD_SEGMENT)
+    reads = jnp.where(jnp.any(real, axis=1, keepdims=True), 1, PAD_SEGMENT)
+    return jnp.where(segments == PAD_QUERY, reads, segments)
+
+
+def _key_segments(segments: Array) -> Array:
+    return jnp.where(segments == PAD_QUERY, PAD_SEGMENT, segments)
 
 
 def key_segments(mask: Array, length: int) -> Array:
@@ -142,6 +157,7 @@ def _local_blocks(q, k, v, segments, scale, w):
     n = -(-T // C)
     Tp = n * C
     qb = _pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D)
+    segments = _key_segments(segments)
     sq = _pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C)
 
     def reach(x, axis, value=0):
@@ -153,7 +169,7 @@ def _local_blocks(q, k, v, segments, scale, w):
                                axis=axis + 1)
 
     kb, vb = reach(k, 2), reach(v, 2)  # [B, N, n, (2r + 1) C, D]
-    skb = reach(segments, 1, PAD_SEGMENT - 1)  # never equal to any query's segment
+    skb = reach(segments, 1, PAD_QUERY)  # never equal to any query's segment (_query_segments)
     # query i of a block sits at key offset i + r C of its keys: the window is |i + r C - j| <= w
     near = np.abs(np.arange(C)[:, None] + r * C - np.arange((2 * r + 1) * C)[None, :]) <= w
     mask = (sq[:, :, :, None] == skb[:, :, None, :]) & near  # [B, n, C, (2r + 1) C]
@@ -165,6 +181,7 @@ def _local_blocks(q, k, v, segments, scale, w):
 
 def _global_blocks(q, k, v, segments, scale):
     B, N, T, D = q.shape
+    queries, segments = _query_segments(segments), _key_segments(segments)
 
     def block(args):
         qc, sc = args
@@ -173,12 +190,12 @@ def _global_blocks(q, k, v, segments, scale):
         return jnp.einsum("BNqk,BNkD->BNqD", probs, v)
 
     if B * N * T * T * 4 <= DENSE_SCORES_BYTES:
-        return block((q, segments))
+        return block((q, queries))
     C = min(GLOBAL_BLOCK, T)
     n = -(-T // C)
     Tp = n * C
     qb = jnp.moveaxis(_pad_to(q, 2, 0, Tp - T).reshape(B, N, n, C, D), 2, 0)
-    sq = jnp.moveaxis(_pad_to(segments, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C), 1, 0)
+    sq = jnp.moveaxis(_pad_to(queries, 1, 0, Tp - T, PAD_SEGMENT).reshape(B, n, C), 1, 0)
 
     out = jax.lax.map(jax.checkpoint(block), (qb, sq))  # one block at a time, forward and backward: [n, B, N, C, D]
     return jnp.moveaxis(out, 0, 2).reshape(B, N, Tp, D)[:, :, :T]
@@ -238,8 +255,10 @@ def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
 
     def run(qh, kh, vh, seg, window):
         kernel = splash_kernel(Tp, N, window, splash_geometry(T, window)[1], interpret)
-        return jax.vmap(lambda a, b, c, s: kernel(a, b, c, segment_ids=splash.SegmentIds(q=s, kv=s)))(
-            qh, kh, vh, seg)
+        keys = _key_segments(seg)
+        queries = _query_segments(seg) if window is None else keys  # PAD_QUERY: a global layer's padding
+        return jax.vmap(lambda a, b, c, s, t: kernel(a, b, c, segment_ids=splash.SegmentIds(q=s, kv=t)))(
+            qh, kh, vh, queries, keys)
 
     def on_devices(qh, kh, vh, seg):
         return _by_kind(is_global, window, run, qh, kh, vh, seg)

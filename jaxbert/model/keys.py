@@ -1,6 +1,6 @@
 """What a conversion key table is made of, for every family's table: one row per tensor.
 
-A family's table (BERT's in jaxbert.model.table, ModernBERT's in jaxbert.model.modernbert.table)
+A family's table (BERT's in jaxbert.model.bert.table, ModernBERT's in jaxbert.model.modernbert.table)
 yields an ``Entry`` for each tensor of a model class; the converter reads and writes through it.
 """
 

@@ -13,7 +13,7 @@ import flax
 import jax
 import jax.numpy as jnp
 
-from jaxbert.model.families.spec import LayerStack
+from jaxbert.model.contract import LayerStack
 
 
 def iter_flat(tree: Mapping, path: tuple = ()) -> Iterator[tuple[tuple, object]]:

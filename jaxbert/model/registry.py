@@ -15,15 +15,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from jaxbert.model.families import BY_MODEL_TYPE, Family, family_of_class, root_class_name, root_of
-from jaxbert.model.families.bert import BERT
-from jaxbert.model.families.spec import Head
+from jaxbert.model.contract import Head
+from jaxbert.model.families import BY_MODEL_TYPE, FAMILIES, Family, family_of_class, root_class_name, root_of
 
 __all__ = ["HEADS", "Family", "Head", "for_config", "head", "main_output", "spec_of"]
 
 
 # BERT's classes, as its family lists them; a family on BERT's modules reads these under its names (for_config).
-HEADS = {name: Head(name, BERT, **fields) for name, fields in BERT.class_specs.items()}
+HEADS = {name: Head(name, FAMILIES["bert"], **fields) for name, fields in FAMILIES["bert"].class_specs.items()}
 
 
 def head(name: str) -> Head:

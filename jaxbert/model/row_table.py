@@ -2,7 +2,7 @@
 EuroBERT): the family lists its encoder's and each head's modules as (state-dict module path, kind, dims,
 layer index or None) and this table expands them into one Entry per tensor, per layer or scanned.
 
-A row's kind says which tensors the module holds and how each maps (BERT's conventions, jaxbert.model.table;
+A row's kind says which tensors the module holds and how each maps (BERT's conventions, jaxbert.model.bert.table;
 the converter reads both through the same interface):
 
     linear (Linear.weight [out, in] <-> kernel [in, out], transposed; bias <-> bias), linear_nobias,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from jaxbert.model.families.spec import LayerStack
+from jaxbert.model.contract import LayerStack
 from jaxbert.model.keys import COPY, TRANSPOSE, Entry
 
 
@@ -82,7 +82,7 @@ class _Spec:
 
 
 class RowTable:
-    """Every tensor of one class under one config and layout; the interface of jaxbert.model.table.Table
+    """Every tensor of one class under one config and layout; the interface of jaxbert.model.bert.table.Table
     (entries, by_key, aliases, leaf_shapes, prefix, spec, base_modules).
 
     Args:

@@ -27,7 +27,7 @@ from jaxbert.convert import params_to_state_dict
 from jaxbert.errors import InputError
 from jaxbert.fs import atomic_write_text
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.classes import build_model, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.parity.compare import numerics, torch_model
 from jaxbert.parity.grad import fixed_masking, float64_reference

@@ -28,7 +28,7 @@ import numpy as np
 from jaxbert.devices import device_hbm_bytes, device_roofline
 from jaxbert.errors import InputError, install_hint
 from jaxbert.fs import as_path, atomic_write_text
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.parallel import MeshRunner
 from jaxbert.train import mlm

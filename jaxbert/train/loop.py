@@ -32,7 +32,7 @@ from jaxbert.engine.progress import Progress
 from jaxbert.engine.session import Session, Start, prepare_runner
 from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.train import rtd_loop, sources, warmstart
 from jaxbert.train.batch_warmup import BatchWarmup
 from jaxbert.train.mlm import MLM, summarize

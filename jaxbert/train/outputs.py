@@ -12,7 +12,7 @@ from jaxbert import workdir as workdir_lib
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.convert.export import export_params
 from jaxbert.infer.fill_mask import answer_rank, fill_mask, format_predictions, mask_probabilities

@@ -27,15 +27,24 @@ from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, UNIT_OPEN, AUTO_KEYS, C
                                    recipe_names, recipe_path)
 from jaxbert.engine import recipe as engine_recipe
 from jaxbert.train import rtd_recipe
-from jaxbert.model.config import BertConfig, ConfigError, build_config
-from jaxbert.model.config import position_limit as config_position_limit
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.configs import ConfigError, build_config
+from jaxbert.model.configs import position_limit as config_position_limit
 from jaxbert.model.families import BY_MODEL_TYPE, family_of, pretraining_classes
 from jaxbert.model.registry import spec_of
 from jaxbert.workdir import write_recipe
 
 DEFAULT_RECIPE = "tiny-demo"
-# The classes an MLM pretraining run trains, as the model families list them.
-PRETRAINING_CLASSES = pretraining_classes()
+
+
+def __getattr__(name: str):
+    """PRETRAINING_CLASSES: the classes an MLM pretraining run trains, as the registered families list them now
+    (jaxbert.model.families.pretraining_classes; a family registered at run time counts)."""
+    if name == "PRETRAINING_CLASSES":
+        return pretraining_classes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _NAME = re.compile(r"[A-Za-z0-9._-]+")  # a mixture source's name, a metric key's last part
 
 
@@ -53,7 +62,7 @@ class ModelSection(ComputeSection):
 
     def check(self, prefix: str = "model.") -> None:
         # an RTD recipe trains a discriminator (checked against train.objective by rtd_recipe.check_recipe)
-        check_choice(f"{prefix}model_class", self.model_class, PRETRAINING_CLASSES + rtd_recipe.DISCRIMINATOR_CLASSES)
+        check_choice(f"{prefix}model_class", self.model_class, pretraining_classes() + rtd_recipe.DISCRIMINATOR_CLASSES)
         if self.init_tile and not self.init_from:
             raise RecipeError(f"{prefix}init_tile: true tiles the params of {prefix}init_from, which is not set")
         ComputeSection.check(self, prefix, auto=True)
@@ -350,7 +359,7 @@ def _validate(r: Recipe) -> None:
         raise RecipeError(f"data.packing: {r.data.packing!r} packs documents of prepared mlm data; "
                           f"{'nsp sentence pairs' if r.data.nsp else 'synthetic data'} take packing stream")
     if r.data.nsp and not spec_of(r.model.model_class).nsp:
-        nsp_classes = " or ".join(c for c in PRETRAINING_CLASSES if spec_of(c).nsp)
+        nsp_classes = " or ".join(c for c in pretraining_classes() if spec_of(c).nsp)
         raise RecipeError(f"data.nsp: next-sentence data needs model.model_class={nsp_classes}")
     cfg = r.model_config()  # model.preset and model.config checked now, before any data is prepared
     rtd_recipe.check_recipe(r, cfg)  # train.objective and the rtd section against the model

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jaxbert.model.config import BertConfig
+from jaxbert.model.bert.config import BertConfig
 
 _TASK_META = "finetune"  # the meta key of a fine-tuning run's task record and history
 _WINDOW_META = "metric_window"  # the metric sums of the steps after the last log row, up to the saved step

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from jaxbert import fs
 from jaxbert.errors import InputError
-from jaxbert.model.config import BertConfig, ConfigError, build_config, read_config_dict
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.configs import ConfigError, build_config, read_config_dict
 from jaxbert.model.families import family_of_params
 from jaxbert.workdir.checkpoints import newest_meta, read_params
 from jaxbert.workdir.layout import TOKENIZER, WorkdirError, is_workdir

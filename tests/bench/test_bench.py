@@ -10,7 +10,7 @@ from jaxbert.bench import harness, worker
 from jaxbert import devices
 from jaxbert.model import flops
 from jaxbert.bench.timing import markdown_table, rate_record, time_record
-from jaxbert.model.config import preset
+from jaxbert.model.configs import preset
 
 
 def test_train_flops_count_the_masked_head_share():

@@ -142,7 +142,7 @@ class HalfEvalSection(OPTIMIZERS["adamw"]):
 def test_each_runner_reads_the_params_through_the_optimizers_eval_params(strategy, monkeypatch):
     from jaxbert.engine.parallel import make_runner
     from jaxbert.engine.session import prepare_runner
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     monkeypatch.setitem(OPTIMIZERS, "half_eval", HalfEvalSection)
     r = R.from_dict({**TINY, "optim": {**TINY["optim"], "name": "half_eval"}, "parallel": {"strategy": strategy}})
     runner = make_runner(r.parallel)

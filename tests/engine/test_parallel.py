@@ -14,7 +14,7 @@ STRATEGIES = textwrap.dedent("""
     import json, sys
     import jax
     from jaxbert.train import recipe as R
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     from jaxbert.train.loop import train_and_evaluate
     from jaxbert.engine.parallel import MeshRunner
     from jaxbert.engine.optim import make_optimizer

@@ -127,7 +127,7 @@ def test_mean_pooling_differs_from_cls_pooling_on_the_same_weights(sources, tmp_
     """The pooling the source's config names is the one the task model uses: the same encoder and head
     under the other pooling gives other logits (so a run that ignored it would show)."""
     from jaxbert.finetune.model import load_task_model
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     a = load_task_model(sources["mean"], "classification", ["x", "y"])
     assert a.config.classifier_pooling == "mean" and a.class_name == "ModernBertForSequenceClassification"
     ids = np.array([[2, 7, 8, 9, 3, 0, 0]]), np.array([[1, 1, 1, 1, 1, 0, 0]])

@@ -28,7 +28,7 @@ from jaxbert.finetune import demo as demo_lib
 from jaxbert.finetune import loop as loop_lib
 from jaxbert.finetune.recipe import load
 from jaxbert.finetune.task_data import parse_task
-from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.bert.heads import BertForMaskedLM
 from jaxbert.train.recipe import RecipeError, from_dict
 from tests.helpers.finetune_data import WORDS, classification_rows, make_source, write_glue_dir, write_jsonl, write_kind
 from tests.helpers.runs import TINY, write_recipe

@@ -12,7 +12,7 @@ import jax
 from jaxbert import BertConfig
 from jaxbert.bench.e2e import save_with_tokenizer
 from jaxbert.data.tokenizer import load_tokenizer, train_tokenizer
-from jaxbert.model.heads import BertForMaskedLM
+from jaxbert.model.bert.heads import BertForMaskedLM
 
 WORDS = ("the a cat dog sat ran on mat big small red blue house tree bird fish apple river stone cloud "
          "green yellow quick slow happy sad marker answer alpha beta gamma delta").split()
@@ -214,7 +214,7 @@ def make_modernbert_source(root: Path, pooling: str = "cls", hidden: int = 32, l
     tokenizer_kind "bpe" a byte-level BPE, as ModernBERT's own), saved as a Hugging Face directory:
     model_type modernbert, its [CLS] / [SEP] / [PAD] ids in the config, a global then a local layer
     (window 16), classifier_pooling `pooling`, no token types in the tokenizer."""
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     from jaxbert.model.modernbert import ModernBertConfig
     rng = random.Random(0)
     root.mkdir(parents=True, exist_ok=True)

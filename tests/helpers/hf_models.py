@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxbert.model.config import bert_class_name
+from jaxbert.model.bert.config import bert_class_name
 from jaxbert.model.registry import HEADS, head, main_output
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

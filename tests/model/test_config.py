@@ -3,7 +3,7 @@ import json
 import pytest
 
 from jaxbert import BertConfig, ConfigError, preset
-from jaxbert.model.config import PRESETS
+from jaxbert.model.configs import PRESETS
 
 
 def test_default_is_bert_base_uncased():

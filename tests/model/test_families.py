@@ -12,13 +12,14 @@ import pytest
 import jaxbert
 from jaxbert.convert import ConversionError
 from jaxbert.convert.table import table_for
-from jaxbert.model.config import BertConfig, MODEL_TYPES, build_config, read_config
+from jaxbert.model.bert.config import BertConfig, MODEL_TYPES
+from jaxbert.model.configs import build_config, read_config
 from jaxbert.model.families import FAMILIES, BY_MODEL_TYPE, family_of, family_of_class
 from jaxbert.model.flops import non_embedding_params, train_flops_per_token
-from jaxbert.model.heads import ALL_MODEL_CLASSES, build_model, dummy_inputs
+from jaxbert.model.classes import ALL_MODEL_CLASSES, build_model, dummy_inputs
 from jaxbert.model.modernbert import CLASS_NAMES, ModernBertConfig, Table as ModernBertTable
 from jaxbert.model.registry import spec_of
-from jaxbert.model.table import Table
+from jaxbert.model.bert.table import Table
 
 SMALL = dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
              local_attention=4, max_position_embeddings=32, pad_token_id=0)
@@ -59,7 +60,7 @@ def test_a_class_of_another_architecture_is_refused_by_name_and_bert_families_mi
         table_for(BertConfig(), "ModernBertForMaskedLM")
     roberta = BertConfig(model_type="roberta", pad_token_id=1, max_position_embeddings=40)
     assert isinstance(table_for(roberta, "BertForMaskedLM"), Table)  # a Bert* class takes the config's family
-    assert not hasattr(jaxbert.convert.table, "Table")  # 0.3.0: BERT's table is jaxbert.model.table's alone
+    assert not hasattr(jaxbert.convert.table, "Table")  # 0.3.0: BERT's table is jaxbert.model.bert.table's alone
 
 
 def test_config_json_and_recipes_read_the_family_config_class(tmp_path):
@@ -72,7 +73,7 @@ def test_config_json_and_recipes_read_the_family_config_class(tmp_path):
     assert isinstance(cfg, ModernBertConfig) and cfg.vocab_size == 100 and cfg.num_hidden_layers == 22
     assert cfg.architectures == ("ModernBertForMaskedLM",)
     assert isinstance(build_config("bert-tiny", {"model_type": "modernbert"}), ModernBertConfig)  # ModernBERT-base
-    with pytest.raises(jaxbert.model.config.ConfigError, match="type_vocab_size: not a ModernBertConfig field"):
+    with pytest.raises(jaxbert.errors.ConfigError, match="type_vocab_size: not a ModernBertConfig field"):
         build_config("modernbert", {"type_vocab_size": 2})
 
 

@@ -15,7 +15,7 @@ import pytest
 import jaxbert
 from jaxbert.cli.main import main
 from jaxbert.model.families import FAMILIES, family_of_params
-from jaxbert.model.heads import build_model, dummy_inputs
+from jaxbert.model.classes import build_model, dummy_inputs
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten, scan_params, unscan_params
 from tests.helpers.runs import REPO, write_recipe
@@ -40,7 +40,7 @@ def test_a_config_loads_no_jax():
     assert out.returncode == 0, out.stderr
     timed = [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
     loaded = out.stdout.split()
-    assert "jaxbert.model.families" in timed and "jaxbert.model.config" in loaded  # the checks read real lists
+    assert "jaxbert.model.families" in timed and "jaxbert.model.bert.config" in loaded  # the checks read real lists
     heavy = lambda names: [m for m in names if m.split(".")[0] in ("jax", "jaxlib", "flax", "optax", "orbax")]  # noqa: E731
     assert heavy(timed) == [] and heavy(loaded) == []
     assert heavy(["flax.linen", "jaxbert.model"]) == ["flax.linen"]
@@ -172,7 +172,7 @@ def test_a_family_on_bert_modules_registered_from_outside_is_read_built_converte
     camembert = dataclasses.replace(
         roberta, name="camembert", model_types=("camembert",), class_prefixes={"camembert": "Camembert"},
         heads=("Model", "ForMaskedLM"), builds_on="roberta", pretraining_classes=("CamembertForMaskedLM",),
-        model_classes={c.__name__: c for c in (CamembertModel, CamembertForMaskedLM)})
+        model_classes=lambda family: {c.__name__: c for c in (CamembertModel, CamembertForMaskedLM)})
     assert "camembert" not in jaxbert.MODEL_TYPES
     families.register(camembert)
     try:
@@ -207,34 +207,28 @@ def test_a_family_on_bert_modules_registered_from_outside_is_read_built_converte
 
 def test_every_family_names_its_key_table_and_class_inference():
     """BERT's table and class inference are its entry's members, as ModernBERT's are its own."""
-    from jaxbert.model.config import BertConfig
-    from jaxbert.model.table import Table, infer_class
-    assert (FAMILIES["bert"].table, FAMILIES["bert"].infer_class) == (Table, infer_class)
-    assert (FAMILIES["roberta"].table, FAMILIES["roberta"].infer_class) == (Table, infer_class)
+    from jaxbert.model.bert.config import BertConfig
+    from jaxbert.model.bert.table import Table, infer_class
+    assert FAMILIES["bert"].table is FAMILIES["roberta"].table  # one table for the classes on BERT's modules
     config = BertConfig(model_type="roberta", vocab_size=50, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=24, max_position_embeddings=40, pad_token_id=1)
-    keys = Table(config, "RobertaForMaskedLM").by_key
+    table = FAMILIES["roberta"].table(config, "RobertaForMaskedLM")
+    assert isinstance(table, Table) and table.by_key.keys() == Table(config, "RobertaForMaskedLM").by_key.keys()
+    assert FAMILIES["roberta"].infer_class(config, list(table.by_key)) == infer_class(config, list(table.by_key))
+    keys = table.by_key
     assert "lm_head.dense.weight" in keys and FAMILIES["roberta"].infer_class(config, list(keys)) == "RobertaForMaskedLM"
     gpt2 = BertConfig.from_dict({**config.to_dict(), "architectures": ["GPT2LMHeadModel"]})
     assert FAMILIES["roberta"].infer_class(gpt2, list(keys)) is None
 
 
-def test_a_family_that_names_no_table_takes_its_bases_with_a_warning_or_is_refused():
+def test_a_family_that_names_no_table_is_refused():
+    """0.3.0: the contract's members are said by every family (0.2.0 took a missing table from the base family,
+    with a warning)."""
     import dataclasses
+    for name in ("roberta", "modernbert"):
+        with pytest.raises(TypeError, match="'own' does not say its table, infer_class"):
+            dataclasses.replace(FAMILIES[name], name="own", table=None, infer_class=None)
 
-    from jaxbert.model import families
-    from jaxbert.model.table import Table
-    unsaid = dataclasses.replace(FAMILIES["roberta"], name="camembert", model_types=("camembert",),
-                                 class_prefixes={"camembert": "Camembert"}, builds_on="roberta", table=None,
-                                 infer_class=None)
-    with pytest.warns(DeprecationWarning, match="'camembert' does not say its table, infer_class: taking 'roberta'"):
-        families.register(unsaid)
-    try:
-        assert FAMILIES["camembert"].table is Table
-    finally:
-        families.unregister("camembert")
-    with pytest.raises(TypeError, match="'own' does not say its table, infer_class"):
-        dataclasses.replace(FAMILIES["modernbert"], name="own", table=None, infer_class=None)
 
 # ---- every verb on a BERT, a RoBERTa and a ModernBERT directory made by transformers ---------------------
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxbert.model.config import BertConfig
-from jaxbert.model.heads import build_model
+from jaxbert.model.bert.config import BertConfig
+from jaxbert.model.classes import build_model
 from jaxbert.model.options import ModelOptions
 
 B, T = 4, 12

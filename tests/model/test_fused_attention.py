@@ -14,8 +14,8 @@ import pytest
 from jax.experimental import pallas as pl
 
 from jaxbert.model import fused
-from jaxbert.model.heads import build_model
-from jaxbert.model.config import BertConfig
+from jaxbert.model.classes import build_model
+from jaxbert.model.bert.config import BertConfig
 from jaxbert.model.modernbert import build
 from jaxbert.model.options import BATCH, ModelOptions
 from jaxbert.model.softmax import masked_softmax

@@ -26,7 +26,7 @@ def test_model_options_is_the_one_spelling():
 
 
 def test_moved_class_aliases_are_gone_from_heads():
-    import jaxbert.model.heads as heads
+    import jaxbert.model.bert.heads as heads
 
     with pytest.raises(AttributeError):
         heads.XLMRobertaForMaskedLM  # noqa: B018  (jaxbert.XLMRobertaForMaskedLM is the name)

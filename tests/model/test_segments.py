@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxbert import BertConfig
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.segments import segment_lengths, segment_mask, segment_positions, segment_starts
 

@@ -71,7 +71,7 @@ def test_wrong_type_is_an_error_naming_key_and_value(tmp_path):
 
 
 def test_model_options_reach_the_model_the_loop_builds():
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     r = R.load("tiny-demo", ["model.remat_policy=offload", "model.attention_chunks=2", "model.ffn_chunks=4",
                              "model.scan_layers=true", "model.dropout_impl=threefry"])
     m = build_model(r.model.model_class, r.model_config(), r.model.options())

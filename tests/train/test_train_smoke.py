@@ -65,7 +65,7 @@ def test_jaxbert_train_end_to_end_then_plot_and_export(tmp_path, capsys):
     import torch
     import transformers
     from jaxbert.workdir import read_params as restore_params
-    from jaxbert.model.heads import build_model
+    from jaxbert.model.classes import build_model
     from jaxbert.train.recipe import from_dict
     pt = transformers.BertForMaskedLM.from_pretrained(hf).eval()
     params, meta = restore_params(wd)

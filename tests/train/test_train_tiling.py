@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxbert.model.families import family_of
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.model.modernbert import ModernBertConfig
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.params import flatten
@@ -18,7 +18,7 @@ from jaxbert.train import warmstart
 from jaxbert.train.recipe import RecipeError
 from jaxbert.train.recipe import load as load_recipe
 from jaxbert.cli.main import main
-from jaxbert.model.config import BertConfig
+from jaxbert.model.bert.config import BertConfig
 from jaxbert.train.tiling import TilingError, centre_tile, source_layer
 from tests.helpers.hf_models import tiny_hf_model
 from tests.helpers.modernbert import TINY, tiny_hf

@@ -14,7 +14,7 @@ from jaxbert import BertConfig, BertForMaskedLM, BertForPreTraining
 from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.recipe import ComputeSection, RecipeError
 from jaxbert.engine.step import TrainState
-from jaxbert.model.heads import build_model
+from jaxbert.model.classes import build_model
 from jaxbert.model.modernbert import ModernBertConfig
 from jaxbert.model.options import ModelOptions
 from jaxbert.model.vocab_loss import DEFAULT_CHUNK, VocabProjection, deferred_vocab_logits

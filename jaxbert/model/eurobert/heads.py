@@ -12,7 +12,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 from jaxbert.model.activations import ACT_FNS
-from jaxbert.model.encoder import gather_positions
+from jaxbert.model.layers.vocab import gather_positions
 from jaxbert.model.eurobert.modules import EuroBertModel, EuroBertModule
 from jaxbert.model.layers.vocab import vocab_decoder
 from jaxbert.model.own_classes import encoder_head, no_head_mask

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from jaxbert.model.eurobert.config import CLASS_NAMES, EuroBertConfig
-from jaxbert.model.families.spec import LayerStack
+from jaxbert.model.contract import LayerStack
 from jaxbert.model.keys import Entry
 from jaxbert.model.row_table import Layout, RowTable, holds_scanned
 

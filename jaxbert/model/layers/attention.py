@@ -41,6 +41,15 @@ def path(options, needs_probs: bool, fusable: bool = True) -> str:
     return "einsum"
 
 
+def describe(options) -> str:
+    """The path an encoder's self-attention takes under these options, in words (from_pretrained logs it)."""
+    impl = path(options, needs_probs=False)
+    if impl == "einsum":
+        return "einsum (the [B, N, T, S] scores are formed)"
+    return (f"{impl}; einsum where the probabilities are wanted (output_attentions, a head mask, attention dropout "
+            "in training) or the call is not an encoder's self-attention")
+
+
 def needs_probs(dropout_rate: float, deterministic: bool, output_attentions: bool) -> bool:
     """Whether a self-attention without head mask wants its probabilities: returned, or dropped out in training."""
     return output_attentions or (not deterministic and dropout_rate > 0)
@@ -54,14 +63,16 @@ def takes_fused(options, dropout_rate: float, deterministic: bool, output_attent
 
 def layer_mask(fused_path: bool, attention_mask, segment_ids, shape: tuple) -> Array:
     """What an encoder's layers attend by, formed once for the stack: on the fused paths int32 segment ids [B, T]
-    (a token attends to its document's keys; padding, attention_mask 0, a segment of its own,
-    fused.PAD_SEGMENT, which no real token's keys are in); else bool [B, 1, 1, T] (padding), or [B, 1, T, T]
+    (a token attends to its document's keys; padding, attention_mask 0, is no real token's key: in a packed row a
+    segment of its own, fused.PAD_SEGMENT; in an unpacked row fused.PAD_QUERY, whose queries read the row's real
+    tokens as the einsum path's do); else bool [B, 1, 1, T] (padding), or [B, 1, T, T]
     within each document of packed rows (segment_ids [B, T]; a sliding layer narrows it to its band)."""
     B, T = shape
     if fused_path:
         mask = jnp.ones((B, T), jnp.int32) if segment_ids is None else jnp.asarray(segment_ids, jnp.int32)
-        if attention_mask is not None:
-            mask = jnp.where(attention_mask.astype(bool), mask, fused.PAD_SEGMENT)
+        if attention_mask is not None:  # an unpacked row's padding reads its real tokens, as einsum's does
+            pad = fused.PAD_QUERY if segment_ids is None else fused.PAD_SEGMENT
+            mask = jnp.where(attention_mask.astype(bool), mask, pad)
         return mask
     mask = jnp.ones((B, 1, 1, T), bool) if attention_mask is None else attention_mask.astype(bool)[:, None, None, :]
     return mask if segment_ids is None else mask & segment_mask(segment_ids)[:, None]

@@ -89,3 +89,8 @@ def vocab_decoder(x: jax.Array, table, *, name: str, vocab_size: int, use_bias: 
         return VocabProjection(x, kernel, own if use_bias else bias, chunk=chunk, columns=True)
     logits = linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options)(x)
     return logits if use_bias or bias is None else logits + bias
+
+
+def gather_positions(hidden_states, positions):
+    """[B, L, H] at positions [B, M] -> [B, M, H]: the masked positions an MLM head reads."""
+    return jnp.take_along_axis(hidden_states, positions[..., None].astype(jnp.int32), axis=1)

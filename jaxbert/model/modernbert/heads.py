@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jaxbert.model.activations import ACT_FNS
 from jaxbert.model.base import ModelOutput
-from jaxbert.model.encoder import gather_positions
+from jaxbert.model.layers.vocab import gather_positions
 from jaxbert.model.modernbert.base import ModernBertModule
 from jaxbert.model.layers.vocab import vocab_decoder
 from jaxbert.model.own_classes import encoder_head, no_head_mask

@@ -5,7 +5,7 @@ with a leading axis (layer i at index i - 1); layer 0 stays ``layers/0`` (it lac
 
 from __future__ import annotations
 
-from jaxbert.model.families.spec import LayerStack
+from jaxbert.model.contract import LayerStack
 from jaxbert.model.keys import Entry
 from jaxbert.model.modernbert.config import CLASS_NAMES, ModernBertConfig
 from jaxbert.model.modernbert.modules import SCAN

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 
 from jaxbert.model.activations import gelu_exact
 from jaxbert.model.base import Array, BertModule
-from jaxbert.model.bert import BertModel
-from jaxbert.model.heads import (BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
-                                 BertForSequenceClassification, BertForTokenClassification)
+from jaxbert.model.bert.heads import (BertForMaskedLM, BertForMultipleChoice, BertForQuestionAnswering,
+                                      BertForSequenceClassification, BertForTokenClassification)
+from jaxbert.model.bert.modules import BertModel
 
 
 def roberta_positions(input_ids: Array, pad_id: int) -> Array:

@@ -1,14 +1,15 @@
-"""EuroBERT: a family with modules, config and key table of its own (jaxbert.model.eurobert), reached by the
-rest of jaxbert through this entry. Its members are named (Ref) and imported when first read, so that the
-registry loads no model code."""
+"""EuroBERT's family entry: a family with modules, config and key table of its own (jaxbert.model.eurobert),
+reached by the rest of jaxbert through this entry. Its members that reach model code import it when
+called, so that the entry (and reading a config) loads no jax."""
+
 
 from __future__ import annotations
 
 import types
 
-from jaxbert.model.families.spec import Family, LayerStack, Ref
+from jaxbert.model.contract import Family, LayerStack, OwnFolder
+from jaxbert.model.eurobert.config import CLASS_NAMES, MODEL_TYPE, EuroBertConfig
 
-_PKG = "jaxbert.model.eurobert"
 _LOGITS = (("logits", "logits"),)
 # What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
 CLASS_SPECS = {
@@ -33,16 +34,37 @@ def float64_reference(model) -> None:
             module.forward = types.MethodType(forward, module)
 
 
-EUROBERT = Family(
+# Its classes, builder, key table and checkpoint-class reader, read in this folder when first called.
+FOLDER = OwnFolder("jaxbert.model.eurobert", "EuroBERT", EuroBertConfig, MODEL_TYPE, CLASS_NAMES,
+                   ((("lm_head",), "EuroBertForMaskedLM"), (("classifier", "dense"), "EuroBertForSequenceClassification"),
+     (("classifier",), "EuroBertForTokenClassification")), "EuroBertModel")
+build, infer_class = FOLDER.build, FOLDER.infer_class
+
+
+def non_embedding_params(config: EuroBertConfig) -> int:
+    """Matmul weights of the layers, for the FLOP count: q_proj and o_proj (2 H N D), k_proj and v_proj
+    (2 H K D) and SwiGLU's three (3 H I)."""
+    H, I, D = config.hidden_size, config.intermediate_size, config.head_dim
+    N, K = config.num_attention_heads, config.num_key_value_heads
+    return config.num_hidden_layers * (2 * H * N * D + 2 * H * K * D + 3 * H * I)
+
+
+def attended_positions(config: EuroBertConfig, seq_len: int) -> int:
+    """Keys a query attends, summed over the layers: every key on every layer (the FLOP count's
+    attention-score term)."""
+    return config.num_hidden_layers * seq_len
+
+
+FAMILY = EUROBERT = Family(
     name="eurobert", model_types=("eurobert",), class_prefixes={"eurobert": "EuroBert"},
     prefix="model",
     heads=tuple(name[len("EuroBert"):] for name in CLASS_SPECS),
-    mlm_rows=Ref(f"{_PKG}.table:mlm_rows"), mlm_decoder="lm_head", mlm_bias="lm_head.bias",
+    mlm_rows=FOLDER.mlm_rows, mlm_decoder="lm_head", mlm_bias="lm_head.bias",
     pretraining_classes=("EuroBertForMaskedLM",),
-    config_class=Ref(f"{_PKG}.config:EuroBertConfig"), model_classes=Ref(f"{_PKG}.heads:MODEL_CLASSES"),
-    build=Ref(f"{_PKG}:build"), table=Ref(f"{_PKG}.table:family_table"),
-    infer_class=Ref(f"{_PKG}:infer_class"), non_embedding_params=Ref(f"{_PKG}:non_embedding_params"),
-    attended_positions=Ref(f"{_PKG}:attended_positions"),
+    config_class=EuroBertConfig, model_classes=FOLDER.model_classes,
+    build=FOLDER.build, table=FOLDER.table,
+    infer_class=FOLDER.infer_class, non_embedding_params=non_embedding_params,
+    attended_positions=attended_positions,
     position_limit=lambda config: config.max_position_embeddings,  # rotary: no position table to run out of
     describe_init=lambda config, class_name: f"{class_name}'s init: normal({config.initializer_range}), zero biases",
     class_specs=CLASS_SPECS, final_norm="norm",

@@ -5,12 +5,16 @@ from __future__ import annotations
 from typing import Optional
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
-from jaxbert.model.attention import padding_mask
+from jaxbert.errors import ConfigError
+from jaxbert.model import fused
 from jaxbert.model.base import Array, BertModule, ModelOutput
-from jaxbert.model.config import ConfigError, bert_class_name
-from jaxbert.model.encoder import BertEmbeddings, BertEncoder, BertPooler
+from jaxbert.model.layers import attention
+from jaxbert.model.bert.attention import padding_mask
+from jaxbert.model.bert.config import bert_class_name
+from jaxbert.model.bert.encoder import BertEmbeddings, BertEncoder, BertPooler
 from jaxbert.model.families import family_of_class
 from jaxbert.model.segments import segment_mask, segment_positions
 
@@ -64,6 +68,36 @@ class BertModel(BertPreTrainedModel):
 
     add_pooling_layer: bool = True
 
+    @staticmethod
+    def _self_mask(attention_mask, segment_ids, fused_path: bool, B: int, L: int):
+        """What the layers' self-attention attends by, formed once for the stack. On a fused path
+        (jaxbert.model.fused): int32 segment ids [B, L], from attention_mask [B, L] and segment_ids; a 3-D
+        attention_mask [B, L, L] must then be block-diagonal (documents as contiguous runs, padding attending
+        nothing), else refused. Otherwise bool [B, 1, 1, S] (padding; under decode S is the cache length, as
+        the mask given must be), or [B, 1, L, L] within each document or as a 3-D attention_mask gives it."""
+        full = attention_mask is not None and jnp.ndim(attention_mask) == 3
+        if full:
+            mask = jnp.asarray(attention_mask).astype(bool)[:, None]
+            if segment_ids is not None:
+                mask = mask & segment_mask(segment_ids)[:, None]
+            if not fused_path:
+                return mask
+            segments = fused.key_segments(mask, L)
+            same = (_segments_mask(segments) == mask[:, 0]) | (segments <= 0)[:, :, None]  # padding rows: any
+            try:
+                block_diagonal = bool(jnp.all(same))
+            except jax.errors.ConcretizationTypeError:  # traced (under jit): not known
+                block_diagonal = False
+            if not block_diagonal:
+                raise ValueError("attention_mask [B, T, T]: the fused attention paths (attention_impl blocked, splash, "
+                                 "auto) take only a block-diagonal mask known before tracing; pass segment_ids, or "
+                                 "attention_impl='einsum'")
+            return segments
+        if fused_path:
+            return attention.layer_mask(True, attention_mask, segment_ids, (B, L))
+        mask = padding_mask(attention_mask, B, L)
+        return mask if segment_ids is None else mask & segment_mask(segment_ids)[:, None]
+
     @nn.compact
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, position_ids=None,
                  head_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
@@ -73,17 +107,19 @@ class BertModel(BertPreTrainedModel):
         B, L = input_ids.shape
         if token_type_ids is None:
             token_type_ids = jnp.zeros_like(input_ids)
-        # [B, 1, 1, S]; under decode S is the cache length, as the mask given must be.
-        mask = padding_mask(attention_mask, B, L)
         if segment_ids is not None:
             if self.options.decode or cfg.is_decoder:
                 raise ValueError("segment_ids (packed documents) are for encoders; decoding does not take them")
-            mask = mask & segment_mask(segment_ids)[:, None]  # [B, 1, T, S]: within each document
             if position_ids is None:  # each document counts its positions from the family's origin
                 family = cfg.family
                 position_ids = segment_positions(
                     segment_ids, family.position_offset(cfg),
                     cfg.pad_token_id if family.zero_position_pad else 0)
+        fused_path = (head_mask is None and not first_token_only and cfg.position_embedding_type == "absolute"
+                      and not cfg.is_decoder and not self.options.decode
+                      and attention.takes_fused(self.options, cfg.attention_probs_dropout_prob, deterministic,
+                                                output_attentions))
+        mask = self._self_mask(attention_mask, segment_ids, fused_path, B, L)
         encoder_mask = None
         if encoder_attention_mask is not None or encoder_hidden_states is not None:
             S = (encoder_hidden_states.shape[1] if encoder_hidden_states is not None
@@ -104,3 +140,10 @@ class BertModel(BertPreTrainedModel):
             last_hidden_state=last, pooler_output=pooled,
             hidden_states=(x,) + layer_states if output_hidden_states else None,
             attentions=attn, cross_attentions=cross)
+
+
+def _segments_mask(segments):
+    """bool [B, T, T] of int32 segment ids (fused.PAD_SEGMENT and 0: padding, attending nothing and attended by
+    nothing): True where query and key are real tokens of one segment."""
+    real = (segments != 0) & (segments != fused.PAD_SEGMENT)
+    return (segments[:, :, None] == segments[:, None, :]) & real[:, :, None] & real[:, None, :]
