@@ -72,6 +72,9 @@ def _config(family, model_type):
         return family.config_class.from_dict(MODERNBERT_SMALL)
     if family.name == "eurobert":
         return family.config_class.from_dict(EUROBERT_SMALL)
+    if family.name == "electra":  # its tables as wide as the layers (the projected case: tests/model/test_electra.py)
+        return family.config_class(vocab_size=64, embedding_size=16, hidden_size=16, num_hidden_layers=3,
+                                   num_attention_heads=2, intermediate_size=24, max_position_embeddings=40)
     return family.config_class(vocab_size=64, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
                                intermediate_size=24, max_position_embeddings=40, model_type=model_type,
                                pad_token_id=1)
@@ -256,7 +259,9 @@ def hf_dirs(tmp_path_factory):
                                                                                   type_vocab_size=1)),
             "modernbert": transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
                 **shape, intermediate_size=24, global_attn_every_n_layers=2, local_attention=8,
-                cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3))}
+                cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3)),
+            "electra": transformers.ElectraForMaskedLM(transformers.ElectraConfig(**shape, intermediate_size=24,
+                                                                                  embedding_size=8))}
     if hasattr(transformers, "EuroBertConfig"):  # transformers >= 5
         made["eurobert"] = transformers.EuroBertForMaskedLM(transformers.EuroBertConfig(
             **shape, intermediate_size=24, num_key_value_heads=1, bos_token_id=2, eos_token_id=3, mask_token_id=4))
