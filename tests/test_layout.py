@@ -169,7 +169,8 @@ def test_registry_describes_every_model_class():
 # Family flags: only the family modules (jaxbert/model/families/) and a family's own folder may ask
 # which family a config is; everything else asks the registry (jaxbert.model.families.family_of).
 FAMILY_FLAG = re.compile(r"\bis_modernbert\b|\bis_roberta\b|\bmodel_type\s*==")
-FAMILY_HOMES = ("model/families/", "model/modernbert/", "model/eurobert/", "model/roberta/", "model/electra/")
+FAMILY_HOMES = ("model/families/", "model/modernbert/", "model/eurobert/", "model/roberta/", "model/electra/",
+                "model/deberta_v2/")
 
 
 def _family_flags(text: str) -> list[str]:
@@ -198,7 +199,8 @@ BERT_PREFIX = re.compile(r"""["']bert/""")
 FAMILY_MODULES = {"jaxbert.model.modernbert": ("model/modernbert/", "model/families/"),
                   "jaxbert.model.eurobert": ("model/eurobert/", "model/families/"),
                   "jaxbert.model.roberta": ("model/roberta/", "model/families/"),
-                  "jaxbert.model.electra": ("model/electra/", "model/families/")}
+                  "jaxbert.model.electra": ("model/electra/", "model/families/"),
+                  "jaxbert.model.deberta_v2": ("model/deberta_v2/", "model/families/")}
 
 
 def _family_module_imports(rel: str, path: Path) -> list[str]:

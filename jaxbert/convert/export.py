@@ -21,7 +21,7 @@ from jaxbert.model.configs import read_config
 from jaxbert.model.families import family_of
 from jaxbert.workdir import read_run
 
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "spm.model")
 
 
 def export_params(dst: str | Path, cfg, model_class: str, params, tokenizer_dir: str | Path | None,

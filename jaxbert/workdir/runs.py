@@ -74,14 +74,14 @@ def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, P
 
 def tokenizer_path(path) -> Path | None:
     """The tokenizer that belongs to a checkpoint: a workdir's run tokenizer, else the
-    directory holding the checkpoint when it has tokenizer.json or vocab.txt; None if neither."""
+    directory holding the checkpoint when it has tokenizer.json, vocab.txt or spm.model; None if none."""
     if is_workdir(path):
         path = fs.as_path(path)
         _, meta = newest_meta(path)
         return run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, path)
     path = fs.local_copy(path)  # a URL: a local copy of it
     folder = path if path.is_dir() else path.parent
-    return folder if any((folder / n).is_file() for n in ("tokenizer.json", "vocab.txt")) else None
+    return folder if any((folder / n).is_file() for n in ("tokenizer.json", "vocab.txt", "spm.model")) else None
 
 
 def recorded_config(workdir) -> dict:

@@ -261,7 +261,12 @@ def hf_dirs(tmp_path_factory):
                 **shape, intermediate_size=24, global_attn_every_n_layers=2, local_attention=8,
                 cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3)),
             "electra": transformers.ElectraForMaskedLM(transformers.ElectraConfig(**shape, intermediate_size=24,
-                                                                                  embedding_size=8))}
+                                                                                  embedding_size=8)),
+            # v3-style: log buckets, shared keys, normed relative embeddings, no absolute positions
+            "deberta-v2": transformers.DebertaV2ForMaskedLM(transformers.DebertaV2Config(
+                **shape, intermediate_size=24, relative_attention=True, position_buckets=8, max_relative_positions=16,
+                pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
+                position_biased_input=False))}
     if hasattr(transformers, "EuroBertConfig"):  # transformers >= 5
         made["eurobert"] = transformers.EuroBertForMaskedLM(transformers.EuroBertConfig(
             **shape, intermediate_size=24, num_key_value_heads=1, bos_token_id=2, eos_token_id=3, mask_token_id=4))

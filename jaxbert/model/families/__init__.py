@@ -20,7 +20,7 @@ from jaxbert.model.contract import Family
 
 # The folders of jaxbert/model/ that hold a family (FOLDER/family.py: FAMILY), registered in this order when
 # the registry is first read. A new family inside the package is its folder and one entry here.
-FOLDERS = ("bert", "roberta", "modernbert", "eurobert", "electra")
+FOLDERS = ("bert", "roberta", "modernbert", "eurobert", "electra", "deberta_v2")
 
 _FAMILIES: dict = {}
 _BY_MODEL_TYPE: dict = {}
