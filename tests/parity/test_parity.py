@@ -108,9 +108,9 @@ def test_a_broken_weight_fails_the_check():
     assert report.row("layer 2").max_abs > 1e-4
 
 
-@transformers4(RELATIVE)
-def test_gradient_parity_on_tiny_pretraining():
-    module = jaxbert.BertForPreTraining(TINY.replace(position_embedding_type="relative_key_query"))
+@pytest.mark.parametrize("position", positions("absolute", "relative_key_query"))
+def test_gradient_parity_on_tiny_pretraining(position):
+    module = jaxbert.BertForPreTraining(TINY.replace(position_embedding_type=position))
     params = _random_params(module)
     report = compare(module, params, _inputs("BertForPreTraining", True), grad=True)
     assert report.ok, report.table()
@@ -194,11 +194,11 @@ def test_parity_command_on_a_converted_tiny_mlm(tmp_path):
     assert stages == ["embeddings", "layer 1", "layer 2", "pooler", "mlm logits", "nsp logits"]
 
 
-@transformers4(RELATIVE)
-def test_parity_command_on_a_transformers_decoder_with_cross_attention(tmp_path):
+@pytest.mark.parametrize("position", positions("absolute", "relative_key"))
+def test_parity_command_on_a_transformers_decoder_with_cross_attention(tmp_path, position):
     """A transformers BertLMHeadModel (is_decoder, add_cross_attention) saved by transformers
     itself converts and passes `jaxbert parity` (random encoder states feed its crossattention)."""
-    cfg = TINY.replace(is_decoder=True, add_cross_attention=True, position_embedding_type="relative_key")
+    cfg = TINY.replace(is_decoder=True, add_cross_attention=True, position_embedding_type=position)
     torch.manual_seed(0)
     hf = transformers.BertLMHeadModel(transformers.BertConfig(**cfg.to_dict()))
     hf.save_pretrained(tmp_path / "dec", safe_serialization=True)
