@@ -21,6 +21,7 @@ import jax.numpy as jnp  # noqa: E402
 from jaxbert.convert import params_to_state_dict  # noqa: E402
 from jaxbert.engine.optim import make_optimizer  # noqa: E402
 from jaxbert.engine.step import TrainState, make_train_step  # noqa: E402
+from jaxbert.model.families import FAMILIES  # noqa: E402
 from jaxbert.model.options import ModelOptions  # noqa: E402
 from jaxbert.parity.compare import numerics  # noqa: E402
 from jaxbert.parity.torch_reference import _no_decay, warmup_linear  # noqa: E402
@@ -28,21 +29,12 @@ from jaxbert.parity.trajectory import mlm_batches  # noqa: E402
 from jaxbert.train import rtd  # noqa: E402
 from jaxbert.train.recipe import OptimSection  # noqa: E402
 
-
-def electra_family():
-    """ELECTRA's family entry, registered when the registry does not list it yet."""
-    import importlib
-    from jaxbert.model.families import FAMILIES, register
-    if "electra" not in FAMILIES:
-        register(importlib.import_module("jaxbert.model.electra.family").FAMILY)
-    return FAMILIES["electra"]
-
 WEIGHT, STEPS, TABLES = 50.0, 3, ("word_embeddings", "position_embeddings", "token_type_embeddings")
 _NO_GRADIENT = ("attention.self.key.bias",)  # its true gradient is 0: both sides return rounding noise
 
 
 def _configs():
-    family = electra_family()
+    family = FAMILIES["electra"]
     cls = family.config_class
     common = dict(vocab_size=60, embedding_size=16, max_position_embeddings=24, hidden_dropout_prob=0.0,
                   attention_probs_dropout_prob=0.0, pad_token_id=0)
@@ -98,7 +90,7 @@ def _jax_run(sharing, optim, batches):
 
 
 def _torch_run(sharing, optim, batches, built, start, replaced_ids):
-    gen_cfg, disc_cfg, model = built
+    _, _, model = built
     gen_sd, disc_sd = start
     gen = _load(model.generator, gen_sd)
     disc = _load(model.discriminator, disc_sd)
