@@ -32,32 +32,13 @@ import optax
 from flax import traverse_util
 
 from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step, predicted
+# the shared tables live below the workdir readers, which take a run's discriminator through export_params
+from jaxbert.model.rtd_tables import SHARED_TABLES, SHARINGS, export_params, model_params, shared_tables  # noqa: F401
 
-SHARINGS = ("tied", "gdes", "none")
-# The tables shared under `tied` and `gdes`: a path holding "embeddings" then one of these names.
-SHARED_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings")
 DEFAULT_WEIGHT = 50.0  # lambda of ELECTRA (Clark et al. 2020, section 3) and DeBERTa-v3
 
 # The three streams of a micro-batch's key: the generator's dropout, the discriminator's, the sample.
 _GEN, _DISC, _SAMPLE = 0, 1, 2
-
-
-def _table_suffix(path: tuple) -> tuple | None:
-    """("embeddings", TABLE, ...) of a flattened param path that is a shared table, else None."""
-    for i in range(len(path) - 1):
-        if path[i] == "embeddings" and path[i + 1] in SHARED_TABLES:
-            return path[i:]
-    return None
-
-
-def shared_tables(params) -> dict:
-    """{("embeddings", TABLE, leaf): full path} of the shared tables in a model's params."""
-    out = {}
-    for path in traverse_util.flatten_dict(params):
-        suffix = _table_suffix(path)
-        if suffix is not None:
-            out[suffix] = path
-    return out
 
 
 def table_pairs(gen_params, disc_params) -> list[tuple[tuple, tuple]]:
@@ -97,48 +78,6 @@ def joint_params(gen_params, disc_params, sharing: str) -> dict:
             zeros = jnp.zeros_like(_value(leaf))
             flat_d[d] = leaf.replace_boxed(zeros) if hasattr(leaf, "replace_boxed") else zeros
     return {"generator": traverse_util.unflatten_dict(flat_g), "discriminator": traverse_util.unflatten_dict(flat_d)}
-
-
-def _by_suffix(params) -> dict:
-    return {suffix: path for suffix, path in shared_tables(params).items()}
-
-
-def model_params(joint: dict, sharing: str, export: bool = False) -> tuple[dict, dict]:
-    """(generator params, discriminator params) each model's apply takes, from the joint tree.
-
-    tied: the discriminator's tables put into the generator's tree (one array: both gradients reach it).
-    gdes: the discriminator's tables are stop_gradient(E_G) + E_delta (export: E_G + E_delta, the same values).
-    """
-    gen, disc = joint["generator"], joint["discriminator"]
-    if sharing == "none":
-        return gen, disc
-    flat_g, flat_d = traverse_util.flatten_dict(gen), traverse_util.flatten_dict(disc)
-    if sharing == "tied":
-        for suffix, d in _by_suffix(disc).items():
-            prefix = _generator_prefix(flat_g, d, suffix)
-            flat_g[prefix + suffix] = flat_d[d]
-        return traverse_util.unflatten_dict(flat_g), disc
-    stop = (lambda x: x) if export else jax.lax.stop_gradient
-    g_tables = _by_suffix(gen)
-    for suffix, d in _by_suffix(disc).items():
-        if suffix in g_tables:
-            flat_d[d] = stop(flat_g[g_tables[suffix]]) + flat_d[d]
-    return gen, traverse_util.unflatten_dict(flat_d)
-
-
-def _generator_prefix(flat_gen: dict, disc_path: tuple, suffix: tuple) -> tuple:
-    """Where the generator keeps its embeddings: the prefix of its other "embeddings" params (its encoder's
-    name), else the discriminator's."""
-    for path in flat_gen:
-        if "embeddings" in path:
-            return path[:path.index("embeddings")]
-    return disc_path[:len(disc_path) - len(suffix)]
-
-
-def export_params(joint: dict, sharing: str) -> tuple[dict, dict]:
-    """(generator, discriminator) params as whole models, for export: the shared tables in both, the
-    discriminator's GDES tables E_G + E_delta."""
-    return model_params(joint, sharing, export=True)
 
 
 def sample_replacements(key, logits: jax.Array) -> jax.Array:

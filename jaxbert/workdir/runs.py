@@ -16,6 +16,7 @@ from jaxbert.errors import InputError
 from jaxbert.model.bert.config import BertConfig
 from jaxbert.model.configs import ConfigError, build_config, read_config_dict
 from jaxbert.model.families import family_of_params
+from jaxbert.model.rtd_tables import SHARINGS, export_params
 from jaxbert.workdir.checkpoints import newest_meta, read_params
 from jaxbert.workdir.layout import TOKENIZER, WorkdirError, is_workdir
 from jaxbert.workdir.meta import task_record
@@ -60,9 +61,11 @@ def run_tokenizer_dir(data: Mapping, workdir) -> Path | None:
     return fs.as_path(origin if found else folder)
 
 
-def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, Path | None]:
-    """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint."""
-    params, meta = read_params(workdir, step)
+def read_run(workdir, step: int | None = None, log=print) -> tuple[BertConfig, str, dict, Path | None]:
+    """(config, model class name, params, tokenizer dir or None) of a workdir's checkpoint; of a
+    replaced-token-detection run's, its discriminator (said in the log), as `jaxbert export` writes it."""
+    params, meta = read_params(workdir, step, log=log)
+    params = _discriminator(params, meta, workdir, log)
     try:
         vocab = family_of_params(params).word_embeddings(params).shape[0]
     except (KeyError, TypeError, AttributeError) as e:
@@ -70,6 +73,21 @@ def read_run(workdir, step: int | None = None) -> tuple[BertConfig, str, dict, P
                            f"({e.args[0] if e.args else type(e).__name__})") from None
     config, model_class = run_config(meta, vocab, workdir)
     return config, model_class, params, run_tokenizer_dir((meta.get("recipe") or {}).get("data") or {}, workdir)
+
+
+def _discriminator(params: dict, meta: Mapping, workdir, log) -> dict:
+    """An RTD run's joint {generator, discriminator} tree -> the discriminator as a whole model (its GDES
+    tables E_G + E_delta: export_params, as the export takes them); any other run's params as they are."""
+    recipe = meta.get("recipe") or {}
+    if (recipe.get("train") or {}).get("objective") != "rtd" or set(params) != {"generator", "discriminator"}:
+        return params
+    sharing = (recipe.get("rtd") or {}).get("sharing")
+    if sharing not in SHARINGS:
+        raise WorkdirError(f"{workdir}: its checkpoint's recipe has rtd.sharing {sharing!r}, not one of "
+                           f"{', '.join(SHARINGS)}")
+    log(f"{workdir}: a replaced-token-detection run; reading its discriminator ({meta.get('model_class')}, "
+        f"rtd.sharing {sharing}), as `jaxbert export` writes it (the generator is not read)")
+    return export_params(params, sharing)[1]
 
 
 def tokenizer_path(path) -> Path | None:

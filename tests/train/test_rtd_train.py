@@ -87,11 +87,20 @@ def _rows(workdir):
             for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def test_rtd_run_resumes_bit_exactly_and_exports_both_models(tmp_path, capsys):
-    path = tmp_path / "rtd.yaml"
+@pytest.fixture(scope="module")
+def rtd_run(tmp_path_factory):
+    """(recipe path, workdir) of one 8-step GDES run that exported both models to WORKDIR/hf, shared by the
+    tests of this module."""
+    root = tmp_path_factory.mktemp("rtd-run")
+    path = root / "rtd.yaml"
     path.write_text(yaml.safe_dump(_recipe(outputs={"plot": False, "export": True})))
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    assert main(["train", "--config", str(path), "--workdir", str(straight)]) == 0
+    assert main(["train", "--config", str(path), "--workdir", str(root / "straight")]) == 0
+    return path, root / "straight"
+
+
+def test_rtd_run_resumes_bit_exactly_and_exports_both_models(rtd_run, tmp_path, capsys):
+    path, straight = rtd_run
+    stopped = tmp_path / "stopped"
     assert main(["train", "--config", str(path), "--workdir", str(stopped), "--stop-after", "5"]) == 0
     assert main(["train", "--config", str(path), "--workdir", str(stopped)]) == 0
     assert "resumed from" in capsys.readouterr().out
@@ -136,3 +145,26 @@ def _check_export(hf, params):
     g_ours = np.asarray(gen_model.apply({"params": gen}, jnp.asarray(ids), jnp.zeros_like(ids)).logits)
     np.testing.assert_allclose(d_ours, d_ref, atol=1e-4 * np.abs(d_ref).max())
     np.testing.assert_allclose(g_ours, g_ref, atol=1e-4 * np.abs(g_ref).max())
+
+
+def test_finetune_reads_an_rtd_workdir_as_its_exported_discriminator(rtd_run, capsys):
+    """`jaxbert finetune --model WORKDIR` of an RTD run: the fine-tuning engine's encoder is the discriminator
+    `jaxbert export` wrote (exactly), its GDES word table E_G + E_delta of the checkpoint, not E_delta alone."""
+    from flax import traverse_util
+    from jaxbert.finetune.model import load_task_model
+    _, workdir = rtd_run
+    capsys.readouterr()
+    ours = load_task_model(workdir, "classification", ["a", "b"])
+    assert "reading its discriminator" in capsys.readouterr().out
+    exported = load_task_model(workdir / "hf", "classification", ["a", "b"])
+    assert ours.class_name == exported.class_name == "ElectraForSequenceClassification"
+    a, b = (traverse_util.flatten_dict(m.params) for m in (ours, exported))
+    encoder = [k for k in a if k[0] == "electra"]
+    assert len(encoder) > 20 and set(encoder) == {k for k in b if k[0] == "electra"}
+    for k in encoder:
+        assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
+    raw = _params(workdir)
+    name = "/".join(next(k for k in encoder if "word_embeddings" in k))
+    e_g = next(v for k, v in raw.items() if k.startswith("generator/") and k.endswith("word_embeddings/embedding"))
+    e_d = raw["discriminator/" + name]
+    assert np.abs(e_d).max() > 0 and np.array_equal(np.asarray(a[tuple(name.split("/"))]), e_g + e_d)
