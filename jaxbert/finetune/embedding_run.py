@@ -51,6 +51,7 @@ MAIN = "ndcg@10"
 def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int | None = None, log=print) -> dict:
     """Trains and exports; returns the summary `jaxbert finetune` prints (status, step, total, best, ...)."""
     t0 = time.time()
+    _refuse_a_run_it_would_overwrite(workdir)
     kind = spec.kind
     options = recipe.options_for(kind)
     data = read_task_data(spec, options)
@@ -145,6 +146,16 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
     return {"status": status, "step": step, "total": total, "history": history, "best": best,
             "main": (next(iter(evals), "train"), MAIN), "workdir": str(workdir),
             "best_dir": str(workdir_lib.path(workdir, workdir_lib.BEST)), "wall_s": round(time.time() - t0, 1)}
+
+
+def _refuse_a_run_it_would_overwrite(workdir) -> None:
+    """This trainer keeps no checkpoints, so it cannot resume: a workdir already holding a run's best/ or
+    eval.json would be started over and its best/ overwritten; refused (exit code 2) until it resumes."""
+    held = [n for n in (workdir_lib.BEST, workdir_lib.EVAL) if workdir_lib.path(workdir, n).exists()]
+    if held:
+        raise InputError(f"--workdir {workdir}: already holds a fine-tuning run ({' and '.join(held)}); an "
+                         "embedding run keeps no checkpoints and cannot resume it, and would overwrite its "
+                         "best model: use a new --workdir")
 
 
 class _LearnedScale:

@@ -75,6 +75,14 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     printed = dict(line.split() for line in capsys.readouterr().out.strip().splitlines())
     best = json.loads((work / "eval.json").read_text())["best"]["evals"]["dev"]
     assert float(printed["ndcg@10"]) == pytest.approx(best["ndcg@10"], abs=1e-4)
+    # a second run into the same workdir: this trainer keeps no checkpoints, so it would start over and
+    # overwrite best/; refused in one line, not a byte of the workdir changed
+    before = {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()}
+    assert any(p.parent.name == "best" for p in before)
+    capsys.readouterr()
+    assert main(args) == 2
+    one_line(capsys.readouterr(), "finetune", str(work), "best", "use a new --workdir")
+    assert {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()} == before
 
 
 @pytest.fixture(scope="module")
