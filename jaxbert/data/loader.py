@@ -152,8 +152,7 @@ def mixture_weights(metas: list[dict], weights=None, temperature: float | None =
 
 
 def _distinct_percents(a: float, b: float) -> tuple[str, str]:
-    """Two shares as percentages with two decimals, or as many more as it takes to tell them apart
-    (a weight moved from 1 to 1.0001 of four: 25.00% -> 25.0006%)."""
+    """Two shares as percentages with two decimals, or as many more as it takes to tell them apart."""
     for digits in range(2, 16):
         x, y = f"{a:.{digits}%}", f"{b:.{digits}%}"
         if x != y:
@@ -164,8 +163,8 @@ def _distinct_percents(a: float, b: float) -> tuple[str, str]:
 def _renamed(state: dict, names: list, examples) -> str:
     """A hint when a resume's sources differ only by name: the same count of sources, the same rows in
     each, so a folder likely moved and took its default name (the folder's) with it."""
-    saved, sizes = list(state["sources"]), [int(n) for n in state.get("examples", ())]
-    if len(saved) != len(names) or sizes != [int(n) for n in examples]:
+    saved = list(state["sources"])
+    if len(saved) != len(names) or [int(n) for n in state.get("examples", ())] != [int(n) for n in examples]:
         return ""
     moved = [k for k, (was, now) in enumerate(zip(saved, names)) if was != now]
     keys = ", ".join(f"data.sources[{k}].name: {saved[k]}" for k in moved)
@@ -411,9 +410,8 @@ class MLMLoader:
         return {k: v.reshape(n, self.batch_size, *v.shape[1:]) for k, v in batch.items()}
 
     def whole(self):
-        """The split read once, whole, in batches of this loader's size: each row once, the last batch
-        filled with rows of the next pass that weigh nothing (zero masked weights; an NSP batch carries
-        next_sentence_weights, 0 on those rows), so every batch has one shape and nothing is counted twice."""
+        """The split read once, whole, in batches of this loader's size: the last batch filled with rows of the
+        next pass that weigh nothing (zero masked weights; NSP: next_sentence_weights 0), so one shape serves."""
         for position in range(0, self.num_examples, self.global_batch_size):
             index, epochs = self._mine(position)
             batch, first = self._batch(index, epochs), (epochs == 0).astype(np.float32)
