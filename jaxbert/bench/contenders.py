@@ -343,9 +343,21 @@ def modernbert_params(cfg) -> dict:
 
 
 def modernbert_model(model: str) -> tuple[int, int] | None:
-    """(layers, hidden) of a bench model name "modernbert-LxH" (modernbert-6x384); None for another name."""
-    m = re.fullmatch(r"modernbert-(\d+)x(\d+)", model)
+    """(layers, hidden) of a bench model name "modernbert-LxH" or "modernbert-LxH-vV" (modernbert-6x384,
+    modernbert-6x384-v32768); None for another name."""
+    m = re.fullmatch(r"modernbert-(\d+)x(\d+)(?:-v\d+)?", model)
     return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def modernbert_work_config(model: str):
+    """The config of a bench model name: modernbert_config's, with the vocabulary of a "-vV" suffix (its
+    special tokens moved to ids 0-3, below every vocabulary the bench names)."""
+    layers, hidden = modernbert_model(model)
+    m = re.search(r"-v(\d+)$", model)
+    if m is None:
+        return modernbert_config(layers, hidden)
+    return modernbert_config(layers, hidden, vocab_size=int(m.group(1)), pad_token_id=0, cls_token_id=1,
+                             bos_token_id=1, sep_token_id=2, eos_token_id=2)
 
 
 class LossProbe:

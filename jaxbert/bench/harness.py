@@ -187,7 +187,7 @@ class Bench:
         options = {**self.options, "attention": self.args.attention or "auto"}
         results = self._contest(work, ["jaxbert"] + self.torch_contenders[:1], calls, options)
         # both sides put the head and the loss at the labelled tokens only (sparse_prediction)
-        flops_cfg = contenders.modernbert_config(*contenders.modernbert_model(model))
+        flops_cfg = contenders.modernbert_work_config(model)
         f = contenders.masked_slots(T, contenders.MODERNBERT_MASK_RATE) / T
         per_token = forward_flops_per_token if work_type == "infer" else train_flops_per_token
         flops = per_token(flops_cfg, T, f) * B * T
@@ -328,7 +328,9 @@ def train_shapes(quick: bool, accelerator: bool = True) -> list[tuple[str, int, 
 
 # ModernBERT against transformers' (Bench.modernbert_work): a 6-layer, hidden-384 one at pretraining's
 # 8 x 512 and at long sequences (2048, 4096), where the local layers' window is a small share of T.
-MODERNBERT_SHAPES = (("modernbert-6x384", 8, 512), ("modernbert-6x384", 1, 2048), ("modernbert-6x384", 1, 4096))
+# The -v32768 row: the same model on a 32k vocabulary, where the MLM head is a smaller share of the step.
+MODERNBERT_SHAPES = (("modernbert-6x384", 8, 512), ("modernbert-6x384", 1, 2048), ("modernbert-6x384", 1, 4096),
+                     ("modernbert-6x384-v32768", 8, 512))
 
 
 def modernbert_shapes(quick: bool) -> list[tuple[str, str, int, int]]:

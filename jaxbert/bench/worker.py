@@ -84,7 +84,7 @@ def build(work: str, contender: str, options: dict):
 def _modernbert(work_type: str, model: str, B: int, T: int, contender: str, options: dict):
     """train|infer/modernbert-LxH/BxT: ModernBertForMaskedLM on both sides, the same weights and tokens;
     the extras carry each side's first losses, which must agree."""
-    cfg = contenders.modernbert_config(*contenders.modernbert_model(model))
+    cfg = contenders.modernbert_work_config(model)
     train = work_type == "train"
     if contender == "jaxbert":
         probe = contenders.jax_modernbert(cfg, B, T, train, **_jax_options(options))
