@@ -57,7 +57,7 @@ def train_embedding(recipe, spec, source, workdir, tokenizer=None, stop_at: int 
     data = read_task_data(spec, options)
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
-        raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
+        raise InputError(f"{source}: no tokenizer beside it (tokenizer.json, vocab.txt or spm.model); pass --tokenizer DIR")
     tok = load_tokenizer(tok_dir)
     own = source_config(source)
     r = recipe

@@ -72,7 +72,7 @@ def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=
     own = source_config(source)  # its family's config class (BertConfig, ModernBertConfig)
     tok_dir = tokenizer if tokenizer is not None else workdir_lib.tokenizer_path(source)
     if tok_dir is None:
-        raise InputError(f"{source}: no tokenizer beside it (tokenizer.json or vocab.txt); pass --tokenizer DIR")
+        raise InputError(f"{source}: no tokenizer beside it (tokenizer.json, vocab.txt or spm.model); pass --tokenizer DIR")
     tok = load_tokenizer(tok_dir)
     recipe = fit_max_length(recipe, own, source, log)
     d = recipe.data

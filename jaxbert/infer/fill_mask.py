@@ -28,7 +28,7 @@ def load_for_fill_mask(model: str | Path):
         raise InputError(f"{model}: does not exist (relative to {Path.cwd()})")
     tok_dir = tokenizer_path(model)
     if tok_dir is None:
-        raise InputError(f"{model}: no tokenizer beside it (tokenizer.json or vocab.txt), "
+        raise InputError(f"{model}: no tokenizer beside it (tokenizer.json, vocab.txt or spm.model), "
                          "or a run trained on synthetic data")
     # the family's masked LM (BertForMaskedLM, RobertaForMaskedLM, ModernBertForMaskedLM) reads the
     # MLM head of any of its classes that has one

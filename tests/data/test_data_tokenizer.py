@@ -80,7 +80,7 @@ def test_special_token_names_and_errors(tmp_path):
     with pytest.raises(TokenizerError, match="not found"):
         load_tokenizer(tmp_path / "nope.json")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TokenizerError, match="neither tokenizer.json nor vocab.txt"):
+    with pytest.raises(TokenizerError, match="neither tokenizer.json, vocab.txt nor spm.model"):
         load_tokenizer(tmp_path / "empty")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(TokenizerError, match="bad.json is not a tokenizers JSON file"):
