@@ -28,7 +28,7 @@ from jaxbert.model.deberta_v2.attention import DisentangledSelfAttention
 from jaxbert.model.deberta_v2.base import DebertaV2Module
 from jaxbert.model.deberta_v2.family import SCAN_CONV
 from jaxbert.model.layers.embed import padding_row_frozen
-from jaxbert.model.layers.stack import remat_layer, scan_layers
+from jaxbert.model.layers.stack import carry_form, remat_layer, scan_layers
 from jaxbert.model.options import LAYER_INPUT, constrain_batch
 
 
@@ -73,14 +73,6 @@ class DebertaV2Layer(DebertaV2Module):
         inner = _Intermediate(cfg, self.options, name="intermediate")(h)
         out = _PostNorm(cfg, self.options, axes=("mlp", "embed"), name="output")(inner, h, deterministic)
         return constrain_batch(out), probs
-
-
-class _ScanLayer(DebertaV2Layer):
-    """A layer in nn.scan's (carry, ...) -> (carry, y) form; y: its output and probabilities."""
-
-    def __call__(self, carry, mask, rel_embeddings, deterministic=True, output_attentions=False):
-        hidden, probs = super().__call__(carry, mask, rel_embeddings, deterministic, output_attentions)
-        return hidden, (hidden, probs)
 
 
 def _remat(cls, options, in_scan: bool):
@@ -172,7 +164,8 @@ class DebertaV2Encoder(DebertaV2Module):
             L = cfg.num_hidden_layers
             if conv is not None:  # build() refuses this first; kept for a module made by hand
                 raise ValueError(SCAN_CONV)
-            scanned = scan_layers(_remat(_ScanLayer, opts, in_scan=True), L, in_axes=(nn.broadcast,) * 4)
+            scanned = scan_layers(_remat(carry_form(DebertaV2Layer), opts, in_scan=True), L,
+                                  in_axes=(nn.broadcast,) * 4)
             _, (per_layer, p) = scanned(cfg, opts, name="layer")(x, mask, rel, deterministic, output_attentions)
             return tuple(per_layer[i] for i in range(L)), tuple(None if p is None else p[i] for i in range(L))
         return _Layers(cfg, opts, name="layer")(x, mask, rel, deterministic, output_attentions, after_first)

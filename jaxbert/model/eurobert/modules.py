@@ -26,7 +26,7 @@ from jaxbert.model.layers.feedforward import GatedFeedForward, in_token_blocks, 
 from jaxbert.model.layers.norms import rms_norm
 from jaxbert.model.layers.embed import padding_row_frozen
 from jaxbert.model.layers.rotary import apply_rope, rope_tables, rotary_positions
-from jaxbert.model.layers.stack import remat_layer, scan_layers
+from jaxbert.model.layers.stack import carry_form, remat_layer, scan_layers
 from jaxbert.model.options import LAYER_INPUT, constrain_batch
 
 
@@ -118,14 +118,6 @@ class EuroBertDecoderLayer(EuroBertModule):
         return constrain_batch(h), probs
 
 
-class _ScanLayer(EuroBertDecoderLayer):
-    """A layer in nn.scan's (carry, ...) -> (carry, y) form; y: its output and probabilities."""
-
-    def __call__(self, carry, mask, rope, deterministic=True, output_attentions=False):
-        hidden, probs = super().__call__(carry, mask, rope, deterministic, output_attentions)
-        return hidden, (hidden, probs)
-
-
 def _remat(cls, options, in_scan: bool):
     """cls under options.remat_policy; deterministic and output_attentions (arguments 4 and 5 counting self)
     stay static."""
@@ -149,7 +141,8 @@ class _Layers(EuroBertModule):
 def _scanned_layers(module: EuroBertModule, x, mask, rope, deterministic, output_attentions):
     """The layers as one nn.scan named ``layers`` (leaves [L, ..]); the same returns as _Layers."""
     L = module.config.num_hidden_layers
-    scanned = scan_layers(_remat(_ScanLayer, module.options, in_scan=True), L, in_axes=(nn.broadcast,) * 4)
+    scanned = scan_layers(_remat(carry_form(EuroBertDecoderLayer), module.options, in_scan=True), L,
+                          in_axes=(nn.broadcast,) * 4)
     x, (per_layer, p) = scanned(module.config, module.options, name="layers")(x, mask, rope, deterministic,
                                                                              output_attentions)
     return x, tuple(per_layer[i] for i in range(L)), tuple(None if p is None else p[i] for i in range(L))

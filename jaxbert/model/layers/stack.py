@@ -18,6 +18,19 @@ def remat_layer(cls, options, in_scan: bool, static_argnums: tuple):
                     static_argnums=static_argnums)
 
 
+def carry_form(layer_cls):
+    """layer_cls in nn.scan's (carry, ...) -> (carry, y) form, for a layer whose __call__(hidden, *args) takes
+    its arguments in the scan's order and returns (hidden, probabilities): y is (hidden, probabilities)."""
+
+    class CarryForm(layer_cls):
+        def __call__(self, carry, *args, **kwargs):
+            hidden, probs = super().__call__(carry, *args, **kwargs)
+            return hidden, (hidden, probs)
+
+    CarryForm.__name__ = CarryForm.__qualname__ = f"{layer_cls.__name__}CarryForm"
+    return CarryForm
+
+
 def scan_layers(cls, length: int, in_axes: tuple, variable_axes: dict | None = None):
     """nn.scan of a layer in (carry, x) -> (carry, y) form over `length` layers: params (and the collections
     in variable_axes) stacked on a leading axis named "layers", fresh init and dropout randomness per layer;
