@@ -71,7 +71,9 @@ def __getattr__(name: str):
         value = _family_names()[name]
     else:
         raise AttributeError(f"module 'jaxbert' has no attribute {name!r}")
-    if name != "MODEL_TYPES":  # read afresh: a registered family adds its types
+    # Kept only for the fixed names: MODEL_TYPES and the families' classes are read afresh, so a family
+    # registered (or unregistered) at run time is what `jaxbert.NAME` answers.
+    if module is not None and name != "MODEL_TYPES":
         globals()[name] = value
     return value
 
