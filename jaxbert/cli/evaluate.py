@@ -2,14 +2,14 @@
 
 The task is the one the model's head records (config.json); --task, when given, must agree with it.
 An embedding model (a sentence-transformers directory) is scored by retrieval, or with --label-column by
-the Spearman correlation of its cosines (jaxbert.finetune.embedding_export.evaluate_embedding).
+the Spearman correlation of its cosines (jaxbert.finetune.kinds.embedding.export.evaluate_embedding).
 """
 
 from __future__ import annotations
 
 import sys
 
-from jaxbert.finetune.embedding_export import evaluate_embedding, is_embedding_model
+from jaxbert.finetune.kinds.embedding.export import evaluate_embedding, is_embedding_model
 from jaxbert.finetune.predict import evaluate_file
 from jaxbert.finetune.kinds import KINDS
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from jaxbert.finetune.embedding_export import embedding_rows, is_embedding_model
+from jaxbert.finetune.kinds.embedding.export import embedding_rows, is_embedding_model
 from jaxbert.finetune.predict import predict_file, write_predictions
 from jaxbert.fs import check_new_file
 from jaxbert.finetune.kinds import KINDS

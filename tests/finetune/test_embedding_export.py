@@ -17,7 +17,7 @@ import jaxbert
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.engine.recipe import RecipeError
 from jaxbert.finetune import kinds
-from jaxbert.finetune.embedding_export import (
+from jaxbert.finetune.kinds.embedding.export import (
     Settings,
     encode,
     is_embedding_model,

@@ -39,7 +39,7 @@ def test_a_family_with_a_base_model_trains_an_embedding_and_saves_it(tmp_path, c
     theirs = model.encode(texts, convert_to_numpy=True)
     from jaxbert import from_pretrained
     from jaxbert.data.tokenizer import load_tokenizer
-    from jaxbert.finetune.embedding_export import encode, read_settings
+    from jaxbert.finetune.kinds.embedding.export import encode, read_settings
     settings = read_settings(work / "best")
     assert settings.pooling == "cls"
     module, params = from_pretrained(str(work / "best"))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxbert
-from jaxbert.finetune.embedding_step import (
+from jaxbert.finetune.kinds.embedding.step import (
     embedder,
     join_rows,
     loss_and_grads,
@@ -99,7 +99,7 @@ import json, sys
 import jax, jax.numpy as jnp, numpy as np, optax
 from jaxbert.engine.parallel import MeshRunner
 from jaxbert.engine.recipe import ParallelSection
-from jaxbert.finetune.embedding_step import make_train_step
+from jaxbert.finetune.kinds.embedding.step import make_train_step
 from tests.finetune.test_embedding_gradcache import _batch, _model
 
 n, chunks = int(sys.argv[1]), int(sys.argv[2])

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("sentence_transformers")
 
 from jaxbert import from_pretrained, params_to_state_dict
-from jaxbert.finetune.embedding_step import LOGIT_KEY, embedder, loss_and_grads
+from jaxbert.finetune.kinds.embedding.step import LOGIT_KEY, embedder, loss_and_grads
 from jaxbert.packaged import minilm_folder
 
 ANCHORS = ["how do cats sleep", "what is the capital of france", "python list sort", "rain in spain"]

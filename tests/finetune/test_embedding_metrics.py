@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval, sts_spearman
+from jaxbert.finetune.kinds.embedding.metrics import pooled_corpus, retrieval, sts_spearman
 
 st = pytest.importorskip("sentence_transformers")
 
@@ -19,7 +19,7 @@ def test_retrieval_metrics_match_information_retrieval_evaluator(tmp_path):
     import jax.numpy as jnp
 
     import jaxbert
-    from jaxbert.finetune.embedding_export import Settings, write_sentence_transformers
+    from jaxbert.finetune.kinds.embedding.export import Settings, write_sentence_transformers
     from jaxbert.packaged import minilm_folder
     cfg = jaxbert.BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                              intermediate_size=32, max_position_embeddings=64)

@@ -56,7 +56,7 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     theirs = model.encode(texts, prompt_name="q", convert_to_numpy=True)
     from jaxbert import from_pretrained
     from jaxbert.data.tokenizer import load_tokenizer
-    from jaxbert.finetune.embedding_export import encode, read_settings
+    from jaxbert.finetune.kinds.embedding.export import encode, read_settings
     module, params = from_pretrained(str(work / "best"))
     ours = encode(module, params, load_tokenizer(str(work / "best")), texts, read_settings(work / "best"), "query: ")
     np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)

@@ -3,7 +3,7 @@
 A batch holds input_ids / token_type_ids / attention_mask [B, C, L] (column 0 the anchor, 1 the
 positive, 2.. hard negatives) and valid [B]. ``embedder`` runs the encoder over every text and
 pools and normalises ([B, C, D]); ``loss_and_grads`` differentiates the loss of jaxbert.finetune.
-embedding_loss over the whole batch, with ``chunks`` > 1 in GradCache's two passes (Gao et al.
+the loss (loss.py) over the whole batch, with ``chunks`` > 1 in GradCache's two passes (Gao et al.
 2021): every chunk is embedded with no activations kept, the loss and its gradient with respect
 to the [B, C, D] embeddings are taken once over the whole batch, then each chunk's forward pass is
 run again and that gradient pulled back through it (jax.vjp), the chunks' parameter gradients
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxbert.engine.step import apply_gradients
-from jaxbert.finetune.embedding_loss import contrastive_loss, normalise, pool
+from jaxbert.finetune.kinds.embedding.loss import contrastive_loss, normalise, pool
 
 LOGIT_KEY = "embedding_log_scale"
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")

@@ -3,12 +3,12 @@
 Rows name an anchor, its positive and zero or more hard negatives (`--text-columns query passage
 [negative ...]`); every text is encoded alone (each column's prefix from `kinds.embedding.prefixes`
 put in front), pooled (`pooling`: mean, cls or last) and L2-normalised. The loss
-(jaxbert.finetune.embedding_loss) is InfoNCE of each anchor over every candidate of the global
+(jaxbert.finetune.kinds.embedding.loss) is InfoNCE of each anchor over every candidate of the global
 batch, positives and hard negatives alike, at a fixed temperature or a learned one, with an optional
-symmetric term and Matryoshka prefixes; the step (jaxbert.finetune.embedding_step) takes it over the
+symmetric term and Matryoshka prefixes; the step (jaxbert.finetune.kinds.embedding.step) takes it over the
 whole global batch, in GradCache chunks of `mini_batch_size` rows when set. The model trained is the
 family's bare encoder (`...Model`, no head); it is saved as a sentence-transformers directory
-(jaxbert.finetune.embedding_export), and recognised by those files rather than by a head.
+(jaxbert.finetune.kinds.embedding.export), and recognised by those files rather than by a head.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from jaxbert.engine.recipe import RecipeError
-from jaxbert.finetune.embedding_loss import POOLINGS
+from jaxbert.finetune.kinds.embedding.loss import POOLINGS
 from jaxbert.finetune.features import Features, encode, sequence_arrays, special_id
 from jaxbert.finetune.kinds.base import Kind
 from jaxbert.finetune.row_files import (
@@ -168,11 +168,11 @@ class Embedding(Kind):
         return dataclasses.asdict(options)
 
     # `jaxbert finetune`'s loop for this kind, "module:function", imported by the command when it runs
-    trainer = "jaxbert.finetune.embedding_run:train_embedding"
+    trainer = "jaxbert.finetune.kinds.embedding.run:train_embedding"
 
     def recognises(self, config) -> bool:
         """A bare encoder whose config's task record (config.json's jaxbert_task) names this kind; a
-        directory is recognised by its sentence-transformers files (embedding_export.is_embedding_model)."""
+        directory is recognised by its sentence-transformers files (export.is_embedding_model)."""
         head = (config.architectures or [""])[0]
         record = config.extra.get("jaxbert_task") or {}
         return head.endswith(self.head) and record.get("kind") == self.name

@@ -6,10 +6,10 @@ checked before the workdir is made: the kind's options against the model and bat
 every anchor scores every candidate of the global batch). Each epoch's rows are shuffled from
 (seed, epoch); the last rows that do not fill a batch are left out of that epoch, so every step's
 negatives are a full global batch (the log says how many). Each batch is cut to the bucket length
-of its longest text. The step is jaxbert.finetune.embedding_step's (GradCache with
+of its longest text. The step is jaxbert.finetune.kinds.embedding.step's (GradCache with
 mini_batch_size). At each epoch end, every train.eval_every steps and at the end, each eval file is
 scored by retrieval (also before the first step; its anchors against the pooled corpus of its positives and negatives,
-jaxbert.finetune.embedding_metrics); the best nDCG@10 is exported to WORKDIR/best as a
+jaxbert.finetune.kinds.embedding.metrics); the best nDCG@10 is exported to WORKDIR/best as a
 sentence-transformers directory, and WORKDIR/eval.json lists every evaluation (and the temperature
 where it is learned: log(1 / temperature) is a param beside the encoder's). This trainer keeps
 no checkpoints: an interrupted run starts over.
@@ -32,13 +32,13 @@ from jaxbert.engine import parallel
 from jaxbert.engine.recipe import RecipeError
 from jaxbert.engine.session import prepare_runner
 from jaxbert.errors import InputError
-from jaxbert.finetune.embedding_export import (
+from jaxbert.finetune.kinds.embedding.export import (
     Settings,
     encode,
     write_sentence_transformers,
 )
-from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval
-from jaxbert.finetune.embedding_step import LOGIT_KEY, make_train_step, model_params
+from jaxbert.finetune.kinds.embedding.metrics import pooled_corpus, retrieval
+from jaxbert.finetune.kinds.embedding.step import LOGIT_KEY, make_train_step, model_params
 from jaxbert.finetune.features import bucket_for, bucket_lengths
 from jaxbert.finetune.kinds.embedding import check_run, negatives_line
 from jaxbert.finetune.model import load_task_model, source_config

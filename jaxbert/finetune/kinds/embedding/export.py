@@ -29,8 +29,8 @@ from jaxbert.convert.pretrained import MODEL_KIND, from_pretrained
 from jaxbert.convert.writers import write_hf
 from jaxbert.data.tokenizer import load_tokenizer
 from jaxbert.errors import InputError
-from jaxbert.finetune.embedding_loss import POOLINGS, normalise, pool
-from jaxbert.finetune.embedding_metrics import pooled_corpus, retrieval, sts_spearman
+from jaxbert.finetune.kinds.embedding.loss import POOLINGS, normalise, pool
+from jaxbert.finetune.kinds.embedding.metrics import pooled_corpus, retrieval, sts_spearman
 from jaxbert.finetune.features import encode as encode_texts
 from jaxbert.finetune.features import sequence_arrays, special_id
 from jaxbert.finetune.kinds.embedding import read_embedding
