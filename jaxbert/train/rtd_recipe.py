@@ -28,7 +28,9 @@ from jaxbert.train.rtd import DEFAULT_WEIGHT, SHARINGS
 
 OBJECTIVES = ("mlm", "rtd")
 # family -> (its discriminator class, its generator class): the families jaxbert has an RTD head for.
-DISCRIMINATORS = {"electra": ("ElectraForPreTraining", "ElectraForMaskedLM")}
+DISCRIMINATORS = {"electra": ("ElectraForPreTraining", "ElectraForMaskedLM"),
+                  # DeBERTa-v3: jaxbert's own discriminator (transformers has no DeBERTa RTD head)
+                  "deberta-v2": ("DebertaV2ForReplacedTokenDetection", "DebertaV2ForMaskedLM")}
 DISCRIMINATOR_CLASSES = tuple(d for d, _ in DISCRIMINATORS.values())
 SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 

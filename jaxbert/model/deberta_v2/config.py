@@ -19,9 +19,12 @@ from jaxbert.model.hf_config import ACTIVATIONS, HFConfig, hf_config
 
 MODEL_TYPE = "deberta-v2"
 PREFIX = "DebertaV2"
-# The classes transformers has (4.57 and 5.x); a deberta-v2 config names no other.
+# The classes transformers has (4.57 and 5.x), then jaxbert's own replaced-token-detection discriminator
+# (DeBERTa-v3's RTD head, which transformers lacks); a deberta-v2 config names no other.
 CLASS_NAMES = tuple(PREFIX + s for s in ("Model", "ForMaskedLM", "ForSequenceClassification",
-                                         "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice"))
+                                         "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice",
+                                         "ForReplacedTokenDetection"))
+RTD_CLASS = PREFIX + "ForReplacedTokenDetection"  # jaxbert's own: no transformers class to compare with
 TERMS = ("c2p", "p2c")
 # Keys transformers' modules read with getattr and a default: written back only when the config.json had them.
 READ_WITH_DEFAULT = ("share_att_key", "position_buckets", "norm_rel_ebd", "conv_kernel_size", "conv_groups",

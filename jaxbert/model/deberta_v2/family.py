@@ -18,7 +18,10 @@ CLASS_SPECS = {
                                                                 ("end logits", "end_logits")),
                                           main=("start_logits", "end_logits")),
     "DebertaV2ForMultipleChoice": dict(pooler=False, choices=True, stages=_LOGITS),
+    # jaxbert's own: DeBERTa-v3's replaced-token-detection discriminator (transformers has no such class)
+    "DebertaV2ForReplacedTokenDetection": dict(pooler=False, stages=(("rtd logits", "logits"),)),
 }
+assert tuple(CLASS_SPECS) == CLASS_NAMES  # one list of classes
 
 
 # Its classes, builder, key table and checkpoint-class reader, read in this folder when first called. Without
@@ -26,6 +29,7 @@ CLASS_SPECS = {
 # choice checkpoints always name their class); qa_outputs question answering; a classifier alone token
 # classification.
 FOLDER = OwnFolder("jaxbert.model.deberta_v2", "DeBERTa-v2", DebertaV2Config, MODEL_TYPE, CLASS_NAMES, (
+    (("mask_predictions.classifier",), "DebertaV2ForReplacedTokenDetection"),
     (("cls.predictions",), "DebertaV2ForMaskedLM"), (("lm_predictions.lm_head",), "DebertaV2ForMaskedLM"),
     (("pooler.dense", "classifier"), "DebertaV2ForSequenceClassification"),
     (("qa_outputs",), "DebertaV2ForQuestionAnswering"),
@@ -97,5 +101,7 @@ FAMILY = DEBERTA_V2 = Family(
                 "`p2c`, scores divided by sqrt(head_dim x (1 + terms))), log-bucketed relative positions "
                 "(`position_buckets`, `max_relative_positions`), `share_att_key`, `norm_rel_ebd`, "
                 "`position_biased_input`, v2's convolution layer (`conv_kernel_size`), the MLM head in both layouts "
-                "(`legacy`: `cls.predictions` / `lm_predictions.lm_head`), the ContextPooler; only the `einsum` "
+                "(`legacy`: `cls.predictions` / `lm_predictions.lm_head`), the ContextPooler; "
+                "`DebertaV2ForReplacedTokenDetection`, jaxbert's own (DeBERTa-v3's RTD discriminator, "
+                "`mask_predictions`; transformers has none); only the `einsum` "
                 "attention path (`auto` runs it; `dot_product`, `blocked`, `splash` refused by name); no packed documents")

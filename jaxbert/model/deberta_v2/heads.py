@@ -7,6 +7,11 @@ embeddings; bias), the layout of the original DeBERTa code's MLM head. Sequence 
 choice read the first token through the ContextPooler (dropout of pooler_dropout, ``pooler.dense``,
 pooler_hidden_act) and a dropout of cls_dropout (hidden_dropout_prob where None) before ``classifier``; token
 classification: dropout, ``classifier``; question answering: ``qa_outputs`` (start and end: its columns 0, 1).
+
+DebertaV2ForReplacedTokenDetection is jaxbert's own (transformers has no DeBERTa RTD head): DeBERTa-v3's
+discriminator, its head ``mask_predictions`` as the original DeBERTa code's RTD head lays it out: LayerNorm(each
+token's state + the first token's), dense H -> H, hidden_act, ``classifier`` H -> 1: one logit per token [B, T]
+(> 0: replaced).
 """
 
 from __future__ import annotations
@@ -162,6 +167,24 @@ class DebertaV2ForMultipleChoice(DebertaV2PreTrainedModel):
         return out.replace(logits=self.classify(out.last_hidden_state, 1, deterministic).reshape(B, C))
 
 
+class _RtdHead(DebertaV2Module):
+    """[B, T, H] -> [B, T]: LayerNorm(h + h[:, 0]) -> dense -> hidden_act -> classifier (one logit)."""
+
+    @nn.compact
+    def __call__(self, hidden):
+        cfg = self.config
+        x = self.layer_norm()(hidden + hidden[:, :1])
+        x = ACT_FNS[cfg.hidden_act](self.dense(cfg.hidden_size, ("embed", None), "dense")(x))
+        return self.dense(1, ("embed", None), "classifier")(x)[..., 0]
+
+
+class DebertaV2ForReplacedTokenDetection(_EncoderHead):
+    """The discriminator of DeBERTa-v3's replaced-token detection: logits [B, T], one per token (> 0: replaced)."""
+
+    def head(self, out, deterministic):
+        return out.replace(logits=_RtdHead(self.config, self.options, name="mask_predictions")(out.last_hidden_state))
+
+
 MODEL_CLASSES = {cls.__name__: cls for cls in (
     DebertaV2Model, DebertaV2ForMaskedLM, DebertaV2ForSequenceClassification, DebertaV2ForTokenClassification,
-    DebertaV2ForQuestionAnswering, DebertaV2ForMultipleChoice)}
+    DebertaV2ForQuestionAnswering, DebertaV2ForMultipleChoice, DebertaV2ForReplacedTokenDetection)}

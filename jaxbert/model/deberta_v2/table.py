@@ -9,7 +9,7 @@ both are aliases.
 from __future__ import annotations
 
 from jaxbert.model.contract import LayerStack
-from jaxbert.model.deberta_v2.config import CLASS_NAMES, DebertaV2Config
+from jaxbert.model.deberta_v2.config import CLASS_NAMES, RTD_CLASS, DebertaV2Config
 from jaxbert.model.row_table import Layout, RowTable
 
 PREFIX = "deberta"
@@ -73,6 +73,10 @@ def head_rows(c: DebertaV2Config, class_name: str) -> list:
         return [("classifier", "linear", (H, c.num_labels), None)]
     if class_name == "DebertaV2ForQuestionAnswering":
         return [("qa_outputs", "linear", (H, c.num_labels), None)]
+    if class_name == RTD_CLASS:  # jaxbert's own discriminator, the original DeBERTa code's names
+        return [("mask_predictions.LayerNorm", "norm", (H,), None),
+                ("mask_predictions.dense", "linear", (H, H), None),
+                ("mask_predictions.classifier", "linear", (H, 1), None)]
     return []
 
 
