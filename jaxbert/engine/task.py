@@ -50,3 +50,5 @@ class Task(Protocol):
 
     # Optional: ``close()``, what the task holds (a progress bar) released when the run ends; the
     # session (jaxbert.engine.session.Session.train) calls it before closing the checkpoints.
+    # ``train_step``: a pure step (state, batch, rng) -> (state, metrics) the loop compiles in place of
+    # make_train_step(step), for an objective the StepSpec does not describe (the embedding kind's GradCache).

@@ -67,6 +67,10 @@ class Prepared:
 def prepare(recipe: FinetuneRecipe, spec: TaskSpec, source, tokenizer=None, log=print) -> Prepared:
     """Reads the data, the tokenizer and SRC; raises InputError (one line, naming the file) on bad input."""
     kind = spec.kind
+    if recipe.data.sources is not None or recipe.data.batch_per_source:
+        key = "data.sources" if recipe.data.sources is not None else "data.batch_per_source"
+        raise RecipeError(f"{key}: several training files are read by --task embedding alone; --task {spec.name} "
+                          "trains on --train FILE")
     options = recipe.options_for(kind)  # kinds.<kind> of the recipe, typed by the kind
     data = read_task_data(spec, options)
     own = source_config(source)  # its family's config class (BertConfig, ModernBertConfig)
@@ -126,12 +130,12 @@ def finetune(recipe: FinetuneRecipe, spec: TaskSpec, source, workdir, tokenizer=
     prep = prepare(recipe, spec, source, tokenizer, log)
     with workdir_lib.claimed(workdir, workdir_lib.FINETUNING, active=primary):
         if primary:
-            _check_best(workdir)
+            check_best(workdir)
         with workdir_lock(workdir, active=primary, log=log):
             return _run(prep, fs.as_path(workdir), stop_at, log, primary)
 
 
-def _check_best(workdir) -> None:
+def check_best(workdir) -> None:
     """WORKDIR/best is replaced at every better evaluation: refuse, before training, one jaxbert did not write."""
     best = workdir_lib.path(workdir, workdir_lib.BEST)
     if best.exists() and fs.output_kind(best) is None:
@@ -205,10 +209,10 @@ def _task_record(run: _Run) -> dict:
     data = run.prep.data
     return {"task": data.spec.name, "labels": None if data.labels is None else list(data.labels),
             "train_features": len(run.prep.train), "steps_per_epoch": run.per_epoch,
-            "train_fingerprint": _fingerprint(run.prep.train), **run.source}
+            "train_fingerprint": fingerprint(run.prep.train), **run.source}
 
 
-def _fingerprint(features) -> str:
+def fingerprint(features) -> str:
     """sha256 (first 16 hex digits) of a split's arrays, keys in order: any changed text, label or length shows."""
     h = hashlib.sha256()
     for key in sorted(features.arrays):
@@ -221,10 +225,11 @@ def _fingerprint(features) -> str:
 # How a changed record field is said when a resume is refused.
 _RECORD_MEANING = {"task": "the task", "labels": "the labels", "train_features": "the number of training rows",
                    "steps_per_epoch": "the steps per epoch (the global batch size or the training rows)",
-                   "train_fingerprint": "the training data's content"}
+                   "train_fingerprint": "the training data's content", "sources": "the training files (data.sources)",
+                   "batch_per_source": "data.batch_per_source", "options": "the kind's options"}
 
 
-def _resume_refusal(where, meta: dict, now: dict) -> str:
+def resume_refusal(where, meta: dict, now: dict) -> str:
     """Why a checkpoint cannot be resumed by this run, naming what differs: only the batch size, or the data."""
     saved = workdir_lib.task_record(meta)
     changed = [k for k in now if k in saved and saved[k] != now[k]]
@@ -246,14 +251,14 @@ def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, list]:
     recipe, runner = run.prep.recipe, run.runner
     now = _task_record(run)
     if session.ckpt.steps():
-        _check_source(run, workdir_lib.newest_task_record(run.workdir))  # before the recipe: say the model first
+        check_source(run.workdir, run.source, workdir_lib.newest_task_record(run.workdir))  # the model first
 
     def accept(step: int, meta: dict) -> None:
         saved = workdir_lib.task_record(meta)
-        _check_source(run, saved)
+        check_source(run.workdir, run.source, saved)
         current = {k: v for k, v in now.items() if k in saved or k not in SOURCE_KEYS}  # older records lack them
         if saved != current:
-            raise InputError(_resume_refusal(session.ckpt.directory / str(step), meta, current))
+            raise InputError(resume_refusal(session.ckpt.directory / str(step), meta, current))
 
     start = session.restore_or_initialise(
         runner, recipe.train.seed, recipe.to_dict(), run.total, accept=accept, save_recipe=lambda: _save_recipe(run),
@@ -261,18 +266,18 @@ def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, list]:
     return start, ([] if start.meta is None else workdir_lib.task_history(start.meta))
 
 
-def _check_source(run: _Run, saved: dict) -> None:
-    """A workdir's checkpoints resume only from the model they were fine-tuned from: the same resolved
-    path with the same fingerprint. A record without one (an older jaxbert) is not checked."""
+def check_source(workdir, now: dict, saved: dict) -> None:
+    """A workdir's checkpoints resume only from the model they were fine-tuned from (now: its
+    source_identity): the same resolved path with the same fingerprint. A record without one (an older
+    jaxbert) is not checked."""
     if "source" not in saved:
         return
-    now = run.source
     if saved["source"] != now["source"]:
-        raise InputError(f"{run.workdir} holds a fine-tune of {saved['source']}, not of {now['source']}: its "
+        raise InputError(f"{workdir} holds a fine-tune of {saved['source']}, not of {now['source']}: its "
                          f"checkpoints and scores are that model's; pass a new --workdir, or --model "
                          f"{saved['source']} to resume it")
     if saved.get("source_fingerprint") != now["source_fingerprint"]:
-        raise InputError(f"{run.workdir} was fine-tuned from {now['source']} as it was then (fingerprint "
+        raise InputError(f"{workdir} was fine-tuned from {now['source']} as it was then (fingerprint "
                          f"{saved.get('source_fingerprint')}); its files have changed since "
                          f"({now['source_fingerprint']} now): pass a new --workdir")
 

@@ -13,13 +13,15 @@ configs/finetune/ (``jaxbert finetune --list``).
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
+from pathlib import Path
 from typing import Optional
 
 from jaxbert.engine import recipe as engine_recipe
 from jaxbert.engine.optim import OptimSection
 from jaxbert.engine.recipe import (AT_LEAST_1, POSITIVE, CheckpointSection, ComputeSection, ParallelSection,  # noqa: F401
-                                   RecipeError, RunRecipe, check_ranges, check_sections,
+                                   RecipeError, RunRecipe, check_ranges, check_sections, read_number,
                                    recipe_names)
 from jaxbert.finetune.kinds import KINDS
 
@@ -44,9 +46,74 @@ class FinetuneModelSection(ComputeSection):
 MOVED_DATA_KEYS = ("stride", "max_query_length", "n_best", "max_answer_length", "version_2")
 
 
+_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a source's name: it keys the run's reports
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSource:
+    """One training file of data.sources (the embedding kind's): its rows drawn in proportion to weight."""
+    file: str  # a JSONL / CSV / TSV / Parquet file of the kind's columns, as --train names one
+    weight: float = 1.0  # > 0; only the ratios between the sources count (an integer kept as written)
+    name: Optional[str] = None  # keys the run's reports; None: the file's name without its extension
+
+    KEYS = ("file", "weight", "name")
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name is not None else (Path(self.file).stem or self.file)
+
+    def to_dict(self) -> dict:
+        return {key: getattr(self, key) for key in self.KEYS if getattr(self, key) is not None}
+
+    @classmethod
+    def read(cls, item, where: str) -> "FileSource":
+        """One item of data.sources: {file: PATH, weight: 3, name: NAME}; RecipeError naming the key at fault."""
+        if not isinstance(item, dict):
+            raise RecipeError(f"{where}: {item!r} is not a mapping like {{file: train.jsonl, weight: 3}}")
+        unknown = sorted(set(item) - set(cls.KEYS))
+        if unknown:
+            raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has file, weight and name")
+        file = item.get("file")
+        if not isinstance(file, str) or not file:
+            raise RecipeError(f"{where}.file: missing; a source is a training file (JSONL, CSV, TSV, Parquet)")
+        weight = item.get("weight", 1)
+        number = None if isinstance(weight, bool) else read_number(weight, f"{where}.weight")
+        if number is None or number <= 0:
+            raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
+        source = cls(file, weight if isinstance(weight, int) else number, item.get("name"))
+        if ("name" in item and not isinstance(source.name, str)) or not _NAME.fullmatch(source.label):
+            raise RecipeError(f"{where}.name: {item.get('name', source.label)!r} cannot key the run's reports; "
+                              "give a name of letters, digits, '.', '_' or '-'")
+        return source
+
+
+def read_file_sources(value, key: str) -> Optional[tuple]:
+    """data.sources as FileSources, each named apart from the others; None: the one --train file."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise RecipeError(f"{key}: expected a list of {{file: FILE, weight: W}}, got {value!r}")
+    sources, names = [], {}
+    for k, item in enumerate(value):
+        source = FileSource.read(item, f"{key}[{k}]")
+        if source.label in names:
+            raise RecipeError(f"{key}[{k}].name: {source.label!r} already names {key}[{names[source.label]}]; "
+                              "give each source its own name")
+        names[source.label] = k
+        sources.append(source)
+    return tuple(sources)
+
+
 @dataclasses.dataclass
 class FinetuneDataSection:
     max_length: int = 128  # tokens per sequence (QA: per window); batches are cut to lengths planned below it
+    # several training files in place of --train (the embedding kind): [{file: A, weight: 3}, {file: B}], read
+    # into FileSources; null: the --train file alone
+    sources: Optional[tuple[FileSource, ...]] = dataclasses.field(default=None,
+                                                                  metadata={"read": read_file_sources})
+    # each global batch drawn from one source (chosen by the weights), as contrastors and Arctic-Embed
+    # do; false: each row of a batch drawn from a source by the weights
+    batch_per_source: bool = False
     # Deprecated: kinds.<kind>.<key> now; a value here moves to every kind that has the key
     # (with a DeprecationWarning).
     stride: Optional[int] = None
@@ -126,6 +193,8 @@ class FinetuneRecipe(RunRecipe):
     def to_dict(self) -> dict:
         out = super().to_dict()
         out["data"] = {k: v for k, v in out["data"].items() if not (k in MOVED_DATA_KEYS and v is None)}
+        if self.data.sources is not None:  # as the list of mappings it was read from
+            out["data"]["sources"] = [source.to_dict() for source in self.data.sources]
         return out
 
     def optim_for(self, total_steps: int) -> OptimSection:

@@ -57,8 +57,9 @@ def parse_task(task: str, train=None, evals: Sequence[str] = (), data_dir=None, 
         return TaskSpec(kinds.get(preset.kind), glue=preset.name, data_dir=str(data_dir), labels=preset.labels)
     if task not in kinds.KINDS:
         raise TaskDataError(f"unknown task {task!r}; expected one of {', '.join(kinds.KINDS)} or glue/NAME")
-    if train is None or not evals:
-        raise TaskDataError(f"--task {task} needs --train FILE and --eval FILE")
+    sources = getattr(kinds.get(task), "reads_sources", False)  # its files may be the recipe's data.sources
+    if (train is None and not sources) or not evals:
+        raise TaskDataError(f"--task {task} needs --train FILE{' (or data.sources)' if sources else ''} and --eval FILE")
     if kwargs.get("labels") is not None:
         kwargs["labels"] = check_label_names(kwargs["labels"])
     names = {}
@@ -68,7 +69,7 @@ def parse_task(task: str, train=None, evals: Sequence[str] = (), data_dir=None, 
         while name in names:
             name, k = f"{stem}{k}", k + 1
         names[name] = str(path)
-    return TaskSpec(kinds.get(task), str(train), names, **kwargs)
+    return TaskSpec(kinds.get(task), None if train is None else str(train), names, **kwargs)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """`jaxbert finetune --task embedding` end to end on a tiny BERT (no download): rows of a query, its
 passage and a hard negative; GradCache chunks; a learned temperature; retrieval improves; WORKDIR/best is a
-sentence-transformers directory that embeds as jaxbert does; bad input refused in one line, nothing written."""
+sentence-transformers directory that embeds as jaxbert does; the finished run's workdir is not trained again;
+bad input refused in one line, nothing written."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     out = capsys.readouterr().out
     assert "each anchor scores 32 candidates per step (16 positives and 16 hard negatives" in out
     assert "2 GradCache chunks of 8" in out
-    history = json.loads((work / "eval.json").read_text())["history"]
+    history = json.loads((work / "eval.json").read_text())["evaluations"]
     first, last = history[0]["evals"]["dev"]["ndcg@10"], max(h["evals"]["dev"]["ndcg@10"] for h in history)
     assert [h["step"] for h in history] == [0, 4, 8, 12] and last > first + 0.1, (first, last)
     temperatures = [h["temperature"] for h in history[1:]]  # learned: it moves from 0.05, step after step
@@ -75,14 +76,14 @@ def test_an_embedding_model_trains_and_is_saved_for_sentence_transformers(tmp_pa
     printed = dict(line.split() for line in capsys.readouterr().out.strip().splitlines())
     best = json.loads((work / "eval.json").read_text())["best"]["evals"]["dev"]
     assert float(printed["ndcg@10"]) == pytest.approx(best["ndcg@10"], abs=1e-4)
-    # a second run into the same workdir: this trainer keeps no checkpoints, so it would start over and
-    # overwrite best/; refused in one line, not a byte of the workdir changed
-    before = {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()}
-    assert any(p.parent.name == "best" for p in before)
+    # the same run again in its workdir: it is finished (its last checkpoint is the last step); nothing retrained
+    kept = {p: p.read_bytes() for p in sorted((work / "best").rglob("*")) if p.is_file()}
+    eval_json = (work / "eval.json").read_bytes()
     capsys.readouterr()
-    assert main(args) == 2
-    one_line(capsys.readouterr(), "finetune", str(work), "best", "use a new --workdir")
-    assert {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()} == before
+    assert main(args) == 0
+    assert f"{work} is finished at step 12" in capsys.readouterr().out
+    assert {p: p.read_bytes() for p in sorted((work / "best").rglob("*")) if p.is_file()} == kept
+    assert (work / "eval.json").read_bytes() == eval_json
 
 
 @pytest.fixture(scope="module")

@@ -98,11 +98,13 @@ def negatives_line(options: EmbeddingOptions, global_batch: int, columns: int, c
 
 @dataclass(frozen=True)
 class EmbeddingExample:
-    """The texts of one row, in column order (anchor, positive, hard negatives; or one text to embed)."""
+    """The texts of one row, in column order (anchor, positive, hard negatives; or one text to embed);
+    score: an STS pair's gold score (an eval file of pairs with a score column), else None."""
 
     id: str
     texts: tuple[str, ...]
     columns: tuple[str, ...]
+    score: float | None = None
 
 
 def read_embedding(path, columns: Sequence[str] | None, labelled: bool = True):
@@ -124,6 +126,29 @@ def read_embedding(path, columns: Sequence[str] | None, labelled: bool = True):
             raise TaskDataError(f"{path}: line {n} has an empty {empty}")
         out.append(EmbeddingExample(f"{name}:{n}", texts, tuple(columns)))
     return out, None
+
+
+def read_embedding_eval(path, columns: Sequence[str], score_column: str):
+    """An eval file of a training run: STS pairs when its first row has `score_column` (the first two
+    columns' texts and a number each row), else retrieval rows of every column (read_embedding).
+    Returns (examples, is_sts)."""
+    rows, lines = read_rows(path)
+    if score_column not in rows[0]:
+        return read_embedding(path, columns)[0], False
+    pair = list(columns)[:2]
+    require_columns(path, rows, pair)
+    name, out = local_path(path).name, []
+    for row, n in zip(rows, lines):
+        texts = tuple(text_cell(path, row, n, c) for c in pair)
+        empty = next((c for c, t in zip(pair, texts) if not t.strip()), None)
+        if empty is not None:
+            raise TaskDataError(f"{path}: line {n} has an empty {empty}")
+        value = row.get(score_column)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+            raise TaskDataError(f"{path}: line {n} has {score_column} {value!r}, not a number (an eval file whose "
+                                f"first row has {score_column!r} is scored as STS pairs)")
+        out.append(EmbeddingExample(f"{name}:{n}", texts, tuple(pair), float(value)))
+    return out, True
 
 
 def embedding_features(examples: Sequence[EmbeddingExample], tok, max_length: int, prefixes: dict) -> Features:
@@ -169,6 +194,7 @@ class Embedding(Kind):
 
     # `jaxbert finetune`'s loop for this kind, "module:function", imported by the command when it runs
     trainer = "jaxbert.finetune.kinds.embedding.run:train_embedding"
+    reads_sources = True  # trains on --train FILE or on the recipe's data.sources (several files, weighted)
 
     def recognises(self, config) -> bool:
         """A bare encoder whose config's task record (config.json's jaxbert_task) names this kind; a
