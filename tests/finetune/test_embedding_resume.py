@@ -50,7 +50,7 @@ def _overrides(root, **changed):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("resume")
-    src = make_source(root, dropout=0.1)
+    src = make_source(root, layers=1, dropout=0.1)
     write_jsonl(root / "a.jsonl", _rows(40, 0))
     write_jsonl(root / "b.jsonl", _rows(24, 1))
     sts = write_jsonl(root / "sts.jsonl", _sts(32, 2))
