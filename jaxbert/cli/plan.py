@@ -101,6 +101,8 @@ def run(args) -> int:
           f"{r.model.dtype} compute, fsdp={r.parallel.fsdp}, accum={r.train.accum_steps}; "
           f"{len(devices)} x {devices[0].device_kind}, budget {budget / 2**30:.2f} GiB per device "
           f"({source})", flush=True)
+    if batch_search.objective_line(r, cfg):  # an RTD recipe: both models compiled and counted
+        print(batch_search.objective_line(r, cfg), flush=True)
     cands = batch_search.plan(r, cfg, devices, budget, policies, scans, args.start, args.max_batch,
                       log=lambda m: print(m, flush=True))
     choice = batch_search.best(cands)

@@ -10,8 +10,8 @@ that fit it recommends the one whose step-time lower bound
 bandwidth, whichever binds, plus collectives over the interconnect) allows the
 most tokens per second. Where the device's figures are unknown (a CPU) it
 falls back to the most useful FLOPs per step (the model FLOPs formula:
-masked-only logits, no recomputation) after discounting what remat
-recomputes.
+masked-only logits, no recomputation; an RTD recipe's generator and
+discriminator both) after discounting what remat recomputes.
 
 Recipes may say ``train.per_device_batch_size: auto`` and
 ``model.remat_policy: auto``; ``resolve_auto`` plans them for the devices the
@@ -28,6 +28,8 @@ from jaxbert.errors import InputError
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.devices import device_hbm_bytes
 from jaxbert.plan.compile_step import StepCost, compile_train_step
+from jaxbert.train import rtd_loop
+from jaxbert.train.rtd_recipe import generator_config
 from jaxbert.train.recipe import Recipe
 
 POLICIES = ("none", "dots", "full")
@@ -150,9 +152,33 @@ def variant(recipe: Recipe, scan_layers: bool, remat_policy: str, batch: int | N
     return r
 
 
-def model_flops_per_device(recipe: Recipe, cfg, batch: int) -> float:
+def useful_flops_per_token(recipe: Recipe, cfg) -> float:
+    """Model FLOPs per trained token, as the training loop counts them for its MFU: the MLM head at the masked
+    slots; an RTD recipe both models (jaxbert.train.rtd_loop.flops_per_token: the generator with its head at
+    the masked slots, the discriminator with its per-token head)."""
     T = recipe.data.seq_len
-    return train_flops_per_token(cfg, T, recipe.data.masked_slots() / T) * batch * T * recipe.train.accum_steps
+    if recipe.train.objective == "rtd":
+        return rtd_loop.flops_per_token(recipe, cfg)
+    return train_flops_per_token(cfg, T, recipe.data.masked_slots() / T)
+
+
+def objective_line(recipe: Recipe, cfg) -> str | None:
+    """What an RTD recipe's plan compiles and counts, in one line (None for an MLM recipe)."""
+    if recipe.train.objective != "rtd":
+        return None
+    T, r = recipe.data.seq_len, recipe.rtd
+    g = generator_config(r, cfg)
+    gen = train_flops_per_token(g, T, recipe.data.masked_slots() / T)
+    total = useful_flops_per_token(recipe, cfg)
+    return (f"objective rtd (sharing {r.sharing}, weight {r.weight:g}): the step trains the generator "
+            f"{g.num_hidden_layers}x{g.hidden_size} ({g.num_attention_heads} heads, FFN {g.intermediate_size}) and "
+            f"the discriminator {cfg.num_hidden_layers}x{cfg.hidden_size}; model FLOPs per token {total / 1e6:,.1f} M "
+            f"= generator {gen / 1e6:,.1f} M + discriminator {(total - gen) / 1e6:,.1f} M, both counted in the "
+            "useful FLOPs and the MFU ceiling")
+
+
+def model_flops_per_device(recipe: Recipe, cfg, batch: int) -> float:
+    return useful_flops_per_token(recipe, cfg) * batch * recipe.data.seq_len * recipe.train.accum_steps
 
 
 def largest_batch(cost_at: Callable[[int], StepCost], budget: int, start: int = 8,

@@ -31,7 +31,8 @@ from jaxbert.fs import as_path, atomic_write_text
 from jaxbert.model.classes import build_model
 from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.parallel import MeshRunner
-from jaxbert.train import mlm
+from jaxbert.engine.step import make_train_step
+from jaxbert.train import mlm, rtd_loop
 from jaxbert.train.recipe import Recipe
 from jaxbert.plan.hlo_module import HloModule, kernel_flops
 from jaxbert.plan.roofline import Bound, step_bound
@@ -169,13 +170,23 @@ def write_hlo(compiled, hlo_dir) -> None:
         atomic_write_text(as_path(hlo_dir) / "train_step.hlo.txt", compiled.as_text())
 
 
+def model_and_step(recipe: Recipe, cfg):
+    """(the model the loop trains, its train step) as jaxbert.train.loop builds them: an MLM recipe's model and
+    mlm.train_step; under train.objective rtd the generator and discriminator over one param tree
+    (rtd_loop.build_pair) and the RTD objective's step at rtd.weight."""
+    if recipe.train.objective == "rtd":
+        spec, _ = rtd_loop.objective(recipe)
+        return rtd_loop.build_pair(recipe, cfg), make_train_step(spec)
+    return build_model(recipe.model.model_class, cfg, recipe.model.options()), mlm.train_step
+
+
 def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_dir=None) -> StepCost:
-    """Lowers and compiles the loop's train step for `devices` from shapes alone.
+    """Lowers and compiles the loop's train step for `devices` from shapes alone (an RTD recipe's: both models).
 
     recipe.train.per_device_batch_size is ignored: per_device_batch is compiled.
     hlo_dir: where to write the optimized HLO text (train_step.hlo.txt), for reading fusions.
     """
-    model = build_model(recipe.model.model_class, cfg, recipe.model.options())
+    model, train_step = model_and_step(recipe, cfg)
     runner = MeshRunner(recipe.parallel, devices=devices)
     tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
@@ -185,7 +196,7 @@ def compile_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, hlo_
                            NamedSharding(runner.mesh, P(None, "data")))
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)
     t0 = time.perf_counter()
-    lowered = runner.compile_train(mlm.train_step).lower(runner.abstract, batch, rng)
+    lowered = runner.compile_train(train_step).lower(runner.abstract, batch, rng)
     return compiled_cost(lowered, devices, per_device_batch, time.perf_counter() - t0, hlo_dir)
 
 
@@ -207,7 +218,7 @@ def compiled_cost(lowered, devices, per_device_batch: int, lower_s: float, hlo_d
 def runnable_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, seed: int = 0):
     """(compiled, run): the loop's train step compiled for `devices` (as compile_train_step lowers it), and
     run() that executes it once on a real state and a random batch of that shape and blocks until done."""
-    model = build_model(recipe.model.model_class, cfg, recipe.model.options())
+    model, train_step = model_and_step(recipe, cfg)
     runner = MeshRunner(recipe.parallel, devices=devices)
     tx, schedule = make_optimizer(recipe.optim, recipe.train.steps)
     dummy = jnp.zeros((1, recipe.data.seq_len), jnp.int32)
@@ -226,7 +237,7 @@ def runnable_train_step(recipe: Recipe, cfg, devices, per_device_batch: int, see
             "next_sentence_labels": rng.integers(0, 2, (A, B)), "segment_ids": np.ones((A, B, T))}
     batch = {k: jax.device_put(host[k].astype(v.dtype), sharding) for k, v in abstract.items()}
     key = jax.device_put(np.asarray(jax.random.PRNGKey(seed + 1), np.uint32), runner.replicated)
-    compiled = runner.compile_train(mlm.train_step).lower(runner.abstract, abstract,
+    compiled = runner.compile_train(train_step).lower(runner.abstract, abstract,
                                             jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)).compile()
     state = {"s": runner.create_state()}
 
