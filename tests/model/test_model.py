@@ -1,6 +1,7 @@
 import contextlib
 import functools
 import io
+from types import SimpleNamespace
 
 import flax.linen
 import jax
@@ -11,7 +12,7 @@ from flax.traverse_util import flatten_dict
 from jax.ad_checkpoint import print_saved_residuals
 
 import jaxbert
-from jaxbert.model.options import ModelOptions
+from jaxbert.model.options import ModelOptions, compiling_for
 from jaxbert import (MODEL_CLASSES, BertConfig, BertForMaskedLM, BertForPreTraining, BertModel,
                      dummy_inputs, param_count, preset, scan_params, unscan_params)
 from tests.helpers.transformers4 import positions as position_types
@@ -273,6 +274,26 @@ def test_bf16_compute_stays_close_to_fp32():
     diff = np.abs(np.asarray(out.logits, np.float32) - np.asarray(ref.logits))[real].max()
     assert diff < BF16_TOLERANCE
     assert jax.tree_util.tree_leaves(variables)[0].dtype == jnp.float32
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_mlm_bias_reaches_the_compute_dtype_after_the_decoder_matmul(tied):
+    """The MLM head's bias [V] is cast to bf16 after the decoder's matmul, in the order the head traced before
+    the shared layers: with the cast traced first, XLA's TPU compile of bert-base's train step staged buffers
+    in on-chip memory otherwise and the step accessed 1.6 GB more (docs/tpu.md, issue 50 item 31)."""
+    model, variables = _init("BertForMaskedLM", tie_word_embeddings=tied)
+    bf16 = BertForMaskedLM(model.config, ModelOptions(dtype=jnp.bfloat16))
+    ids, tt, mask = _inputs()
+    with compiling_for([SimpleNamespace(device_kind="TPU v4")]):  # not the CPU's written-out decoder
+        eqns = jax.make_jaxpr(lambda v: bf16.apply(v, ids, tt, attention_mask=mask).logits)(variables).jaxpr.eqns
+    V = TINY.vocab_size
+    matmul = [i for i, e in enumerate(eqns) if e.primitive.name in ("dot_general", "jit", "pjit")
+              and e.outvars[0].aval.ndim >= 2 and e.outvars[0].aval.shape[-1] == V]
+    cast = [i for i, e in enumerate(eqns) if e.primitive.name == "convert_element_type"
+            and e.invars[0].aval.shape == (V,) and e.invars[0].aval.dtype == jnp.float32]
+    assert len(matmul) == 1 and len(cast) == 1
+    assert eqns[cast[0]].outvars[0].aval.dtype == jnp.bfloat16
+    assert cast[0] > matmul[0]
 
 
 def test_param_dtype_is_separate_from_compute_dtype():

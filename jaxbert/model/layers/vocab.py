@@ -17,7 +17,8 @@ from jaxbert.model.vocab_loss import VocabProjection, uses_chunks
 
 
 def tied_logits(x: jax.Array, table: jax.Array, bias: Optional[jax.Array]) -> jax.Array:
-    """x [..., H] -> logits [..., V]: x times the tied decoder's table [V, H] transposed, plus bias [V] (or None).
+    """x [..., H] -> logits [..., V]: x times the tied decoder's table [V, H] transposed, plus bias [V] (or None),
+    cast to the logits' dtype after the matmul.
 
     Where the step is compiled for a CPU its backward is written out (_tied_logits): autodiff's, as XLA's CPU
     backend runs it, took the bias gradient, a sum over the B x M rows of the [B, M, V] logits' cotangent, at
@@ -26,9 +27,9 @@ def tied_logits(x: jax.Array, table: jax.Array, bias: Optional[jax.Array]) -> ja
     (465 ms). Written out, the bias gradient is the same sum as a matmul by ones (8 ms) and the table's is
     formed [H, V] and transposed (270 ms). Elsewhere autodiff's is kept."""
     if cpu_target():
-        return _tied_logits(x, table, bias)
+        return _tied_logits(x, table, None if bias is None else bias.astype(table.dtype))
     logits = jnp.einsum("...H,VH->...V", x, table)
-    return logits if bias is None else logits + bias
+    return logits if bias is None else logits + bias.astype(logits.dtype)
 
 
 @jax.custom_vjp
@@ -78,17 +79,20 @@ def vocab_decoder(x: jax.Array, table, *, name: str, vocab_size: int, use_bias: 
 
     table: the word embeddings [V, H] in the compute dtype for a tied decoder, or None for a kernel [H, V] of its
     own under `name`, drawn from `init`. use_bias: the decoder holds a bias [V] under `name`; else `bias`, one
-    its caller holds (BERT's head keeps it beside the decoder), or None. Call it from a compact method: it
-    creates params there."""
+    its caller holds (BERT's head keeps it beside the decoder), or None, in any dtype: it is cast to the compute
+    dtype where it is added, after the matmul (XLA's TPU compile of bert-base's step staged buffers differently,
+    for 5% more bytes, with the cast first: docs/tpu.md). Call it from a compact method: it creates params there."""
     chunk = uses_chunks(vocab_size, options.vocab_loss_chunk)
+    compute = lambda b: None if b is None else b.astype(options.dtype)
     if table is not None:
-        bias = VocabBias(vocab_size, options, name=name)() if use_bias else bias
-        return VocabProjection(x, table, bias, chunk=chunk) if chunk else tied_logits(x, table, bias)
+        if use_bias:
+            bias = VocabBias(vocab_size, options, name=name)()
+        return VocabProjection(x, table, compute(bias), chunk=chunk) if chunk else tied_logits(x, table, bias)
     if chunk:  # the kernel [H, V] and bias, not applied (the same params as the Dense below)
         kernel, own = linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options, cls=DenseWeights)(x)
-        return VocabProjection(x, kernel, own if use_bias else bias, chunk=chunk, columns=True)
+        return VocabProjection(x, kernel, own if use_bias else compute(bias), chunk=chunk, columns=True)
     logits = linear(vocab_size, ("embed", "vocab"), name, use_bias, init, options)(x)
-    return logits if use_bias or bias is None else logits + bias
+    return logits if use_bias or bias is None else logits + bias.astype(logits.dtype)
 
 
 def gather_positions(hidden_states, positions):
