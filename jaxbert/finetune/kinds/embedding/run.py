@@ -118,6 +118,10 @@ def _train(run: _Run, stop_at) -> dict:
         start_params[LOGIT_KEY] = np.asarray(math.log(1.0 / run.options.temperature), np.float32)
     prepare_runner(runner, _LearnedScale(model, start_params.get(LOGIT_KEY)), r.optim, run.total, r.train.seed,
                    dummy_inputs(run.loaded.class_name, 1, 8), r.train.norm_metrics)
+    cfg = run.loaded.config
+    run.log(f"{r.name}: {run.loaded.class_name} {cfg.num_hidden_layers}x{cfg.hidden_size}; {runner.describe()}; batch "
+            f"{run.batch}, {run.training.per_epoch} steps per epoch, {run.total} steps, warmup "
+            f"{r.optim_for(run.total).warmup_steps}; workdir {run.workdir}")
     now = run.record()
     with Session(run.workdir, r.checkpoint, run.log, run.primary) as session:
         if session.ckpt.steps():  # the model first: a workdir of another model says so before the recipe
