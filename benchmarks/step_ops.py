@@ -4,10 +4,10 @@
         python benchmarks/step_ops.py v5e:2x2 configs/train/modernbert-base.yaml 36 [--set KEY=VALUE ...] [--top 45]
 
 Compiles the recipe's train step for one per-device batch on a TPU topology (libtpu, compile only, as
-`jaxbert plan --target` does), prints its HBM and the bound (jaxbert.plan.roofline: per operation the
-larger of FLOPs / peak and bytes / bandwidth, summed, plus collectives), then the operations grouped by
-their source (`op_name` with layer indices folded, and the opcode), costliest first: for each, the bound's
-time, its compute and memory parts and how many times the step runs it. The figures are for the whole
+`jaxbert plan --target` does), prints XLA's bytes accessed, its HBM and the bound (jaxbert.plan.roofline:
+per operation the larger of FLOPs / peak and bytes / bandwidth, summed, plus collectives), then the
+operations grouped by their source (`op_name` with layer indices folded, and the opcode), costliest
+first: for each, the bound's time, its compute and memory parts and how many times the step runs it. The figures are for the whole
 step (all `accum_steps` micro-batches). The HLO is written to --hlo-dir (train_step.hlo.txt) for reading.
 """
 
@@ -34,6 +34,8 @@ def main(argv=None) -> None:
     cost = compile_step.compile_train_step(r, r.model_config(), compile_step.target_devices(args.target),
                                            args.batch, hlo_dir=args.hlo_dir)
     b = cost.bound
+    accessed = "?" if cost.bytes_accessed is None else f"{cost.bytes_accessed / 1e9:.2f}"
+    print(f"XLA's bytes accessed {accessed} GB per device (cost_analysis)")
     print(f"HBM {cost.hbm / 2**30:.2f} GiB; bound {b.seconds * 1e3:.1f} ms (compute {b.compute_s * 1e3:.1f}, "
           f"memory {b.memory_s * 1e3:.1f}, collectives {b.collective_s * 1e3:.1f}; memory-bound share "
           f"{b.memory_bound_share:.2f}) for accum_steps {r.train.accum_steps}")
