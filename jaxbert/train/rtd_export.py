@@ -1,7 +1,12 @@
 """The two models of a replaced-token-detection run as transformers directories: the discriminator at DST, the
 generator at DST/generator (ELECTRA: ElectraForPreTraining, ElectraForMaskedLM), each with the run's tokenizer
 beside it, built beside DST and swapped in whole (jaxbert.fs.publish_dir); `jaxbert export WORKDIR DST` of an RTD
-workdir (``export_workdir``)."""
+workdir (``export_workdir``).
+
+A family whose discriminator transformers has no class for (DeBERTa-v3: jaxbert's DebertaV2ForReplacedTokenDetection)
+is written at DST as its backbone (DebertaV2Model, as the released v3 checkpoints are), and the discriminator's own
+head beside it in DST/rtd_head.safetensors (its state-dict keys, ``mask_predictions.*``), which transformers does
+not read; ``read_discriminator(DST)`` reads the two back as the discriminator."""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.convert.export import TOKENIZER_FILES, _fit_tokenizer_to_model
 from jaxbert.convert.pretrained import MODEL_KIND
-from jaxbert.convert.writers import write_hf
+from jaxbert.convert.load import state_dict_to_params
+from jaxbert.convert.safetensors_io import SafetensorsReader, iter_safetensors, write_safetensors
+from jaxbert.convert.writers import iter_state_dict, write_hf
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
 from jaxbert.model.families import family_of
@@ -23,6 +30,9 @@ from jaxbert.train.rtd import RtdModel, export_params, shared_tables
 from jaxbert.train.rtd_recipe import DISCRIMINATORS, generator_config
 
 GENERATOR = "generator"  # the generator's folder inside the export
+HEAD_FILE = "rtd_head.safetensors"  # the discriminator's head where DST holds only its backbone
+# family -> the class its discriminator is exported as, where transformers has no class for the discriminator
+BACKBONES = {"deberta-v2": "DebertaV2Model"}
 
 
 def build_pair(recipe, cfg) -> RtdModel:
@@ -58,12 +68,51 @@ def export_pair(dst, recipe, cfg, gen_params, disc_params, tokenizer_dir, overwr
     gen_cfg = generator_config(recipe.rtd, cfg)
     with publish_dir(dst, MODEL_KIND, overwrite, sources=sources) as tmp:
         tmp = Path(tmp)
-        write_hf(tmp, cfg, disc_class, disc_params)
+        _write_discriminator(tmp, cfg, disc_class, disc_params)
         write_hf(tmp / GENERATOR, gen_cfg, gen_class, gen_params)
         if tokenizer_dir is not None:
             _copy_tokenizer(tokenizer_dir, tmp, cfg)
             _copy_tokenizer(tokenizer_dir, tmp / GENERATOR, gen_cfg)
     return dst if fs.is_url(dst) else Path(dst)
+
+
+def _write_discriminator(tmp: Path, cfg, disc_class: str, params) -> None:
+    """The discriminator at tmp: its transformers class, or (BACKBONES) the backbone class and HEAD_FILE."""
+    family = family_of(cfg)
+    backbone = BACKBONES.get(family.name)
+    if backbone is None:
+        write_hf(tmp, cfg, disc_class, params)
+        return
+    write_hf(tmp, cfg, backbone, params[family.prefix])
+    head = [(k, v) for k, v in iter_state_dict(params, cfg, disc_class) if not k.startswith(family.prefix + ".")]
+    write_safetensors(tmp / HEAD_FILE, [(k, v.shape, v.dtype) for k, v in head], iter(head),
+                      metadata={"format": "pt", "model_class": disc_class, "backbone": backbone})
+
+
+def read_discriminator(path, dtype=None) -> tuple:
+    """(config, class name, params) of the discriminator an RTD export holds at ``path`` (a local directory): for
+    a family exported as its backbone (DeBERTa-v3), the backbone's weights and HEAD_FILE joined into the
+    discriminator class, every tensor required (strict); for ELECTRA, its ElectraForPreTraining directory."""
+    from jaxbert.convert.pretrained import load_checkpoint
+    path = Path(path)
+    if not (path / HEAD_FILE).is_file():
+        cfg, name, params, _ = load_checkpoint(path, dtype=dtype, strict=True)
+        return cfg, name, params
+    with SafetensorsReader(path / HEAD_FILE) as reader:
+        disc_class = reader.metadata.get("model_class")
+    from jaxbert.model.configs import read_config
+    cfg = read_config(path / "config.json")
+    family = family_of(cfg)
+    if disc_class != DISCRIMINATORS.get(family.name, ("",))[0]:
+        raise InputError(f"{path / HEAD_FILE}: names model_class {disc_class!r}, not the {family.name} discriminator")
+    weights = sorted(path.glob("model*.safetensors"))
+    if not weights:
+        raise InputError(f"{path}: no model.safetensors beside {HEAD_FILE}")
+    state = {f"{family.prefix}.{k}": v for f in weights for k, v in iter_safetensors(f)}
+    state.update(iter_safetensors(path / HEAD_FILE))
+    cfg = cfg.replace(architectures=(disc_class,))
+    params, _ = state_dict_to_params(state, cfg, disc_class, dtype=dtype, strict=True, source=str(path))
+    return cfg, disc_class, params
 
 
 def rtd_recipe_of(workdir):
