@@ -100,9 +100,8 @@ class BertModule(nn.Module):
         cfg, opts = self.config, self.options
         table = word_embeddings.astype(opts.dtype) if cfg.tie_word_embeddings else None
         # Handed over in the param dtype: vocab_decoder casts it where it adds it, after the matmul, as this
-        # head cast it before layers.vocab (same values). The order is kept because XLA's TPU compile of
-        # bert-base's step placed buffers in on-chip memory differently, for 1.6 GB more bytes per step, when
-        # the bias cast came first (docs/tpu.md, issue 50 item 31).
+        # head did until 2f77379 (same values). With the cast traced first, XLA's TPU compile of bert-base's
+        # step staged buffers in on-chip memory otherwise, for 1.6 GB more bytes per step (docs/tpu.md, #50.31).
         bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
                           (cfg.vocab_size,), opts.param_dtype)
         return vocab_decoder(x, table, name="decoder", vocab_size=cfg.vocab_size, use_bias=False,

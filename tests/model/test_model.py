@@ -278,9 +278,9 @@ def test_bf16_compute_stays_close_to_fp32():
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_mlm_bias_reaches_the_compute_dtype_after_the_decoder_matmul(tied):
-    """The MLM head's bias [V] is cast to bf16 after the decoder's matmul, in the order the head traced before
-    the shared layers: with the cast traced first, XLA's TPU compile of bert-base's train step staged buffers
-    in on-chip memory otherwise and the step accessed 1.6 GB more (docs/tpu.md, issue 50 item 31)."""
+    """The MLM head's bias [V] is cast to bf16 after the decoder's matmul, as the head traced it until 2f77379:
+    with the cast traced first, XLA's TPU compile of bert-base's train step staged buffers in on-chip memory
+    otherwise and the step accessed 1.6 GB more (docs/tpu.md, issue 50 item 31)."""
     model, variables = _init("BertForMaskedLM", tie_word_embeddings=tied)
     bf16 = BertForMaskedLM(model.config, ModelOptions(dtype=jnp.bfloat16))
     ids, tt, mask = _inputs()
