@@ -130,12 +130,12 @@ def done(label: str, argv: list[str]) -> bool:
     return (wd / "hf" / "config.json").exists() if label.startswith("train") else (wd / "eval.json").exists()
 
 
-def run_cmd(args, ratio: float) -> None:
+def run_cmd(args, ratio: float, flops: dict | None = None) -> None:
     args.root.mkdir(parents=True, exist_ok=True)
     write_task(args.root)
     (args.root / "logs").mkdir(exist_ok=True)
     (args.root / "protocol.json").write_text(json.dumps(
-        {"ratio": ratio, "rtd_steps": args.rtd_steps, "mlm_steps": mlm_steps(args.rtd_steps, ratio),
+        {"flops_per_step": flops, "ratio": ratio, "rtd_steps": args.rtd_steps, "mlm_steps": mlm_steps(args.rtd_steps, ratio),
          "seeds": args.seeds}, indent=2) + "\n")
     for label, argv in commands(args.rtd_steps, ratio, args.seeds, args.root):
         if done(label, argv):
@@ -208,7 +208,10 @@ def table(root: Path, seeds) -> str:
             (mr, sr), (mm, sm) = stats["rtd"][m], stats["mlm"][m]
             diff, spread = mr - mm, max(sr, sm)
             verdict = "beyond" if abs(diff) > spread else "within"
-            lines.append(f"{m}: RTD - MLM = {diff:+.4f}; the seeds' spread (larger std) {spread:.4f}: {verdict} it")
+            n_r, n_m = len(res["rtd"]), len(res["mlm"])
+            se = math.sqrt(sr ** 2 / n_r + sm ** 2 / n_m)  # the standard error of the difference of the means
+            lines.append(f"{m}: RTD - MLM = {diff:+.4f}; the seeds' spread (larger std) {spread:.4f}: {verdict} it "
+                         f"(standard error of the difference {se:.4f}, |diff| / se = {abs(diff) / se:.2f})")
     return "\n".join(lines)
 
 
@@ -227,14 +230,15 @@ def main(argv=None) -> int:
     if args.what == "task":
         write_task(args.root)
         return 0
-    ratio = args.ratio if args.ratio is not None else flops_cmd(args)["ratio"]
+    flops = None if args.ratio is not None else flops_cmd(args)
+    ratio = args.ratio if flops is None else flops["ratio"]
     if args.what == "commands":
         print(f"# MLM steps = round({args.rtd_steps} x {ratio:.4f}) = {mlm_steps(args.rtd_steps, ratio)}")
         print(f"python benchmarks/rtd_vs_mlm.py task --root {args.root}   # finetune-demo's task -> {args.root}/task")
         for label, argv in commands(args.rtd_steps, ratio, args.seeds, args.root):
             print(" ".join(argv))
     elif args.what == "run":
-        run_cmd(args, ratio)
+        run_cmd(args, ratio, flops)
         print(table(args.root, args.seeds))
     return 0
 
