@@ -56,11 +56,57 @@ class HFConfig:
       FIELD_TYPES: field -> its JSON type (int, float, bool, str, Mapping, list), checked before use.
       OPTIONAL: fields that may be null.
       DEFAULT_MODEL_TYPE: the model_type a config.json without one has.
+
+    A family with modules of its own (one model_type, its own class names) also says:
+
+      CLASS_NAMES: the classes a config of it may name (``class_name``, ``architectures``).
+      A_NAME: the family in messages, with its article ("an ELECTRA", "a EuroBERT").
+    and gets the model_type check of ``from_dict`` and ``validate``, ``class_name`` and the
+    ``architectures`` check from here; BERT's config, read by several model_types, says its own.
     """
 
     FIELD_TYPES: Mapping[str, type] = {}
     OPTIONAL: frozenset = frozenset()
     DEFAULT_MODEL_TYPE = ""
+    CLASS_NAMES: tuple = ()
+    A_NAME = ""
+
+    # ---- one model_type, its own classes ------------------------------------------
+    @classmethod
+    def check_model_type(cls, model_type) -> None:
+        """Refuses a model_type other than the family's, naming both."""
+        if model_type != cls.DEFAULT_MODEL_TYPE:
+            raise ConfigError(f"model_type {model_type!r} is not {cls.A_NAME} config "
+                              f"(expected {cls.DEFAULT_MODEL_TYPE!r})")
+
+    def known_class(self, name: str) -> bool:
+        """Whether ``architectures`` may name NAME (a family may accept more than it builds)."""
+        return name in self.CLASS_NAMES
+
+    def _check_architectures(self) -> None:
+        for name in getattr(self, "architectures", None) or ():
+            if not self.known_class(name):
+                raise ConfigError(f"architectures names {name!r}, not {self.A_NAME} class "
+                                  f"jaxbert builds {self.CLASS_NAMES}")
+
+    def class_name(self, name: str) -> str:
+        """The name itself when it is one of the family's classes; refused by name otherwise."""
+        if name not in self.CLASS_NAMES:
+            raise ConfigError(f"model_type {self.model_type!r} has no class {name!r}; its classes are "
+                              f"{self.CLASS_NAMES}")
+        return name
+
+    def _init_fields(self) -> None:
+        """Types and labels (``_init_labels``), then ``architectures`` as a tuple (the config hashes)."""
+        self._init_labels()
+        if getattr(self, "architectures", None) is not None:
+            object.__setattr__(self, "architectures", tuple(self.architectures))
+
+    def _check_family(self) -> None:
+        """The model_type, the architectures and the labels: every own-module family's last checks."""
+        self.check_model_type(self.model_type)
+        self._check_architectures()
+        self._check_labels()
 
     def _init_labels(self) -> None:
         """Types checked, then the labels as transformers derives them: num_labels from id2label when
@@ -129,6 +175,9 @@ class HFConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):
+        """A config.json's contents; a family with its own classes first checks the model_type it names."""
+        if cls.CLASS_NAMES:
+            cls.check_model_type(data.get("model_type", cls.DEFAULT_MODEL_TYPE))
         kwargs, extra = cls._split(data)
         return cls(**kwargs, extra=extra)
 

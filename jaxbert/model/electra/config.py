@@ -62,11 +62,11 @@ class ElectraConfig(HFConfig):
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     DEFAULT_MODEL_TYPE = MODEL_TYPE
+    CLASS_NAMES = CLASS_NAMES
+    A_NAME = "an ELECTRA"
 
     def __post_init__(self):
-        self._init_labels()
-        if self.architectures is not None:
-            object.__setattr__(self, "architectures", tuple(self.architectures))
+        self._init_fields()
         self.validate()
 
     # ---- checks --------------------------------------------------------------------
@@ -100,12 +100,7 @@ class ElectraConfig(HFConfig):
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if self.model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {self.model_type!r} is not an ELECTRA config (expected {MODEL_TYPE!r})")
-        for name in self.architectures or ():
-            if name not in CLASS_NAMES:
-                raise ConfigError(f"architectures names {name!r}, not an ELECTRA class jaxbert builds {CLASS_NAMES}")
-        self._check_labels()
+        self._check_family()
 
     # ---- derived ---------------------------------------------------------------------
     @property
@@ -127,21 +122,7 @@ class ElectraConfig(HFConfig):
         """The longest sequence the position table holds."""
         return self.max_position_embeddings
 
-    def class_name(self, name: str) -> str:
-        """The name itself when it is an ELECTRA class; refused by name otherwise."""
-        if name not in CLASS_NAMES:
-            raise ConfigError(f"model_type 'electra' has no class {name!r}; its classes are {CLASS_NAMES}")
-        return name
-
     # ---- config.json -------------------------------------------------------------------
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ElectraConfig:
-        model_type = data.get("model_type", MODEL_TYPE)
-        if model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {model_type!r} is not an ELECTRA config (expected {MODEL_TYPE!r})")
-        kwargs, extra = cls._split(data)
-        return cls(**kwargs, extra=extra)
-
     def to_dict(self) -> dict[str, Any]:
         """config.json: every key that came in, then the fields (the summary fields transformers' config does
         not set, and architectures, only when they came in or differ from its defaults)."""

@@ -60,11 +60,13 @@ class EuroBertConfig(HFConfig):
     model_type: str = MODEL_TYPE
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    DEFAULT_MODEL_TYPE = MODEL_TYPE
+    CLASS_NAMES = CLASS_NAMES
+    A_NAME = "a EuroBERT"
+
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        self._init_labels()
-        if self.architectures is not None:
-            set_("architectures", tuple(self.architectures))
+        self._init_fields()
         if self.num_key_value_heads is None:
             set_("num_key_value_heads", self.num_attention_heads)
         if self.head_dim is None and is_int(self.num_attention_heads) and self.num_attention_heads > 0:
@@ -103,8 +105,6 @@ class EuroBertConfig(HFConfig):
         eos = self.eos_token_id
         if not (eos is None or is_int(eos) or (isinstance(eos, (list, tuple)) and all(map(is_int, eos)))):
             raise ConfigError(f"eos_token_id must be an integer or a list of integers, got {eos!r}")
-        if self.model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {self.model_type!r} is not a EuroBERT config (expected {MODEL_TYPE!r})")
         rope = self.rope_parameters
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type != "default":
@@ -119,11 +119,7 @@ class EuroBertConfig(HFConfig):
         if scaling is not None and (not isinstance(scaling, Mapping)
                                     or scaling.get("rope_type", scaling.get("type", "default")) != "default"):
             raise ConfigError(f"rope_scaling {scaling!r} is not supported; jaxbert builds 'default' rotary embeddings")
-        if self.architectures:
-            for name in self.architectures:
-                if name not in CLASS_NAMES:
-                    raise ConfigError(f"architectures names {name!r}, not a EuroBERT class {CLASS_NAMES}")
-        self._check_labels()
+        self._check_family()
 
     # ---- derived ---------------------------------------------------------------------
     @property
@@ -136,21 +132,7 @@ class EuroBertConfig(HFConfig):
         """Query heads per key/value head (1: plain multi-head attention)."""
         return self.num_attention_heads // self.num_key_value_heads
 
-    def class_name(self, name: str) -> str:
-        """The name itself when it is a EuroBERT class; refused by name otherwise."""
-        if name not in CLASS_NAMES:
-            raise ConfigError(f"model_type 'eurobert' has no class {name!r}; its classes are {CLASS_NAMES}")
-        return name
-
     # ---- config.json -------------------------------------------------------------------
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "EuroBertConfig":
-        model_type = data.get("model_type", MODEL_TYPE)
-        if model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {model_type!r} is not a EuroBERT config (expected {MODEL_TYPE!r})")
-        kwargs, extra = cls._split(data)
-        return cls(**kwargs, extra=extra)
-
     def to_dict(self) -> dict[str, Any]:
         """config.json: every key that came in, then the fields (rope_theta only when it came in)."""
         out = super().to_dict()

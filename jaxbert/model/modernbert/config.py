@@ -85,13 +85,15 @@ class ModernBertConfig(HFConfig):
     model_type: str = MODEL_TYPE
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    DEFAULT_MODEL_TYPE = MODEL_TYPE
+    CLASS_NAMES = CLASS_NAMES
+    A_NAME = "a ModernBERT"
+
     def __post_init__(self):
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        self._init_labels()
+        self._init_fields()
         if self.layer_types is not None:
             set_("layer_types", tuple(self.layer_types))
-        if self.architectures is not None:
-            set_("architectures", tuple(self.architectures))
         if self.local_attention is None and self.sliding_window is not None:
             set_("local_attention", 2 * self.sliding_window if _is_int(self.sliding_window) else self.sliding_window)
         if isinstance(self.rope_parameters, Mapping):  # its thetas move to the theta fields (the one home)
@@ -135,8 +137,6 @@ class ModernBertConfig(HFConfig):
             raise ConfigError(f"initializer_cutoff_factor must be > 0, got {self.initializer_cutoff_factor!r}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if self.model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {self.model_type!r} is not a ModernBERT config (expected {MODEL_TYPE!r})")
         if self.layer_types is not None:
             for i, kind in enumerate(self.layer_types):
                 if kind not in LAYER_TYPES:
@@ -165,11 +165,7 @@ class ModernBertConfig(HFConfig):
         if self.extra.get("rope_scaling") is not None:
             raise ConfigError(f"rope_scaling {self.extra['rope_scaling']!r} is not supported; "
                               "jaxbert builds 'default' rotary embeddings")
-        if self.architectures:
-            for name in self.architectures:
-                if name not in CLASS_NAMES and not name.startswith("ModernBert"):
-                    raise ConfigError(f"architectures names {name!r}, not a ModernBERT class {CLASS_NAMES}")
-        self._check_labels()
+        self._check_family()
 
     # ---- derived ---------------------------------------------------------------------
     @property
@@ -210,18 +206,14 @@ class ModernBertConfig(HFConfig):
         """Truncation of the normal init, in standard deviations (transformers: 3 when the config says null)."""
         return 3.0 if self.initializer_cutoff_factor is None else float(self.initializer_cutoff_factor)
 
-    def class_name(self, name: str) -> str:
-        """The name itself when it is a ModernBERT class; refused by name otherwise."""
-        if name not in CLASS_NAMES:
-            raise ConfigError(f"model_type 'modernbert' has no class {name!r}; its classes are {CLASS_NAMES}")
-        return name
+    def known_class(self, name: str) -> bool:
+        """ModernBERT classes transformers has beyond the six jaxbert builds (its decoder ones) may be named."""
+        return name in CLASS_NAMES or name.startswith("ModernBert")
 
     # ---- config.json -------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModernBertConfig":
-        model_type = data.get("model_type", MODEL_TYPE)
-        if model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {model_type!r} is not a ModernBERT config (expected {MODEL_TYPE!r})")
+        cls.check_model_type(data.get("model_type", MODEL_TYPE))
         kwargs, extra = cls._split(data)
         _check_one_theta(data)
         if "rope_theta" in extra:  # one theta for every layer kind; the key stays in extra as the file's spelling
