@@ -211,7 +211,7 @@ def table(root: Path, seeds) -> str:
             n_r, n_m = len(res["rtd"]), len(res["mlm"])
             se = math.sqrt(sr ** 2 / n_r + sm ** 2 / n_m)  # the standard error of the difference of the means
             lines.append(f"{m}: RTD - MLM = {diff:+.4f}; the seeds' spread (larger std) {spread:.4f}: {verdict} it "
-                         f"(standard error of the difference {se:.4f}, |diff| / se = {abs(diff) / se:.2f})")
+                         f"(standard error of the difference {se:.4f}, |diff| / se = {abs(diff) / se if se else (0.0 if diff == 0 else math.inf):.2f})")
     return "\n".join(lines)
 
 
