@@ -191,6 +191,24 @@ def check_sections(recipe) -> None:
 AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
 
 
+def read_named(value, key: str, read_item, expected: str = "a list", empty: bool = True) -> Optional[tuple]:
+    """A recipe's list of named items (``data.sources``), each read by ``read_item(item, "KEY[k]")`` and named
+    apart from the others (its ``label``); None stays None, an empty list is refused unless EMPTY."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or (not value and not empty):
+        raise RecipeError(f"{key}: expected {expected}, got {value!r}")
+    items, names = [], {}
+    for k, raw in enumerate(value):
+        item = read_item(raw, f"{key}[{k}]")
+        if item.label in names:
+            raise RecipeError(f"{key}[{k}].name: {item.label!r} already names {key}[{names[item.label]}]; give "
+                              "each source its own name")
+        names[item.label] = k
+        items.append(item)
+    return tuple(items)
+
+
 def shown_integer(value: int) -> str:
     """An integer as a message shows it: its digits, or how many there are when they would fill the line."""
     text = str(value)

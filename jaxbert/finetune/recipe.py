@@ -89,19 +89,7 @@ class FileSource:
 
 def read_file_sources(value, key: str) -> Optional[tuple]:
     """data.sources as FileSources, each named apart from the others; None: the one --train file."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value:
-        raise RecipeError(f"{key}: expected a list of {{file: FILE, weight: W}}, got {value!r}")
-    sources, names = [], {}
-    for k, item in enumerate(value):
-        source = FileSource.read(item, f"{key}[{k}]")
-        if source.label in names:
-            raise RecipeError(f"{key}[{k}].name: {source.label!r} already names {key}[{names[source.label]}]; "
-                              "give each source its own name")
-        names[source.label] = k
-        sources.append(source)
-    return tuple(sources)
+    return engine_recipe.read_named(value, key, FileSource.read, "a list of {file: FILE, weight: W}", empty=False)
 
 
 @dataclasses.dataclass

@@ -125,19 +125,7 @@ class SourceSection:
 def read_sources(value, key: str) -> Optional[tuple]:
     """data.sources as typed sources (SourceSection), each named apart from the others; None: no mixture.
     What depends on the other data keys (dir, temperature) is DataSection.check's."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise RecipeError(f"{key}: expected a list, got {value!r}")
-    sources, names = [], {}
-    for k, item in enumerate(value):
-        source = SourceSection.read(item, f"{key}[{k}]")
-        if source.label in names:
-            raise RecipeError(f"{key}[{k}].name: {source.label!r} already names {key}[{names[source.label]}]; give "
-                              "each source its own name")
-        names[source.label] = k
-        sources.append(source)
-    return tuple(sources)
+    return engine_recipe.read_named(value, key, SourceSection.read)
 
 
 @dataclasses.dataclass
