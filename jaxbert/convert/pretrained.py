@@ -142,6 +142,8 @@ def load_checkpoint(path, model_class=None, *, config=None, dtype=None, strict: 
         config = read_config(src.config_path)
     elif not isinstance(config, config_classes()):
         config = BertConfig.from_pretrained(config) if str(config) in PRESETS else read_config(config)
+    if hasattr(src, "for_model"):  # a TF bundle: named as the config's family reads it (ELECTRA's hold two models)
+        src = src.for_model(config, _class_name(model_class) or src.meta.get("model_class"))
     keys = src.keys()
     name = _class_name(model_class) or src.meta.get("model_class") or infer_class(config, keys)
     if spec_of(name, config).decoder and not config.is_decoder:  # generate's model class: say what this one is

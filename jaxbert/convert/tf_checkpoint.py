@@ -8,7 +8,9 @@ parses the table and the few proto fields it needs by hand, and names the
 tensors as transformers' ``load_tf_weights_in_bert`` does
 (``bert/encoder/layer_0/attention/self/query/kernel`` ->
 ``bert.encoder.layer.0.attention.self.query.weight``, transposed), so the rest
-of the converter treats it as any PyTorch state dict.
+of the converter treats it as any PyTorch state dict. A family whose checkpoints
+are named otherwise gives its own map (``Family.tf_names``: ELECTRA's pretraining
+bundles hold the discriminator and the generator), applied by ``for_model``.
 """
 
 from __future__ import annotations
@@ -200,11 +202,22 @@ class TFCheckpointSource:
         header, entries = read_index(prefix.with_name(prefix.name + INDEX_SUFFIX))
         self.big_endian = header["big_endian"]
         self.files = self._data_files(header["num_shards"])
-        sizes = {i: f.stat().st_size for i, f in self.files.items()}
-        self.skipped, self._plan = [], {}
-        for name in sorted(entries):
-            entry = entries[name]
-            key, transpose, why = tf_name_to_key(name)
+        self._entries, self._sizes = entries, {i: f.stat().st_size for i, f in self.files.items()}
+        self._make_plan({name: tf_name_to_key(name) for name in entries})
+        dir_ = prefix.parent
+        cfg = next((dir_ / n for n in ("config.json", "bert_config.json") if (dir_ / n).is_file()), None)
+        self.config_path = cfg
+
+    def _make_plan(self, names: dict) -> None:
+        """Which tensors to read and as what, from {TF name: (key or None, transpose?, why skipped)}; a name
+        missing from ``names`` maps to nothing and is refused."""
+        prefix, self.skipped, self._plan = self.prefix, [], {}
+        for name in sorted(self._entries):
+            entry = self._entries[name]
+            if name not in names:
+                raise ConversionError(f"{prefix}: the variable {name} maps to no weight of this model's layout; "
+                                      "refusing rather than dropping it")
+            key, transpose, why = names[name]
             if key is None:
                 self.skipped.append((name, why))
             elif entry["slices"]:
@@ -216,13 +229,20 @@ class TFCheckpointSource:
                 raise ConversionError(f"{prefix}: {self._plan[key][0]} and {name} both map to {key}; "
                                       "one of them would be dropped")
             else:
-                self._check_entry(name, entry, sizes)
+                self._check_entry(name, entry, self._sizes)
                 self._plan[key] = (name, entry, transpose)
         # declared shapes in PyTorch layout: checked against the model before anything is read
         self.shapes = {k: e["shape"][::-1] if t else e["shape"] for k, (_, e, t) in self._plan.items()}
-        dir_ = prefix.parent
-        cfg = next((dir_ / n for n in ("config.json", "bert_config.json") if (dir_ / n).is_file()), None)
-        self.config_path = cfg
+
+    def for_model(self, config, model_class: str | None) -> "TFCheckpointSource":
+        """Names the tensors as the config's family reads its TF checkpoints (Family.tf_names, for the class
+        ``model_class`` or the one the config names); BERT's names where the family has no such map."""
+        from jaxbert.model.families import family_of
+        family = family_of(config)
+        if family.tf_names is not None:
+            name = model_class or family.infer_class(config, []) or ""
+            self._make_plan(family.tf_names(sorted(self._entries), name))
+        return self
 
     def _data_files(self, num_shards: int) -> dict[int, Path]:
         prefix = self.prefix

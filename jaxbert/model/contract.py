@@ -170,6 +170,9 @@ class Family:
         Wqkv: 3), so that centre tiling (jaxbert.train.tiling) fills each block from its own.
       embedding_path: the word-embedding table's path under the encoder's params.
       layer_stack: the encoder's layers in the param tree, per layer and scanned (LayerStack).
+      tf_names: (TF variable names, class name) -> {name: (state-dict key or None, transpose?, why skipped)}
+        for an original TensorFlow checkpoint of the family (ELECTRA's bundle holds two models); a name left
+        out maps to nothing and is refused. None: BERT's names (jaxbert.convert.tf_checkpoint.tf_name_to_key).
     """
 
     # the contract
@@ -217,6 +220,7 @@ class Family:
     fused_outputs: dict = dataclasses.field(default_factory=dict)
     embedding_path: str = "embeddings/word_embeddings/embedding"
     layer_stack: LayerStack = LayerStack("layer")
+    tf_names: Optional[Callable] = None
 
     def __post_init__(self):
         unsaid = [f.name for f in dataclasses.fields(self) if f.default is dataclasses.MISSING

@@ -110,3 +110,56 @@ if __name__ == "__main__":
     prefix = write_tf_checkpoint(FIXTURE)
     np.savez(FIXTURE / "reference.npz", **reference_outputs(prefix))
     print(sorted(p.name for p in FIXTURE.iterdir()))
+
+
+# ---- a tensor bundle written from the format alone (no TensorFlow, no code shared with the reader) ----
+
+def _pb_varint(n: int) -> bytes:
+    out = b""
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out += bytes([low | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _pb_field(number: int, value) -> bytes:
+    """A varint field (int) or a length-delimited one (bytes) of a protobuf message."""
+    if isinstance(value, int):
+        return _pb_varint(number << 3) + _pb_varint(value)
+    return _pb_varint(number << 3 | 2) + _pb_varint(len(value)) + value
+
+
+def write_bundle(prefix: Path, variables: dict[str, np.ndarray]) -> Path:
+    """``prefix.index`` + ``prefix.data-00000-of-00001`` holding ``variables`` (float32 / int64), laid out as
+    TensorFlow's BundleWriter does: the tensors' bytes back to back in name order, an SSTable index (one data
+    block with the header under the empty key, one index block, the 48-byte footer), masked crc32c everywhere."""
+    from tests.helpers.tfevents import masked_crc
+    dtypes = {np.dtype(np.float32): 1, np.dtype(np.int64): 9}
+    data, rows = b"", [(b"", _pb_field(1, 1))]  # BundleHeaderProto: num_shards 1, little endian
+    for name in sorted(variables):
+        raw = np.ascontiguousarray(variables[name]).tobytes()
+        shape = b"".join(_pb_field(2, _pb_field(1, d)) for d in variables[name].shape)
+        entry = (_pb_field(1, dtypes[variables[name].dtype]) + _pb_field(2, shape) + _pb_field(4, len(data))
+                 + _pb_field(5, len(raw)) + _pb_varint(6 << 3 | 5) + masked_crc(raw).to_bytes(4, "little"))
+        rows.append((name.encode(), entry))
+        data += raw
+    out = b""
+
+    def block(pairs) -> bytes:  # every key written whole (no shared prefix), one restart point at 0
+        nonlocal out
+        body = b"".join(_pb_varint(0) + _pb_varint(len(k)) + _pb_varint(len(v)) + k + v for k, v in pairs)
+        body += (0).to_bytes(4, "little") + (1).to_bytes(4, "little")
+        handle = _pb_varint(len(out)) + _pb_varint(len(body))
+        out += body + b"\0" + masked_crc(body + b"\0").to_bytes(4, "little")
+        return handle
+
+    data_handle = block(rows)
+    meta_handle = block([])
+    index_handle = block([(rows[-1][0] + b"\xff", data_handle)])
+    handles = meta_handle + index_handle
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{prefix}.data-00000-of-00001").write_bytes(data)
+    Path(f"{prefix}.index").write_bytes(out + handles + b"\0" * (40 - len(handles))
+                                        + (0xdb4775248b80fb57).to_bytes(8, "little"))
+    return prefix

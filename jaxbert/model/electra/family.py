@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from jaxbert.model.contract import Family, OwnFolder
 from jaxbert.model.electra.config import CLASS_NAMES, MODEL_TYPE, ElectraConfig
+from jaxbert.model.electra.tf_names import tf_names
 
 _LOGITS = (("logits", "logits"),)
 # What parity and the converter read of each class (the fields of jaxbert.model.registry.Head).
@@ -58,6 +59,7 @@ FAMILY = ELECTRA = Family(
     position_limit=lambda config: config.max_position_embeddings,
     class_specs=CLASS_SPECS, pretraining_classes=("ElectraForMaskedLM",),
     describe_init=lambda config, class_name: f"normal(std={config.initializer_range}) kernels, zero biases",
+    tf_names=tf_names,  # Google's pretraining bundles: discriminator and generator in one
     also="the released discriminators and generators in transformers' layout",
     differences="its own folder (`jaxbert/model/electra/`) on BERT's encoder: embeddings `embedding_size` wide "
                 "and `embeddings_project` to `hidden_size` where they differ; no pooler; `electra.` prefix; heads "
