@@ -57,3 +57,28 @@ def pytest_runtest_makereport(item, call):
     if os.environ.get(EXPECT4) and report.skipped and item.get_closest_marker("transformers4") is not None:
         report.outcome = "failed"
         report.longrepr = f"{EXPECT4} is set but this transformers4 test skipped: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def _xla_cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("xla-cache")
+
+
+@pytest.fixture
+def compile_cache(_xla_cache_dir):
+    """JAX's persistent compilation cache on for one test, in a folder shared by this worker's tests that
+    ask for it: a step compiled again in-process (a stopped run resumed, the same tiny recipe in another
+    test) is read back instead (as tests/helpers/runs.child_env does for child processes). The same HLO
+    and options give the same executable, so what the test computes does not change."""
+    import jax
+    from jax._src import compilation_cache
+    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes")
+    saved = {k: getattr(jax.config, k) for k in keys}
+    for k, v in zip(keys, (str(_xla_cache_dir), 0, 0)):
+        jax.config.update(k, v)
+    compilation_cache.reset_cache()
+    yield
+    for k, v in saved.items():
+        jax.config.update(k, v)
+    compilation_cache.reset_cache()

@@ -22,24 +22,7 @@ def src(tmp_path_factory):
     return make_source(tmp_path_factory.mktemp("src"))
 
 
-@pytest.fixture
-def compile_cache(tmp_path):
-    """Six of the eight tasks compile the same binary-classification step: a persistent cache
-    for this test compiles it once (as tests/helpers/runs.child_env does for child processes)."""
-    import jax
-    from jax._src import compilation_cache
-    keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-            "jax_persistent_cache_min_entry_size_bytes")
-    saved = {k: getattr(jax.config, k) for k in keys}
-    for k, v in zip(keys, (str(tmp_path / "xla-cache"), 0, 0)):
-        jax.config.update(k, v)
-    compilation_cache.reset_cache()
-    yield
-    for k, v in saved.items():
-        jax.config.update(k, v)
-    compilation_cache.reset_cache()
-
-
+# compile_cache (tests/conftest.py): six of the eight tasks compile the same binary-classification step
 def test_glue_runs_all_eight_tasks_and_averages_the_main_metrics(src, tmp_path, capsys, compile_cache):
     data = write_glue_dir(tmp_path / "glue_data", n_train=32, n_dev=16)
     out = tmp_path / "glue.json"
