@@ -347,3 +347,31 @@ def test_deberta_gdes_three_steps_match_a_torch_reference():
         replaced += int(target.sum())
     assert replaced > 0 and ours[0][2] > optim.clip_norm  # both classes seen, clipping exercised
     assert np.abs(ours[-1][3][1][word] - ours[-1][3][0][word]).max() > 1e-4  # E_delta moved off zero
+
+
+@pytest.mark.parametrize("sharing", ["tied", "none"])
+def test_deberta_tied_and_none_sharing_route_the_generator_gradient(sharing):
+    """On the DeBERTa pair: under `tied` the generator holds no word table and its MLM loss reaches the
+    discriminator's; under `none` it has its own and the discriminator's gets nothing from the MLM loss."""
+    import jax
+    import jax.numpy as jnp
+    from flax import traverse_util
+    from jaxbert.train.rtd_export import build_pair
+    r = recipe_lib.from_dict(_recipe(rtd={"sharing": sharing}))
+    model = build_pair(r, r.model_config(64))
+    ids = jnp.asarray(np.random.RandomState(4).randint(4, 64, (2, 10)), jnp.int32)
+    unbox = lambda t: jax.tree_util.tree_map(lambda x: x.unbox() if hasattr(x, "unbox") else x, t,  # noqa: E731
+                                             is_leaf=lambda x: hasattr(x, "unbox"))
+    params = unbox(model.init_boxed(jax.random.PRNGKey(0), ids, jnp.zeros_like(ids))["params"])
+    word = ("deberta", "embeddings", "word_embeddings", "embedding")
+    assert (word in traverse_util.flatten_dict(params["generator"])) == (sharing == "none")
+    mb = {"input_ids": ids, "token_type_ids": jnp.zeros_like(ids), "attention_mask": jnp.ones_like(ids),
+          "masked_positions": jnp.array([[1, 3], [2, 5]]), "masked_labels": ids[:, :2],
+          "masked_weights": jnp.ones((2, 2))}
+
+    def mlm(p):
+        logits = model.apply({"params": p}, mb, jax.random.PRNGKey(1))["mlm_logits"]
+        return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
+    grad = jax.jit(jax.grad(mlm))(params)
+    g_disc = np.abs(np.asarray(traverse_util.flatten_dict(grad["discriminator"])[word])).max()
+    assert (g_disc > 0) == (sharing == "tied")
