@@ -19,7 +19,7 @@ def _rows(workdir):
     return [{k: v for k, v in row.items() if k not in TIMING} for row in metric_rows(workdir)]
 
 
-def test_stop_between_log_rows_then_resume_writes_the_uninterrupted_rows(tmp_path, capsys):
+def test_stop_between_log_rows_then_resume_writes_the_uninterrupted_rows(tmp_path, capsys, compile_cache):
     recipe = write_recipe(tmp_path / "tiny.yaml", train={"steps": 15, "log_every": 5},
                           checkpoint={"every_steps": 4, "keep": 5})
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
