@@ -30,7 +30,7 @@ VERBS = {
     "train": ("jaxbert.cli.train", "MLM pretraining from a recipe (default: the tiny-demo)"),
     "finetune": ("jaxbert.cli.finetune", "fine-tune on a task (classification, regression, tokens, qa, choice, glue/NAME)"),
     "glue": ("jaxbert.cli.glue", "the eight GLUE tasks under one protocol: a table of dev scores and their average"),
-    "finetune-demo": ("jaxbert.cli.finetune_demo", "what pretraining buys: three models fine-tuned on docstring kinds, no download"),
+    "finetune-demo": ("jaxbert.cli.finetune_demo", "what pretraining buys: three models on docstring kinds (--task embedding: a retriever); no download"),
     "predict": ("jaxbert.cli.predict", "predictions of a fine-tuned model as JSONL"),
     "evaluate": ("jaxbert.cli.evaluate", "score a fine-tuned model on labelled data"),
     "export": ("jaxbert.cli.export", "write a Hugging Face directory from a training workdir"),

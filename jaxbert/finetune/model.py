@@ -130,7 +130,9 @@ class LoadedModel:
     fresh: list[str]  # task params SRC lacked, initialised (dotted param paths)
 
     def describe(self, src) -> str:
-        lines = [f"{src} -> {self.class_name} ({self.config.num_labels} labels)"]
+        n = self.config.num_labels  # a bare encoder (the embedding kind's ...Model) has no labels to count
+        labels = "" if self.class_name.endswith("Model") else f" ({n} label{'s' if n != 1 else ''})"
+        lines = [f"{src} -> {self.class_name}{labels}"]
         if self.dropped:
             lines.append(f"  dropped from {src} (the task does not use them): {', '.join(self.dropped)}")
         if self.fresh:
