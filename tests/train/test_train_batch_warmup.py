@@ -65,7 +65,7 @@ def _recording(monkeypatch):
 
 
 def test_the_stream_continues_exactly_and_resume_is_bit_exact_across_a_change_of_batch(tmp_path, monkeypatch,
-                                                                                        capsys):
+                                                                                        capsys, compile_cache):
     recipe = write_recipe(tmp_path / "bw.yaml", **RECIPE)
     reads = _recording(monkeypatch)
     whole = tmp_path / "whole"
