@@ -38,7 +38,7 @@ class OptimSection:
     """
     name: str = "adamw"  # a key of OPTIMIZERS
     learning_rate: float = 1e-4  # peak
-    schedule: str = "linear"  # a key of SCHEDULES (after linear warmup): linear | polynomial | wsd | 1-sqrt | constant
+    schedule: str = "linear"  # a key of SCHEDULES (after linear warmup): linear | polynomial | wsd | 1-sqrt | cosine | constant
     warmup_steps: int = 0  # > 0: linear warmup over this many steps
     warmup_ratio: float = 0.0  # when warmup_steps is 0: warm up over this share of the total steps
     decay_power: float = 1.0  # polynomial decay exponent
@@ -158,12 +158,23 @@ def _one_minus_sqrt(o: OptimSection, peak, end, rest: int, total: int):
     return optax.join_schedules([optax.constant_schedule(peak), decay], [stable])
 
 
+def _cosine(o: OptimSection, peak, end, rest: int, total: int):
+    """Half a cosine from the peak to the end lr over every step after warmup (Loshchilov & Hutter 2017,
+    without restarts; nomic's contrastors and many embedding recipes): lr = end + (peak - end) *
+    (1 + cos(pi * progress)) / 2."""
+    def decay(count):
+        progress = jnp.clip(count / rest, 0.0, 1.0)
+        return end + (peak - end) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
+    return decay
+
+
 # The decay after warmup: (section, peak, end lr, steps after warmup, total steps) -> optax schedule.
 SCHEDULES = {
     "linear": _polynomial,
     "polynomial": _polynomial,
     "wsd": _wsd,  # warmup-stable-decay: hold the peak, decay linearly over the last decay_fraction
     "1-sqrt": _one_minus_sqrt,  # as wsd, decaying as 1 - sqrt(progress); decay_fraction 1: the whole run
+    "cosine": _cosine,  # half a cosine to the end lr over every step after warmup
     "constant": lambda o, peak, end, rest, total: optax.constant_schedule(peak),
 }
 
@@ -175,7 +186,8 @@ def make_schedule(o: OptimSection, total_steps: int) -> optax.Schedule:
     wsd (warmup-stable-decay): hold the peak, then decay linearly over the last
     decay_fraction of the steps (at most the steps after warmup: decay_fraction 1 decays from the
     end of warmup), reaching learning_rate * end_lr_factor at total_steps. 1-sqrt: the same with a
-    1 - sqrt(progress) decay.
+    1 - sqrt(progress) decay. cosine: half a cosine from the peak to learning_rate * end_lr_factor over
+    every step after warmup.
     constant: hold the peak.
     """
     peak, end = o.learning_rate, o.learning_rate * o.end_lr_factor

@@ -28,3 +28,13 @@ def test_every_schedule_ends_at_its_end_lr_whatever_the_warmup_and_decay(schedul
                 start = max(TOTAL - max(round(fraction * TOTAL), 1), warmup)
                 assert np.allclose(lr[warmup:start + 1], PEAK), case
                 assert lr[start + 1] < PEAK, case
+
+
+def test_cosine_follows_half_a_cosine_after_warmup():
+    o = OptimSection(learning_rate=PEAK, warmup_steps=40, schedule="cosine", end_lr_factor=END)
+    s = make_schedule(o, TOTAL)
+    # 160 steps after warmup: a quarter, a half and three quarters of the way down, written out by hand
+    for step, cos in ((80, np.sqrt(0.5)), (120, 0.0), (160, -np.sqrt(0.5))):
+        want = PEAK * END + (PEAK - PEAK * END) * (1 + cos) / 2
+        assert float(s(step)) == pytest.approx(want, rel=1e-6), step
+    assert float(s(20)) == pytest.approx(PEAK / 2, rel=1e-6)  # linear warmup
