@@ -87,7 +87,7 @@ def test_compiles_at_most_one_step_per_bucket(src, tmp_path, monkeypatch):
     assert len(traced) == len(lengths) <= 2 and all(n % 8 == 0 and n <= 64 for n in lengths)
 
 
-def test_a_stopped_run_resumes_to_the_same_params_bit_for_bit(src, tmp_path):
+def test_a_stopped_run_resumes_to_the_same_params_bit_for_bit(src, tmp_path, compile_cache):
     train, dev = write_kind(tmp_path / "data", "classification", n_train=96, n_eval=32)
     spec = parse_task("classification", train, [dev])
     recipe = load("finetune-tiny", ["train.steps=14", "checkpoint.every_steps=4"])  # dropout 0.1 in SRC
