@@ -139,7 +139,7 @@ def test_data_of_another_tokenizer_of_the_same_size_is_refused(tmp_path, capsys)
     # (the released model's own tokenizer passes the check: the test above trains on such data)
 
 
-def test_a_phase_started_from_an_unfinished_run_says_so(tmp_path, capsys):
+def test_a_phase_started_from_an_unfinished_run_says_so(tmp_path, capsys, compile_cache):
     first = write_recipe(tmp_path / "p1.yaml", train={"steps": 40, "eval_batches": 1},
                          checkpoint={"every_steps": 100, "keep": 2})
     assert main(["train", "--config", str(first), "--workdir", str(tmp_path / "p1"), "--stop-after", "3"]) == 0
