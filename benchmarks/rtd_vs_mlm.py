@@ -219,7 +219,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("flops", "task", "commands", "run", "table"))
     p.add_argument("--vocab", type=int, default=4096, help="the tokenizer's vocabulary (the recipes' 4096)")
-    p.add_argument("--rtd-steps", type=int, default=1200)
+    p.add_argument("--rtd-steps", type=int, default=600, help="RTD steps (MLM: this x the FLOPs ratio)")
     p.add_argument("--ratio", type=float, default=None, help="FLOPs_rtd / FLOPs_mlm (default: measured)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--root", type=Path, default=ROOT)
