@@ -18,12 +18,13 @@ from flax import traverse_util
 from jaxbert import fs
 from jaxbert import workdir as workdir_lib
 from jaxbert.convert.export import TOKENIZER_FILES, _fit_tokenizer_to_model
-from jaxbert.convert.pretrained import MODEL_KIND
 from jaxbert.convert.load import state_dict_to_params
+from jaxbert.convert.pretrained import MODEL_KIND, load_checkpoint
 from jaxbert.convert.safetensors_io import SafetensorsReader, iter_safetensors, write_safetensors
 from jaxbert.convert.writers import iter_state_dict, write_hf
 from jaxbert.errors import InputError
 from jaxbert.fs import check_destination, publish_dir
+from jaxbert.model.configs import read_config
 from jaxbert.model.families import family_of
 from jaxbert.train.recipe import from_dict
 from jaxbert.train.rtd import RtdModel, export_params, shared_tables
@@ -93,14 +94,12 @@ def read_discriminator(path, dtype=None) -> tuple:
     """(config, class name, params) of the discriminator an RTD export holds at ``path`` (a local directory): for
     a family exported as its backbone (DeBERTa-v3), the backbone's weights and HEAD_FILE joined into the
     discriminator class, every tensor required (strict); for ELECTRA, its ElectraForPreTraining directory."""
-    from jaxbert.convert.pretrained import load_checkpoint
     path = Path(path)
     if not (path / HEAD_FILE).is_file():
         cfg, name, params, _ = load_checkpoint(path, dtype=dtype, strict=True)
         return cfg, name, params
     with SafetensorsReader(path / HEAD_FILE) as reader:
         disc_class = reader.metadata.get("model_class")
-    from jaxbert.model.configs import read_config
     cfg = read_config(path / "config.json")
     family = family_of(cfg)
     if disc_class != DISCRIMINATORS.get(family.name, ("",))[0]:
