@@ -18,6 +18,8 @@ from jaxbert.finetune.task_data import parse_task
 from tests.helpers.finetune_data import classification_rows, make_source, token_rows, write_jsonl
 
 QUIET = lambda m: None  # noqa: E731
+# the tests fine-tune/train the same tiny model again and again: compiled once (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_cache")
 
 
 @pytest.fixture(scope="module")
