@@ -20,6 +20,8 @@ from tests.helpers.finetune_data import classification_rows, make_source, write_
 from tests.helpers.runs import TINY
 
 QUIET = lambda m: None  # noqa: E731
+# the tests fine-tune/train the same tiny model again and again: compiled once (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_cache")
 USER_RECIPE = "# my own notes on this experiment\nlr: 3e-5   # tried 5e-5 first\n"
 
 
