@@ -41,7 +41,7 @@ RECIPE = dict(train={"steps": 10, "per_device_batch_size": 8, "accum_steps": 4, 
               checkpoint={"every_steps": 2, "keep": 10})
 
 
-def test_a_run_resumed_at_another_micro_batch_size_reads_what_an_uninterrupted_one_reads(tmp_path):
+def test_a_run_resumed_at_another_micro_batch_size_reads_what_an_uninterrupted_one_reads(tmp_path, compile_cache):
     recipe = write_recipe(tmp_path / "bw.yaml", **RECIPE)
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     assert main(["train", "--config", str(recipe), "--workdir", str(whole)]) == 0
