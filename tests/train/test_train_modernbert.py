@@ -26,7 +26,7 @@ OPTIM = {"name": "stable_adamw", "learning_rate": 1e-2, "b2": 0.98, "eps": 1e-6,
          "schedule": "wsd", "decay_fraction": 0.25, "warmup_steps": 3, "clip_norm": None}
 
 
-def test_a_tiny_modernbert_pretrains_its_loss_falls_and_it_resumes_exactly(tmp_path, capsys):
+def test_a_tiny_modernbert_pretrains_its_loss_falls_and_it_resumes_exactly(tmp_path, capsys, compile_cache):
     recipe = write_recipe(tmp_path / "mb.yaml", model=MODEL, optim=OPTIM,
                           data={"mask_rate": 0.3},
                           train={"steps": 36, "log_every": 1, "eval_every": 0},
