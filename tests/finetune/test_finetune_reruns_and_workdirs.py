@@ -36,6 +36,8 @@ from tests.helpers.runs import TINY, write_recipe
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["--config", "finetune-tiny", "--set", "data.max_length=32", "--set", "train.epochs=1"]
 SILENT = lambda m: None  # noqa: E731
+# the tests fine-tune the same tiny model again and again: compiled once (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("compile_cache")
 
 
 @pytest.fixture(scope="module")
