@@ -114,7 +114,7 @@ def deberta_run(tmp_path_factory):
     return path, root / "straight"
 
 
-def test_deberta_rtd_run_resumes_bit_exactly(deberta_run, tmp_path, capsys):
+def test_deberta_rtd_run_resumes_bit_exactly(deberta_run, tmp_path, capsys, compile_cache):
     path, straight = deberta_run
     stopped = tmp_path / "stopped"
     assert main(["train", "--config", str(path), "--workdir", str(stopped), "--stop-after", "4"]) == 0
