@@ -14,6 +14,7 @@ finetune-embedding-demo recipe, its held-out retrieval figures before and after.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from jaxbert import workdir as workdir_lib
 from jaxbert.errors import InputError
 from jaxbert.finetune.demo import (DEFAULT_PER_KIND, TRAIN_TINY_DEMO, Contender, check_demo_workdir, demo_estimate,
                                    docstring_task, fresh_copy, minilm_folder, results_table, run_demo)
+from jaxbert.finetune.kinds.embedding import demo as embedding_demo
 from jaxbert.finetune.recipe import load
 from jaxbert.fs import atomic_write_text, check_new_file
 
@@ -61,8 +63,7 @@ def _pretrained(path) -> str:
 
 def run(args) -> int:
     if args.task == "embedding":
-        from jaxbert.finetune.kinds.embedding.demo import run_command
-        return run_command(args)
+        return run_embedding(args)
     if args.pairs is not None:
         raise InputError("--pairs: only with --task embedding (the classification demo takes --per-kind)")
     n_train, n_test = args.per_kind
@@ -98,4 +99,39 @@ def run(args) -> int:
     if args.json:
         atomic_write_text(args.json, json.dumps({"recipe": recipe.to_dict(), "per_kind": [n_train, n_test],
                                          "results": results, "wall_s": round(wall, 1)}, indent=2) + "\n")
+    return 0
+
+
+def run_embedding(args) -> int:
+    """`jaxbert finetune-demo --task embedding` (jaxbert.cli.finetune_demo parses the arguments)."""
+    if tuple(args.per_kind) != tuple(DEFAULT_PER_KIND):
+        raise InputError("--per-kind: the classification demo's; --task embedding takes --pairs TRAIN HELDOUT")
+    if args.tiny_demo != "runs/tiny-demo":
+        raise InputError("--tiny-demo: the classification demo's; --task embedding starts from --pretrained "
+                         "(a tiny-demo workdir is accepted there)")
+    n_train, n_test = args.pairs or embedding_demo.DEFAULT_PAIRS
+    for what, n in (("TRAIN", n_train), ("HELDOUT", n_test)):
+        if n < 1:
+            raise InputError(f"--pairs {n_train} {n_test}: {what} must be at least 1 pair, got {n}")
+    if args.json:
+        check_new_file(args.json, "--json")
+    if args.workdir is not None:
+        embedding_demo.check_workdir(args.workdir)
+    source = args.pretrained if args.pretrained is not None else minilm_folder("--pretrained")
+    name = "all-MiniLM-L6-v2" if args.pretrained is None else os.fspath(args.pretrained)
+    recipe = load(args.config or "finetune-embedding-demo", args.overrides)
+    log = (lambda m: None) if args.quiet else print
+    t0 = time.perf_counter()
+    train, test = embedding_demo.doc_pairs(n_train, n_test)
+    log(f"finetune-demo --task embedding: {name}, {n_train} training and {n_test} held-out pairs from the "
+        f"embedded Python documentation; expected {embedding_demo.estimate(n_train)}")
+    log(f"the run kept in {args.workdir}" if args.workdir is not None else
+        "the run in a temporary folder, removed at the end (--workdir DIR keeps it)")
+    result = embedding_demo.run_embedding_demo(source, recipe, train, test, args.workdir, log=log)
+    wall = time.perf_counter() - t0
+    print(embedding_demo.results_table(result, name, n_train, n_test))
+    print(f"{wall:.0f} s in all (pairs built, the model scored, fine-tuned and scored again)")
+    if args.json:
+        atomic_write_text(args.json, json.dumps({"recipe": recipe.to_dict(), "pairs": [n_train, n_test],
+                                                 "model": name, **result, "wall_s": round(wall, 1)}, indent=2) + "\n")
     return 0

@@ -16,7 +16,6 @@ bundles hold the discriminator and the generator), applied by ``for_model``.
 from __future__ import annotations
 
 import math
-import re
 import struct
 from glob import escape as glob_escape
 from pathlib import Path
@@ -27,6 +26,8 @@ import numpy as np
 
 from jaxbert.convert.crc32c import crc32c, mask
 from jaxbert.convert.result import ConversionError
+from jaxbert.model.bert.tf_names import SKIPPED_PARTS, tf_name_to_key  # noqa: F401 (BERT's names, the default)
+from jaxbert.model.families import family_of
 
 INDEX_SUFFIX = ".index"
 _MAGIC = 0xdb4775248b80fb57  # the table format's footer magic
@@ -35,11 +36,6 @@ _MAX_SHARDS = 100_000  # the data files' names count shards in five digits
 # tensorflow/core/framework/types.proto DataType -> NumPy
 _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8, 9: np.int64,
            10: np.bool_, 14: ml_dtypes.bfloat16, 17: np.uint16, 19: np.float16, 22: np.uint32, 23: np.uint64}
-# Variables that are not weights: optimizer slots and the step counter (as transformers skips them).
-SKIPPED_PARTS = {"adam_m": "optimizer slot (Adam first moment)", "adam_v": "optimizer slot (Adam second moment)",
-                 "AdamWeightDecayOptimizer": "optimizer state", "AdamWeightDecayOptimizer_1": "optimizer state",
-                 "global_step": "training step counter"}
-
 
 # ---- protobuf wire format (only varint, fixed and length-delimited fields occur) ----
 
@@ -146,32 +142,6 @@ def read_index(path: Path) -> tuple[dict, dict]:
     return {"num_shards": header.get(1, 1), "big_endian": header.get(2, 0) == 1}, entries
 
 
-# ---- names, as transformers' load_tf_weights_in_bert maps them ----------------------
-
-def tf_name_to_key(name: str) -> tuple[str | None, bool, str]:
-    """A TF variable name -> (state-dict key or None, transpose?, why skipped)."""
-    parts = name.split("/")
-    for part in parts:
-        if part in SKIPPED_PARTS:
-            return None, False, SKIPPED_PARTS[part]
-    out = []
-    for part in parts:
-        m = re.fullmatch(r"([A-Za-z]+)_(\d+)", part)
-        if m:  # layer_3 -> layer.3
-            out += [m.group(1), m.group(2)]
-        elif part in ("kernel", "gamma", "output_weights"):
-            out.append("weight")
-        elif part in ("beta", "output_bias"):
-            out.append("bias")
-        elif part == "squad":
-            out.append("classifier")
-        else:
-            out.append(part)
-    if parts[-1].endswith("_embeddings"):
-        out.append("weight")
-    return ".".join(out), parts[-1] == "kernel", ""
-
-
 def checkpoint_prefix(path: Path) -> Path | None:
     """The bundle prefix (``.../bert_model.ckpt``) for a folder, an .index file or a prefix; else None."""
     if path.is_dir():
@@ -237,7 +207,6 @@ class TFCheckpointSource:
     def for_model(self, config, model_class: str | None) -> "TFCheckpointSource":
         """Names the tensors as the config's family reads its TF checkpoints (Family.tf_names, for the class
         ``model_class`` or the one the config names); BERT's names where the family has no such map."""
-        from jaxbert.model.families import family_of
         family = family_of(config)
         if family.tf_names is not None:
             name = model_class or family.infer_class(config, []) or ""

@@ -172,7 +172,7 @@ class Family:
       layer_stack: the encoder's layers in the param tree, per layer and scanned (LayerStack).
       tf_names: (TF variable names, class name) -> {name: (state-dict key or None, transpose?, why skipped)}
         for an original TensorFlow checkpoint of the family (ELECTRA's bundle holds two models); a name left
-        out maps to nothing and is refused. None: BERT's names (jaxbert.convert.tf_checkpoint.tf_name_to_key).
+        out maps to nothing and is refused. None: BERT's names (jaxbert.model.bert.tf_names.tf_name_to_key).
     """
 
     # the contract

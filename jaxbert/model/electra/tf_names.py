@@ -11,6 +11,8 @@ its reason; a name under no scope listed here is left out, so that the reader re
 
 from __future__ import annotations
 
+from jaxbert.model.bert.tf_names import SKIPPED_PARTS, tf_name_to_key
+
 GENERATOR_CLASS = "ElectraForMaskedLM"
 _NOT_WEIGHTS = {"temperature": "the sampling temperature, not a weight"}
 _OTHER = {"generator": "the generator's (convert with --model-class ElectraForMaskedLM and the generator's "
@@ -43,7 +45,6 @@ def _role_of_scope(scope: str, untied: bool) -> tuple[str, str] | None:
 
 def tf_names(names: list[str], model_class: str) -> dict:
     """{TF name: (state-dict key or None, transpose?, why skipped)} of the model ``model_class`` reads."""
-    from jaxbert.convert.tf_checkpoint import SKIPPED_PARTS, tf_name_to_key
     want = "generator" if model_class == GENERATOR_CLASS else "discriminator"
     untied = any(n.startswith("generator/embeddings/") for n in names)
     out = {}

@@ -29,8 +29,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from pydoc_data import topics as pydoc_topics
+
 from jaxbert import fs
+from jaxbert.data.embedded import documented_objects
 from jaxbert.errors import InputError
+from jaxbert.finetune.demo import write_jsonl
+from jaxbert.finetune.kinds.embedding.run import train_embedding
+from jaxbert.finetune.task_data import parse_task
 
 HELD_OUT_PERCENT = 20  # share of groups (topics, top-level packages) hashed into the held-out split
 MIN_QUERY_WORDS = 3
@@ -51,7 +57,7 @@ def topic_sections(topics: dict | None = None) -> Iterable[tuple[str, str, str, 
     """(group, key, title, body) for every section of the language reference: group is the topic's
     name, the body the section's text up to the next heading, whitespace collapsed."""
     if topics is None:
-        from pydoc_data.topics import topics
+        topics = pydoc_topics.topics
     for name in sorted(topics):
         text = topics[name]
         heads = list(_HEADING.finditer(text))
@@ -64,7 +70,6 @@ def docstring_splits(objects: Iterable | None = None) -> Iterable[tuple[str, str
     """(group, key, first sentence, the rest) of every standard-library docstring that has both:
     group is the top-level package, key module:qualname."""
     if objects is None:
-        from jaxbert.data.embedded import documented_objects
         objects = documented_objects()
     for module, qualname, _kind, doc in objects:
         m = _SENTENCE.match(_words(_RULE.sub(" ", doc)))
@@ -136,10 +141,6 @@ def run_embedding_demo(source, recipe, train_rows: Sequence[dict], test_rows: Se
     first step and at the end of training (not the best evaluation: nothing is picked on held-out
     data). Returns {"source", "before", "after", "steps", "seconds"}; before / after hold recall@1,
     recall@10, MRR@10 and nDCG@10. workdir None: a temporary folder, removed after."""
-    from jaxbert.finetune.demo import write_jsonl
-    from jaxbert.finetune.kinds.embedding.run import train_embedding
-    from jaxbert.finetune.task_data import parse_task
-
     if workdir is not None:  # every path checked before the first is written
         check_workdir(workdir)
     t0 = time.perf_counter()
@@ -177,49 +178,7 @@ def results_table(result: dict, name: str, n_train: int, n_test: int) -> str:
 DEMO_CPU_SECONDS = 291
 
 
-def run_command(args) -> int:
-    """`jaxbert finetune-demo --task embedding` (jaxbert.cli.finetune_demo parses the arguments)."""
-    import json
-
-    from jaxbert.cli.finetune_demo import DEFAULT_PER_KIND
-    from jaxbert.finetune.recipe import load
-    from jaxbert.fs import atomic_write_text, check_new_file
-    from jaxbert.packaged import minilm_folder
-
-    if tuple(args.per_kind) != tuple(DEFAULT_PER_KIND):
-        raise InputError("--per-kind: the classification demo's; --task embedding takes --pairs TRAIN HELDOUT")
-    if args.tiny_demo != "runs/tiny-demo":
-        raise InputError("--tiny-demo: the classification demo's; --task embedding starts from --pretrained "
-                         "(a tiny-demo workdir is accepted there)")
-    n_train, n_test = args.pairs or DEFAULT_PAIRS
-    for what, n in (("TRAIN", n_train), ("HELDOUT", n_test)):
-        if n < 1:
-            raise InputError(f"--pairs {n_train} {n_test}: {what} must be at least 1 pair, got {n}")
-    if args.json:
-        check_new_file(args.json, "--json")
-    if args.workdir is not None:
-        check_workdir(args.workdir)
-    source = args.pretrained if args.pretrained is not None else minilm_folder("--pretrained")
-    name = "all-MiniLM-L6-v2" if args.pretrained is None else os.fspath(args.pretrained)
-    recipe = load(args.config or "finetune-embedding-demo", args.overrides)
-    log = (lambda m: None) if args.quiet else print
-    t0 = time.perf_counter()
-    train, test = doc_pairs(n_train, n_test)
-    log(f"finetune-demo --task embedding: {name}, {n_train} training and {n_test} held-out pairs from the "
-        f"embedded Python documentation; expected {_estimate(n_train)}")
-    log(f"the run kept in {args.workdir}" if args.workdir is not None else
-        "the run in a temporary folder, removed at the end (--workdir DIR keeps it)")
-    result = run_embedding_demo(source, recipe, train, test, args.workdir, log=log)
-    wall = time.perf_counter() - t0
-    print(results_table(result, name, n_train, n_test))
-    print(f"{wall:.0f} s in all (pairs built, the model scored, fine-tuned and scored again)")
-    if args.json:
-        atomic_write_text(args.json, json.dumps({"recipe": recipe.to_dict(), "pairs": [n_train, n_test],
-                                                 "model": name, **result, "wall_s": round(wall, 1)}, indent=2) + "\n")
-    return 0
-
-
-def _estimate(n_train: int) -> str:
+def estimate(n_train: int) -> str:
     """The CPU time the measured run took, scaled by the training pairs (wall time grows when the cores are shared)."""
     seconds = DEMO_CPU_SECONDS * max(n_train, 1) / DEFAULT_PAIRS[0]
     minutes = max(1, round(seconds / 60))

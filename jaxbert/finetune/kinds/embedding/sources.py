@@ -24,6 +24,7 @@ import numpy as np
 from jaxbert.engine.recipe import RecipeError
 from jaxbert.errors import InputError
 from jaxbert.finetune.features import Features, bucket_for
+from jaxbert.finetune.loop import fingerprint
 from jaxbert.finetune.row_files import local_path
 
 BLOCK = 1024  # steps drawn together: a resume at step s draws s / BLOCK blocks' counts
@@ -54,7 +55,6 @@ class Training:
 
     def record(self) -> dict:
         """What a checkpoint must agree on to be resumed (the sources, their weights, the rows' content)."""
-        from jaxbert.finetune.loop import fingerprint
         return {"sources": [{"name": s.name, "weight": s.weight, "rows": s.rows} for s in self.sources],
                 "batch_per_source": self.schedule.per_source, "steps_per_epoch": self.per_epoch,
                 "train_fingerprint": fingerprint(self.features)}
