@@ -70,6 +70,7 @@ class HFConfig:
     DEFAULT_MODEL_TYPE = ""
     CLASS_NAMES: tuple = ()
     A_NAME = ""
+    OWN_CLASSES: tuple = ()  # jaxbert's classes that no transformers version has (DeBERTa-v3's discriminator)
 
     # ---- one model_type, its own classes ------------------------------------------
     @classmethod

@@ -72,6 +72,9 @@ def torch_model(module, params, dtype: str = "float32"):
 
     name = module.config.class_name(type(module).__name__)  # a RoBERTa config: the Roberta* class
     check_transformers_supports(module.config)
+    if name in module.config.OWN_CLASSES:
+        raise InputError(f"{name} is jaxbert's own class (no transformers version has one): no reference to compare "
+                         f"its head with; compare the encoder with --model-class {module.config.CLASS_NAMES[0]}")
     if not hasattr(transformers, name):  # a model type this transformers predates (EuroBERT before 5.x)
         raise InputError(f"transformers {transformers.__version__} has no {name}: no reference to compare with; "
                          "pip install -U transformers")

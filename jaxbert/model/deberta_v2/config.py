@@ -74,10 +74,13 @@ class DebertaV2Config(HFConfig):
     model_type: str = MODEL_TYPE
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    DEFAULT_MODEL_TYPE = MODEL_TYPE
+    CLASS_NAMES = CLASS_NAMES
+    A_NAME = "a DeBERTa-v2"
+    OWN_CLASSES = (RTD_CLASS,)
+
     def __post_init__(self):
-        self._init_labels()
-        if self.architectures is not None:
-            object.__setattr__(self, "architectures", tuple(self.architectures))
+        self._init_fields()
         extra = dict(self.extra)
         # the keys that came in, so that to_dict writes back exactly those of READ_WITH_DEFAULT
         extra.setdefault("_given", tuple(k for k in READ_WITH_DEFAULT if getattr(self, k) !=
@@ -127,12 +130,6 @@ class DebertaV2Config(HFConfig):
     @property
     def classifier_dropout(self) -> float:
         return self.hidden_dropout_prob if self.cls_dropout is None else self.cls_dropout
-
-    def class_name(self, name: str) -> str:
-        """The name itself when it is a DeBERTa-v2 class; refused by name otherwise."""
-        if name not in CLASS_NAMES:
-            raise ConfigError(f"model_type {MODEL_TYPE!r} has no class {name!r}; its classes are {CLASS_NAMES}")
-        return name
 
     # ---- checks --------------------------------------------------------------------
     def validate(self) -> None:
@@ -188,20 +185,12 @@ class DebertaV2Config(HFConfig):
                               "reads the hidden state")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})")
-        if self.model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {self.model_type!r} is not a DeBERTa-v2 config (expected {MODEL_TYPE!r})")
-        if self.architectures:
-            for name in self.architectures:
-                if name not in CLASS_NAMES:
-                    raise ConfigError(f"architectures names {name!r}, not a DeBERTa-v2 class {CLASS_NAMES}")
-        self._check_labels()
+        self._check_family()
 
     # ---- config.json -------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DebertaV2Config:
-        model_type = data.get("model_type", MODEL_TYPE)
-        if model_type != MODEL_TYPE:
-            raise ConfigError(f"model_type {model_type!r} is not a DeBERTa-v2 config (expected {MODEL_TYPE!r})")
+        cls.check_model_type(data.get("model_type", MODEL_TYPE))
         kwargs, extra = cls._split(data)
         extra["_given"] = tuple(k for k in READ_WITH_DEFAULT if k in data)
         return cls(**kwargs, extra=extra)
