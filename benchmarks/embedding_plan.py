@@ -131,7 +131,7 @@ def main(argv=None) -> int:
           f"compiled in {cost.lower_s + cost.compile_s:.0f} s")
     print(f"similarity matrix: [{B}, {B * (C - 1)}] scores per step, {sim_bytes / 2**30:.2f} GiB in float32 "
           f"over the global batch ({sim_bytes / n / 2**20:,.0f} MiB per device, rows split over {n})")
-    if args.hlo_dir:
+    if args.hlo_dir and not cost.out_of_memory:  # a compile refused for memory leaves no HLO
         with open(f"{args.hlo_dir}/train_step.hlo.txt") as f:
             shapes = largest_f32_shapes(f.read(), B * (C - 1))
         out["hlo_similarity_shapes"] = shapes
