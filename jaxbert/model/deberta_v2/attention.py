@@ -8,6 +8,11 @@ position_buckets // 2 up to max_relative_positions (``relative_positions``, comp
 transformers computes them, so that the buckets are the same integers). Both terms read the relative-embedding
 table at clamp(bucket(i - j) + span, 0, 2 span - 1), span = position_buckets or max_relative_positions.
 
+Both indices depend on i - j alone, so neither term gathers a [B, N, T, T] index (a gather, and a scatter-add in
+the backward, that reads and writes buffers the size of the scores): the projected table's rows are taken once per
+distance (``distance_index``, 2T - 1 rows of [2 span, N, D]), each query (c2p) or key (p2c) scored against every
+distance, and the [.., T, 2T - 1] scores skewed to [.., T, T] by reshapes and a slice (``relative_shift``).
+
 The relative terms are an additive [B, N, T, T] score bias formed from the queries and keys themselves, which no
 fused kernel takes: the layers run ``einsum`` (whole, or in attention_chunks blocks of queries); the family's build
 runs ``auto`` as einsum and refuses ``dot_product``, ``blocked`` and ``splash`` by name (docs/attention.md).
@@ -48,6 +53,41 @@ def relative_index(config, length: int) -> np.ndarray:
     span = config.att_span
     rel = relative_positions(length, config.position_buckets, config.max_relative)
     return np.clip(rel + span, 0, 2 * span - 1).astype(np.int32)
+
+
+def distance_index(config, length: int) -> np.ndarray:
+    """int32 [2T - 1]: the table row for distance d = T - 1 - m at m (d from T - 1 down to -(T - 1)), read off
+    relative_index (row i - j of its [T, T] depends on i - j alone): column 0 upwards, then row 0."""
+    index = relative_index(config, length)
+    return np.concatenate([index[::-1, 0], index[0, 1:]]).astype(np.int32)
+
+
+def relative_shift(x):
+    """[.., T, 2T - 1] -> [.., T, T]: out[.., i, j] = x[.., i, j + T - 1 - i], by flattening the last two axes
+    (row i starts at i (2T - 1)), dropping the first T - 1 entries, and reading rows of 2T - 2: entry (i, j) then
+    lies at i (2T - 1) + T - 1 - i + j. No gather."""
+    *lead, T, W = x.shape
+    if T == 1:
+        return x
+    flat = x.reshape(*lead, T * W)[..., T - 1:T - 1 + T * (W - 1)]
+    return flat.reshape(*lead, T, W - 1)[..., :T]
+
+
+def relative_bias(config, q, k, pos_key, pos_query, scale):
+    """The relative terms' score bias [B, N, T, T], already divided by scale: c2p[i, j] = q_i . pos_key[row(i - j)]
+    and p2c[i, j] = k_j . pos_query[row(i - j)] (pos_key / pos_query [2 span, N, D], None for a term not in
+    att_terms), each query or key scored against all 2T - 1 distances, then skewed."""
+    T = q.shape[1]
+    dist = distance_index(config, T)  # m -> the row for d = T - 1 - m
+    bias = None
+    if "c2p" in config.att_terms:
+        c2p = jnp.einsum("BTND,MND->BNTM", q, pos_key[jnp.asarray(dist)])
+        bias = relative_shift(c2p) / scale
+    if "p2c" in config.att_terms:  # key j's row in the skew is d = j - i: the distances reversed, then keys last
+        p2c = jnp.einsum("BSND,MND->BNSM", k, pos_query[jnp.asarray(dist[::-1].copy())])
+        p2c = jnp.swapaxes(relative_shift(p2c), -1, -2) / scale
+        bias = p2c if bias is None else bias + p2c
+    return bias
 
 
 def scale_of(config, dtype):
@@ -91,15 +131,7 @@ class DisentangledSelfAttention(DebertaV2Module):
             else:
                 pos_key = heads(self.proj("pos_key_proj")(rel)) if "c2p" in terms else None
                 pos_query = heads(self.proj("pos_query_proj")(rel)) if "p2c" in terms else None
-            index = jnp.asarray(relative_index(cfg, T))
-            if "c2p" in terms:  # query i against the key's relative position: [B, N, T, 2 span] gathered to [.., T, T]
-                c2p = jnp.einsum("BTND,RND->BNTR", q, pos_key)
-                bias = jnp.take_along_axis(c2p, jnp.broadcast_to(index, (B, N, T, T)), axis=-1) / scale
-            if "p2c" in terms:  # key j against the query's relative position, then keys last
-                p2c = jnp.einsum("BSND,RND->BNSR", k, pos_query)
-                p2c = jnp.take_along_axis(p2c, jnp.broadcast_to(index.T, (B, N, T, T)), axis=-1)
-                p2c = jnp.swapaxes(p2c, -1, -2) / scale
-                bias = p2c if bias is None else bias + p2c
+            bias = relative_bias(cfg, q, k, pos_key, pos_query, scale)
         # content scores as transformers forms them: q times (k / scale), then the relative terms added
         context, probs = attention.einsum_attention(
             self, q, k / scale, v, mask, jnp.asarray(1, opts.dtype), bias=bias,
