@@ -191,6 +191,44 @@ def check_sections(recipe) -> None:
 AUTO_KEYS = ("train.per_device_batch_size", "model.remat_policy")
 
 
+SOURCE_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a source's name: it keys the run's reports and metric keys
+
+
+def read_source(cls, item, where: str, example: str, missing: str):
+    """One item of a ``data.sources`` list (``where``: data.sources[k]) as ``cls(path, weight, name)``: a mapping
+    of cls.KEYS (the path's key first), the path given (MISSING says what it is), a finite weight > 0 where
+    given (an integer kept as written, anything else as the number it reads as: YAML reads 1e3 as a string),
+    a name that can key the reports; RecipeError naming the key at fault."""
+    if not isinstance(item, dict):
+        raise RecipeError(f"{where}: {item!r} is not a mapping like {example}")
+    path_key = cls.KEYS[0]
+    unknown = sorted(set(item) - set(cls.KEYS))
+    if unknown:
+        raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has {', '.join(cls.KEYS[:-1])} and "
+                          f"{cls.KEYS[-1]}")
+    path = item.get(path_key)
+    if not isinstance(path, str) or not path:
+        raise RecipeError(f"{where}.{path_key}: missing; a source is {missing}")
+    weight = item.get("weight")
+    if "weight" in item:
+        number = None
+        if not isinstance(weight, bool):
+            try:
+                number = read_number(weight, f"{where}.weight")
+            except RecipeError:
+                if isinstance(weight, int):  # beyond 64 bits: the reader's own words
+                    raise
+        if number is None or number <= 0:
+            raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
+        if not isinstance(weight, int):
+            weight = number  # the recipe holds (and records) the number; an integer stays as written
+    source = cls(path, **({"weight": weight} if "weight" in item else {}), name=item.get("name"))
+    if ("name" in item and not isinstance(source.name, str)) or not SOURCE_NAME.fullmatch(source.label):
+        raise RecipeError(f"{where}.name: {item.get('name', source.label)!r} cannot key the run's reports "
+                          "(tokens/NAME); give a name of letters, digits, '.', '_' or '-'")
+    return source
+
+
 def read_named(value, key: str, read_item, expected: str = "a list", empty: bool = True) -> Optional[tuple]:
     """A recipe's list of named items (``data.sources``), each read by ``read_item(item, "KEY[k]")`` and named
     apart from the others (its ``label``); None stays None, an empty list is refused unless EMPTY."""

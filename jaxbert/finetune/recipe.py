@@ -13,7 +13,6 @@ configs/finetune/ (``jaxbert finetune --list``).
 from __future__ import annotations
 
 import dataclasses
-import re
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -46,7 +45,6 @@ class FinetuneModelSection(ComputeSection):
 MOVED_DATA_KEYS = ("stride", "max_query_length", "n_best", "max_answer_length", "version_2")
 
 
-_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a source's name: it keys the run's reports
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,23 +66,8 @@ class FileSource:
     @classmethod
     def read(cls, item, where: str) -> "FileSource":
         """One item of data.sources: {file: PATH, weight: 3, name: NAME}; RecipeError naming the key at fault."""
-        if not isinstance(item, dict):
-            raise RecipeError(f"{where}: {item!r} is not a mapping like {{file: train.jsonl, weight: 3}}")
-        unknown = sorted(set(item) - set(cls.KEYS))
-        if unknown:
-            raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has file, weight and name")
-        file = item.get("file")
-        if not isinstance(file, str) or not file:
-            raise RecipeError(f"{where}.file: missing; a source is a training file (JSONL, CSV, TSV, Parquet)")
-        weight = item.get("weight", 1)
-        number = None if isinstance(weight, bool) else read_number(weight, f"{where}.weight")
-        if number is None or number <= 0:
-            raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
-        source = cls(file, weight if isinstance(weight, int) else number, item.get("name"))
-        if ("name" in item and not isinstance(source.name, str)) or not _NAME.fullmatch(source.label):
-            raise RecipeError(f"{where}.name: {item.get('name', source.label)!r} cannot key the run's reports; "
-                              "give a name of letters, digits, '.', '_' or '-'")
-        return source
+        return engine_recipe.read_source(cls, item, where, "{file: train.jsonl, weight: 3}",
+                                         "a training file (JSONL, CSV, TSV, Parquet)")
 
 
 def read_file_sources(value, key: str) -> Optional[tuple]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from pathlib import Path
 from typing import Optional
 
@@ -45,7 +44,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a mixture source's name, a metric key's last part
 
 
 @dataclasses.dataclass
@@ -94,32 +92,8 @@ class SourceSection:
     def read(cls, item, where: str) -> "SourceSection":
         """One item of data.sources (``where``: data.sources[k]): a mapping of known keys, a folder, a
         finite weight > 0 if given, a name that can key the reports; RecipeError naming the key."""
-        if not isinstance(item, dict):
-            raise RecipeError(f"{where}: {item!r} is not a mapping like {{dir: FOLDER, weight: 3}}")
-        unknown = sorted(set(item) - set(cls.KEYS))
-        if unknown:
-            raise RecipeError(f"{where}: unknown key {unknown[0]!r}; a source has dir, weight and name")
-        folder = item.get("dir")
-        if not isinstance(folder, str) or not folder:
-            raise RecipeError(f"{where}.dir: missing; a source is a folder made by `jaxbert data prepare`")
-        weight = item.get("weight")
-        if "weight" in item:
-            number = None
-            if not isinstance(weight, bool):
-                try:  # read as every recipe number is (YAML reads 1e3 as a string)
-                    number = read_number(weight, f"{where}.weight")
-                except RecipeError:
-                    if isinstance(weight, int):  # beyond 64 bits: the reader's own words
-                        raise
-            if number is None or number <= 0:
-                raise RecipeError(f"{where}.weight: must be a finite number > 0, got {weight!r}")
-            if not isinstance(weight, int):
-                weight = number  # the recipe holds (and records) the number; an integer stays as written
-        source = cls(folder, weight, item.get("name"))
-        if ("name" in item and not isinstance(source.name, str)) or not _NAME.fullmatch(source.label):
-            raise RecipeError(f"{where}.name: {item.get('name', source.label)!r} cannot key the run's reports "
-                              "(tokens/NAME); give a name of letters, digits, '.', '_' or '-'")
-        return source
+        return engine_recipe.read_source(cls, item, where, "{dir: FOLDER, weight: 3}",
+                                         "a folder made by `jaxbert data prepare`")
 
 
 def read_sources(value, key: str) -> Optional[tuple]:
