@@ -168,6 +168,24 @@ def metric_rows(workdir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+# What a run logs that depends on the clock: left out where two runs' logs must agree bit for bit.
+TIMING = {"elapsed_s", "steps_per_s", "tokens_per_s", "sequences_per_s", "gflops_per_s", "mfu"}
+
+
+def untimed_rows(workdir: Path) -> list[dict]:
+    """metrics.jsonl's rows without the clock's figures (TIMING)."""
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in metric_rows(workdir)]
+
+
+def flat_params(workdir: Path) -> dict:
+    """The workdir's newest params as {"a/b/c": NumPy array}."""
+    from flax import traverse_util
+
+    from jaxbert.workdir import read_params
+    params, _ = read_params(workdir, log=lambda m: None)
+    return {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
+
+
 def train_losses(workdir: Path) -> np.ndarray:
     return np.array([r["loss"] for r in metric_rows(workdir) if "loss" in r])
 

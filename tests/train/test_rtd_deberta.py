@@ -16,6 +16,7 @@ import yaml
 from jaxbert.cli.main import main
 from jaxbert.train import recipe as recipe_lib
 from jaxbert.train.recipe import RecipeError
+from tests.helpers.runs import flat_params, untimed_rows
 
 DEBERTA = {"preset": "deberta-v2", "model_class": "DebertaV2ForReplacedTokenDetection", "config": {
     "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48, "vocab_size": 64,
@@ -91,19 +92,6 @@ def test_deberta_rtd_refusals_name_the_key_and_write_nothing(tmp_path, capsys, p
     assert not (tmp_path / "run").exists()
 
 
-def _params(workdir):
-    from flax import traverse_util
-    from jaxbert.workdir import read_params
-    params, _ = read_params(workdir, log=lambda m: None)
-    return {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
-
-
-def _rows(workdir):
-    timing = {"elapsed_s", "steps_per_s", "tokens_per_s", "sequences_per_s", "gflops_per_s", "mfu"}
-    return [{k: v for k, v in json.loads(line).items() if k not in timing}
-            for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 @pytest.fixture(scope="module")
 def deberta_run(tmp_path_factory):
     """(recipe path, workdir) of one 6-step GDES run on a tiny DeBERTa-v3 that exported both models to WORKDIR/hf."""
@@ -120,7 +108,7 @@ def test_deberta_rtd_run_resumes_bit_exactly(deberta_run, tmp_path, capsys, comp
     assert main(["train", "--config", str(path), "--workdir", str(stopped), "--stop-after", "4"]) == 0
     assert main(["train", "--config", str(path), "--workdir", str(stopped)]) == 0
     assert "resumed from" in capsys.readouterr().out
-    a, b = _params(straight), _params(stopped)
+    a, b = flat_params(straight), flat_params(stopped)
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
     # GDES: the discriminator's word table is E_delta, moved off zero by the RTD loss alone; the relative
     # embeddings are each model's own (not shared)
@@ -129,8 +117,8 @@ def test_deberta_rtd_run_resumes_bit_exactly(deberta_run, tmp_path, capsys, comp
     assert not np.array_equal(a["generator/deberta/encoder/rel_embeddings/embedding"],
                               a["discriminator/deberta/encoder/rel_embeddings/embedding"])
     assert "discriminator/mask_predictions/classifier/kernel" in a
-    rows = _rows(straight)
-    assert _rows(stopped) == rows
+    rows = untimed_rows(straight)
+    assert untimed_rows(stopped) == rows
     last = [r for r in rows if "rtd_loss" in r][-1]
     assert last["step"] == 6 and 0 < last["replaced_fraction"] <= 1 and 0 <= last["rtd_auc"] <= 1
     assert last["loss"] == pytest.approx(last["mlm_loss"] + 50 * last["rtd_loss"])
@@ -147,7 +135,7 @@ def test_deberta_export_read_by_transformers_and_by_jaxbert(deberta_run, tmp_pat
     from jaxbert.train import rtd_export
     _, workdir = deberta_run
     hf = workdir / "hf"
-    raw = _params(workdir)
+    raw = flat_params(workdir)
     r = recipe_lib.from_dict(RTD)
     joint = traverse_util.unflatten_dict({tuple(k.split("/")): jnp.asarray(v) for k, v in raw.items()})
     (gen_model, gen), (disc_model, disc) = rtd_export.models_for_export(r, r.model_config(64), joint)

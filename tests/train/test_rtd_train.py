@@ -4,7 +4,6 @@ bit-exactly, and its export read back by transformers' ELECTRA classes."""
 from __future__ import annotations
 
 import copy
-import json
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import yaml
 from jaxbert.cli.main import main
 from jaxbert.train import recipe as recipe_lib
 from jaxbert.train.recipe import RecipeError
+from tests.helpers.runs import flat_params, untimed_rows
 
 ELECTRA = {"preset": "electra", "model_class": "ElectraForPreTraining", "config": {
     "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -74,19 +74,6 @@ def test_generator_size_from_fractions_and_explicit_keys():
                                                      train={"objective": "mlm"})).to_dict()
 
 
-def _params(workdir):
-    from jaxbert.workdir import read_params
-    from flax import traverse_util
-    params, _ = read_params(workdir, log=lambda m: None)
-    return {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
-
-
-def _rows(workdir):
-    timing = {"elapsed_s", "steps_per_s", "tokens_per_s", "sequences_per_s", "gflops_per_s", "mfu"}
-    return [{k: v for k, v in json.loads(line).items() if k not in timing}
-            for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
 @pytest.fixture(scope="module")
 def rtd_run(tmp_path_factory):
     """(recipe path, workdir) of one 8-step GDES run that exported both models to WORKDIR/hf, shared by the
@@ -104,13 +91,13 @@ def test_rtd_run_resumes_bit_exactly_and_exports_both_models(rtd_run, tmp_path, 
     assert main(["train", "--config", str(path), "--workdir", str(stopped), "--stop-after", "5"]) == 0
     assert main(["train", "--config", str(path), "--workdir", str(stopped)]) == 0
     assert "resumed from" in capsys.readouterr().out
-    a, b = _params(straight), _params(stopped)
+    a, b = flat_params(straight), flat_params(stopped)
     assert set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
     # GDES: the discriminator's tables are E_delta, moved off their zero start by the RTD loss alone
     delta = next(k for k in a if k.startswith("discriminator/") and k.endswith("word_embeddings/embedding"))
     assert np.abs(a[delta]).max() > 0
-    rows = _rows(straight)
-    assert _rows(stopped) == rows
+    rows = untimed_rows(straight)
+    assert untimed_rows(stopped) == rows
     last = [r for r in rows if "rtd_loss" in r][-1]
     assert last["step"] == 8 and 0 < last["replaced_fraction"] <= 1 and 0 <= last["rtd_auc"] <= 1
     assert last["loss"] == pytest.approx(last["mlm_loss"] + 50 * last["rtd_loss"])
@@ -163,7 +150,7 @@ def test_finetune_reads_an_rtd_workdir_as_its_exported_discriminator(rtd_run, ca
     assert len(encoder) > 20 and set(encoder) == {k for k in b if k[0] == "electra"}
     for k in encoder:
         assert np.array_equal(np.asarray(a[k]), np.asarray(b[k])), k
-    raw = _params(workdir)
+    raw = flat_params(workdir)
     name = "/".join(next(k for k in encoder if "word_embeddings" in k))
     e_g = next(v for k, v in raw.items() if k.startswith("generator/") and k.endswith("word_embeddings/embedding"))
     e_d = raw["discriminator/" + name]

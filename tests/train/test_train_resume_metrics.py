@@ -9,14 +9,7 @@ from __future__ import annotations
 import json
 
 from jaxbert.cli.main import main
-from tests.helpers.runs import metric_rows, write_recipe
-
-# Timings differ between any two runs; every other figure of a row must be the same.
-TIMING = {"elapsed_s", "steps_per_s", "tokens_per_s", "sequences_per_s", "gflops_per_s", "mfu"}
-
-
-def _rows(workdir):
-    return [{k: v for k, v in row.items() if k not in TIMING} for row in metric_rows(workdir)]
+from tests.helpers.runs import metric_rows, untimed_rows, write_recipe
 
 
 def test_stop_between_log_rows_then_resume_writes_the_uninterrupted_rows(tmp_path, capsys, compile_cache):
@@ -28,10 +21,10 @@ def test_stop_between_log_rows_then_resume_writes_the_uninterrupted_rows(tmp_pat
     assert [r["step"] for r in metric_rows(stopped)] == [5, 10]  # steps 11-13 are not logged yet
     assert main(["train", "--config", str(recipe), "--workdir", str(stopped)]) == 0
     assert "resumed from" in capsys.readouterr().out
-    want = _rows(straight)
+    want = untimed_rows(straight)
     assert [r["step"] for r in want if "loss" in r] == [5, 10, 15]
     # the step-15 row averages steps 11-15, as the uninterrupted run's does, to the last digit
-    assert _rows(stopped) == want
+    assert untimed_rows(stopped) == want
     # the carried sums are in the checkpoint's meta, as JSON a reader can see
     meta = json.loads((stopped / "checkpoints" / "13" / "meta" / "metadata").read_text())
     assert meta["metric_window"]["n"] == 3
