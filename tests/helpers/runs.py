@@ -186,6 +186,24 @@ def flat_params(workdir: Path) -> dict:
     return {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(params).items()}
 
 
+def assert_recipe_refused(data: dict, key: str, words: str, tmp_path: Path, capsys) -> None:
+    """The recipe DATA is refused by the recipe reader (a RecipeError starting with KEY and holding WORDS) and by
+    `jaxbert train` (exit 2, one stderr line naming KEY, no workdir made)."""
+    import pytest
+
+    from jaxbert.cli.main import main
+    from jaxbert.train import recipe as recipe_lib
+    with pytest.raises(recipe_lib.RecipeError) as e:
+        recipe_lib.from_dict(data)
+    assert str(e.value).startswith(key) and words in str(e.value), str(e.value)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
 def train_losses(workdir: Path) -> np.ndarray:
     return np.array([r["loss"] for r in metric_rows(workdir) if "loss" in r])
 

@@ -16,7 +16,7 @@ import yaml
 from jaxbert.cli.main import main
 from jaxbert.train import recipe as recipe_lib
 from jaxbert.train.recipe import RecipeError
-from tests.helpers.runs import flat_params, untimed_rows
+from tests.helpers.runs import assert_recipe_refused, flat_params, untimed_rows
 
 DEBERTA = {"preset": "deberta-v2", "model_class": "DebertaV2ForReplacedTokenDetection", "config": {
     "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48, "vocab_size": 64,
@@ -81,15 +81,7 @@ def test_rtd_head_against_numpy():
 ])
 def test_deberta_rtd_refusals_name_the_key_and_write_nothing(tmp_path, capsys, patch, key, words):
     data = _recipe(**patch)
-    with pytest.raises(RecipeError) as e:
-        recipe_lib.from_dict(data)
-    assert str(e.value).startswith(key) and words in str(e.value), str(e.value)
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "run")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and key in err[0], err
-    assert not (tmp_path / "run").exists()
+    assert_recipe_refused(data, key, words, tmp_path, capsys)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import yaml
 from jaxbert.cli.main import main
 from jaxbert.train import recipe as recipe_lib
 from jaxbert.train.recipe import RecipeError
-from tests.helpers.runs import flat_params, untimed_rows
+from tests.helpers.runs import assert_recipe_refused, flat_params, untimed_rows
 
 ELECTRA = {"preset": "electra", "model_class": "ElectraForPreTraining", "config": {
     "hidden_size": 32, "embedding_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -52,15 +52,7 @@ def _recipe(**patch) -> dict:
 ])
 def test_rtd_recipe_refusals_name_the_key_and_write_nothing(tmp_path, capsys, patch, key, words):
     data = _recipe(**patch)
-    with pytest.raises(RecipeError) as e:
-        recipe_lib.from_dict(data)
-    assert str(e.value).startswith(key) and words in str(e.value), str(e.value)
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "run")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and key in err[0], err
-    assert not (tmp_path / "run").exists()
+    assert_recipe_refused(data, key, words, tmp_path, capsys)
 
 
 def test_generator_size_from_fractions_and_explicit_keys():
