@@ -110,22 +110,35 @@ class EmbeddingExample:
 def read_embedding(path, columns: Sequence[str] | None, labelled: bool = True):
     """Rows of a JSONL / CSV / TSV file: the named columns' texts, each present and not empty. For
     training (labelled) at least an anchor and a positive column."""
+    columns = _check_columns(path, columns, labelled)
+    rows, lines = read_rows(path)
+    return _retrieval_examples(path, rows, lines, columns), None
+
+
+def _check_columns(path, columns, labelled: bool) -> list:
     columns = list(columns or [])
     if labelled and len(columns) < 2:
         raise TaskDataError(f"{path}: the embedding kind reads --text-columns ANCHOR POSITIVE [NEGATIVE ...]; "
                             f"got {columns or 'none'}")
     if not columns:
         raise TaskDataError(f"{path}: name the column to embed with --text-columns")
-    rows, lines = read_rows(path)
+    return columns
+
+
+def _texts(path, row, n: int, columns) -> tuple:
+    """A row's texts of COLUMNS, each present and not empty (TaskDataError naming the file, line and column)."""
+    texts = tuple(text_cell(path, row, n, c) for c in columns)
+    empty = next((c for c, t in zip(columns, texts) if not t.strip()), None)
+    if empty is not None:
+        raise TaskDataError(f"{path}: line {n} has an empty {empty}")
+    return texts
+
+
+def _retrieval_examples(path, rows, lines, columns) -> list:
     require_columns(path, rows, columns)
-    name, out = local_path(path).name, []
-    for row, n in zip(rows, lines):
-        texts = tuple(text_cell(path, row, n, c) for c in columns)
-        empty = next((c for c, t in zip(columns, texts) if not t.strip()), None)
-        if empty is not None:
-            raise TaskDataError(f"{path}: line {n} has an empty {empty}")
-        out.append(EmbeddingExample(f"{name}:{n}", texts, tuple(columns)))
-    return out, None
+    name = local_path(path).name
+    return [EmbeddingExample(f"{name}:{n}", _texts(path, row, n, columns), tuple(columns))
+            for row, n in zip(rows, lines)]
 
 
 def read_embedding_eval(path, columns: Sequence[str], score_column: str):
@@ -134,15 +147,12 @@ def read_embedding_eval(path, columns: Sequence[str], score_column: str):
     Returns (examples, is_sts)."""
     rows, lines = read_rows(path)
     if score_column not in rows[0]:
-        return read_embedding(path, columns)[0], False
+        return _retrieval_examples(path, rows, lines, _check_columns(path, columns, True)), False
     pair = list(columns)[:2]
     require_columns(path, rows, pair)
     name, out = local_path(path).name, []
     for row, n in zip(rows, lines):
-        texts = tuple(text_cell(path, row, n, c) for c in pair)
-        empty = next((c for c, t in zip(pair, texts) if not t.strip()), None)
-        if empty is not None:
-            raise TaskDataError(f"{path}: line {n} has an empty {empty}")
+        texts = _texts(path, row, n, pair)
         value = row.get(score_column)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
             raise TaskDataError(f"{path}: line {n} has {score_column} {value!r}, not a number (an eval file whose "
