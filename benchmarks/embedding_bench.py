@@ -11,8 +11,8 @@ order) make the one batch every step of both sides trains on.
 
 jaxbert: the step `jaxbert finetune --task embedding` compiles (jaxbert.finetune.kinds.embedding.step on the
 mesh runner, the finetune-glue optimizer: AdamW lr 2e-5, eps 1e-6, weight decay 0.01 off biases and
-LayerNorm, clipping at 1.0, linear schedule), dropout on; the batch laid out [B, 2, L] as the trainer lays
-it, both columns padded to the bucket (32, 64, 128) of the batch's longest text, as its loop cuts them.
+LayerNorm, clipping at 1.0, linear schedule), dropout on; the batch laid out as the trainer lays it, each
+column padded to the bucket (32, 64, 128) of its own longest text, as its loop cuts them.
 sentence-transformers: SentenceTransformer(dir) with max_seq_length = --max-length, model.tokenize per
 column (each column padded to its own longest text), MultipleNegativesRankingLoss, loss.backward(),
 clip_grad_norm_(1.0), torch.optim.AdamW with the same settings (no schedule: its cost is nil), dropout on.
@@ -58,15 +58,16 @@ def model_dir() -> str:
 
 
 def jax_features(texts: list[tuple[str, str]], max_length: int):
-    """The trainer's [N, 2, L] arrays (jaxbert.finetune.kinds.embedding.embedding_features) and the
-    bucket length of the batch's longest text, as its loop cuts a batch."""
+    """The trainer's [N, 2, L] arrays (jaxbert.finetune.kinds.embedding.embedding_features), each row's
+    length, and each column's bucket length (its longest text's), as its loop cuts a batch."""
     from jaxbert.data.tokenizer import load_tokenizer
-    from jaxbert.finetune.features import bucket_for, bucket_lengths
+    from jaxbert.finetune.features import bucket_lengths
     from jaxbert.finetune.kinds.embedding import EmbeddingExample, embedding_features
+    from jaxbert.finetune.kinds.embedding.sources import column_lengths
     tok = load_tokenizer(model_dir())
     examples = [EmbeddingExample(str(i), t, ("query", "passage")) for i, t in enumerate(texts)]
     feats = embedding_features(examples, tok, max_length, {})
-    return feats.arrays, feats.lengths, bucket_for(int(feats.lengths.max()), bucket_lengths(max_length))
+    return feats.arrays, feats.lengths, column_lengths(feats.arrays["attention_mask"], bucket_lengths(max_length))
 
 
 def jax_step(batch: int, length: int | None, max_length: int, chunks: int = 1, fixed_length: int | None = None,
@@ -77,7 +78,7 @@ def jax_step(batch: int, length: int | None, max_length: int, chunks: int = 1, f
     from jaxbert.engine import parallel
     from jaxbert.engine.session import prepare_runner
     from jaxbert.finetune.kinds.embedding.run import _LearnedScale
-    from jaxbert.finetune.kinds.embedding.step import make_train_step
+    from jaxbert.finetune.kinds.embedding.step import by_column, make_train_step
     from jaxbert.finetune.model import load_task_model
     from jaxbert.finetune.recipe import load as load_recipe
     from jaxbert.model.classes import build_model, dummy_inputs
@@ -91,13 +92,13 @@ def jax_step(batch: int, length: int | None, max_length: int, chunks: int = 1, f
     state = runner.create_state(runner.place_params(dict(loaded.params)))
     step = runner.compile_train(make_train_step("mean", TEMPERATURE, chunks=chunks, groups=runner.num_devices))
     if fixed_length is None:
-        arrays, _, length = jax_features(texts or pairs(batch), max_length)
-        host = {k: v[..., :length][None] for k, v in arrays.items() if k != "labels"}
+        arrays, _, lengths = jax_features(texts or pairs(batch), max_length)
+        host = by_column({k: v[None] for k, v in arrays.items() if k != "labels"}, lengths)
     else:  # random tokens, every text fixed_length long: the memory rows' shape
         rng = np.random.default_rng(0)
         ids = rng.integers(1000, int(loaded.config.vocab_size), (1, batch, 2, fixed_length)).astype(np.int32)
         ids[..., 0], ids[..., -1] = 101, 102
-        host = {"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)}
+        host = by_column({"input_ids": ids, "token_type_ids": np.zeros_like(ids), "attention_mask": np.ones_like(ids)})
     host["valid"] = np.ones((1, batch), np.int32)
     return step, state, runner.shard_batch(host), jax.random.key(r.train.seed), runner
 
@@ -145,14 +146,15 @@ BUILDERS = {"jaxbert": build_jaxbert, "sentence-transformers": build_sentence_tr
 
 
 def token_counts(batch: int, max_length: int) -> dict:
-    """Tokens per step: real, jaxbert's (2 B x its bucket), sentence-transformers' (B x each column's longest)."""
+    """Tokens per step: real, jaxbert's (B x each column's bucket), sentence-transformers' (B x each column's
+    longest)."""
     from transformers import AutoTokenizer
     texts = pairs(batch)
-    _, lengths, bucket = jax_features(texts, max_length)
+    _, _, buckets = jax_features(texts, max_length)
     tok = AutoTokenizer.from_pretrained(model_dir())
     st = [tok([t[i] for t in texts], truncation=True, max_length=max_length, padding=True)["input_ids"] for i in (0, 1)]
     real = sum(sum(1 for x in row if x != tok.pad_token_id) for col in st for row in col)
-    return {"real": real, "jaxbert": 2 * batch * bucket, "bucket": bucket,
+    return {"real": real, "jaxbert": batch * sum(buckets), "buckets": buckets,
             "sentence-transformers": sum(len(col) * len(col[0]) for col in st),
             "st_lengths": [len(col[0]) for col in st]}
 
@@ -169,8 +171,8 @@ def main() -> int:
     print(this_machine()[0])
     tokens = token_counts(a.batch, a.max_length)
     print(f"all-MiniLM-L6-v2, MNRL (scale 20), batch {a.batch} pairs, max length {a.max_length}; {load_line()}")
-    print(f"tokens per step: real {tokens['real']}; jaxbert computes {tokens['jaxbert']} (2 x {a.batch} x bucket "
-          f"{tokens['bucket']}); sentence-transformers {tokens['sentence-transformers']} ({a.batch} x "
+    print(f"tokens per step: real {tokens['real']}; jaxbert computes {tokens['jaxbert']} ({a.batch} x "
+          f"{tokens['buckets'][0]} queries + {a.batch} x {tokens['buckets'][1]} passages, the buckets); sentence-transformers {tokens['sentence-transformers']} ({a.batch} x "
           f"{tokens['st_lengths'][0]} queries + {a.batch} x {tokens['st_lengths'][1]} passages)")
     names = ["jaxbert", "sentence-transformers"]
     results, ratios = contest(__file__, names, args, a.rounds, a.calls)

@@ -36,7 +36,7 @@ from jaxbert.engine.optim import make_optimizer
 from jaxbert.engine.parallel import MeshRunner
 from jaxbert.finetune import recipe as finetune_recipes
 from jaxbert.finetune.kinds.embedding import KIND, check_run
-from jaxbert.finetune.kinds.embedding.step import make_train_step
+from jaxbert.finetune.kinds.embedding.step import INPUTS, column_key, make_train_step
 from jaxbert.model.classes import build_model, dummy_inputs
 from jaxbert.model.configs import build_config
 from jaxbert.model.families import family_of
@@ -108,8 +108,8 @@ def main(argv=None) -> int:
     runner.prepare(model, lambda: model.init_boxed(jax.random.PRNGKey(0), *dummy)["params"], tx, schedule,
                    r.train.norm_metrics)
     sharding = NamedSharding(runner.mesh, P(None, "data"))
-    batch = {k: jax.ShapeDtypeStruct((1, B, C, L), jnp.int32, sharding=sharding)
-             for k in ("input_ids", "token_type_ids", "attention_mask")}
+    batch = {column_key(k, c): jax.ShapeDtypeStruct((1, B, L), jnp.int32, sharding=sharding)  # every column at L
+             for c in range(C) for k in INPUTS}
     batch["valid"] = jax.ShapeDtypeStruct((1, B), jnp.int32, sharding=sharding)
     rng = jax.ShapeDtypeStruct((2,), np.uint32, sharding=runner.replicated)
     step = make_train_step(options.pooling, options.temperature, symmetric=options.symmetric,

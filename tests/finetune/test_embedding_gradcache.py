@@ -1,5 +1,5 @@
 """GradCache and the global batch: the embedding step's loss and gradients do not depend on how the
-batch is cut into chunks (float32 tolerance, float64 to rounding) or on how many devices hold it
+batch is cut into chunks (its columns at three lengths) (float32 tolerance, float64 to rounding) or on how many devices hold it
 (8 emulated CPU devices on the mesh runner against one, with hard negatives), and padding rows
 of a last batch are neither anchors nor candidates."""
 
@@ -16,6 +16,7 @@ import pytest
 
 import jaxbert
 from jaxbert.finetune.kinds.embedding.step import (
+    by_column,
     embedder,
     join_rows,
     loss_and_grads,
@@ -35,14 +36,19 @@ def _model(dtype=jnp.float32):
     return module, params
 
 
-def _batch(rows=8, columns=4, length=12, seed=0):
-    """[B, C, L] texts (anchor, positive, 2 hard negatives) with ragged padding."""
+COLUMN_LENGTHS = (12, 7, 12, 9)  # anchor, positive, 2 hard negatives: three lengths, two columns sharing one
+
+
+def _batch(rows=8, lengths=COLUMN_LENGTHS, seed=0):
+    """The step's batch (by_column): each column at its own length, texts of ragged length within it."""
     rng = np.random.RandomState(seed)
-    ids = rng.randint(1, CONFIG["vocab_size"], (rows, columns, length))
-    lens = rng.randint(3, length + 1, (rows, columns))
+    length = max(lengths)
+    ids = rng.randint(1, CONFIG["vocab_size"], (rows, len(lengths), length))
+    lens = rng.randint(3, np.asarray(lengths) + 1, (rows, len(lengths)))
     mask = (np.arange(length) < lens[..., None]).astype(np.int32)
-    return {"input_ids": jnp.asarray(ids * mask, jnp.int32), "token_type_ids": jnp.zeros((rows, columns, length), jnp.int32),
-            "attention_mask": jnp.asarray(mask), "valid": jnp.ones(rows, jnp.int32)}
+    arrays = {"input_ids": jnp.asarray(ids * mask, jnp.int32), "token_type_ids": jnp.zeros_like(jnp.asarray(ids)),
+              "attention_mask": jnp.asarray(mask), "valid": jnp.ones(rows, jnp.int32)}
+    return by_column(arrays, lengths)
 
 
 def _max_diff(a, b):

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("sentence_transformers")
 
 from jaxbert import from_pretrained, params_to_state_dict
-from jaxbert.finetune.kinds.embedding.step import LOGIT_KEY, embedder, loss_and_grads
+from jaxbert.finetune.kinds.embedding.step import LOGIT_KEY, by_column, embedder, loss_and_grads
 from jaxbert.packaged import minilm_folder
 
 ANCHORS = ["how do cats sleep", "what is the capital of france", "python list sort", "rain in spain"]
@@ -62,16 +62,17 @@ def _features(model):
     return [model.tokenize(texts) for texts in COLUMNS]
 
 
-def _batch(features) -> dict:
-    """ST's per-column features -> jaxbert's [B, C, L] batch (each column padded to the longest of all)."""
+def _batch(features, common: bool = False) -> dict:
+    """ST's per-column features as jaxbert's batch: each column at its own length, as ST pads it (the
+    trainer's layout); common: every column padded to the longest of all first (one encoder call)."""
     length = max(f["input_ids"].shape[1] for f in features)
-    out = {}
+    arrays = {}
     for key in ("input_ids", "attention_mask"):
         cols = [np.pad(f[key].numpy(), ((0, 0), (0, length - f[key].shape[1]))) for f in features]
-        out[key] = jnp.asarray(np.stack(cols, 1), jnp.int32)
-    out["token_type_ids"] = jnp.zeros_like(out["input_ids"])
-    out["valid"] = jnp.ones(out["input_ids"].shape[0], jnp.int32)
-    return out
+        arrays[key] = jnp.asarray(np.stack(cols, 1), jnp.int32)
+    arrays["token_type_ids"] = jnp.zeros_like(arrays["input_ids"])
+    arrays["valid"] = jnp.ones(arrays["input_ids"].shape[0], jnp.int32)
+    return by_column(arrays, None if common else [f["input_ids"].shape[1] for f in features])
 
 
 def _torch_step(model, loss_fn):
@@ -118,6 +119,13 @@ def test_mnrl_with_hard_negatives_matches_sentence_transformers(sides):
     # the hard negatives count: the same batch without them has another loss
     without, _ = _torch_step(model, lambda f, labels: MultipleNegativesRankingLoss(model, scale=20.0)(f[:2], labels))
     assert abs(without - loss_t) > 1e-3
+    # each column at its own length (the trainer's layout) against every column padded to the longest
+    _, _, params, embed, batch = sides
+    assert len({v.shape[-1] for k, v in batch.items() if k.startswith("input_ids_")}) > 1
+    loss_c, grads_c = loss_and_grads(embed, params, _batch(_features(model), common=True), jax.random.key(0),
+                                     temperature=0.05, deterministic=True)
+    assert float(loss_c) == pytest.approx(float(loss_j), rel=1e-6)
+    _check(loss_c, grads_c, module, loss_t, grads_t)
 
 
 def test_symmetric_and_learned_scale_match_sentence_transformers(sides):

@@ -67,7 +67,7 @@ def _reader(data):
 
 def _read(batches, n, data):
     owner, decode = _reader(data)
-    return [[owner[decode(row[0])] for row in host["input_ids"][0]] for host, _ in itertools.islice(batches, n)]
+    return [[owner[decode(anchor)] for anchor in host["input_ids_0"][0]] for host, _ in itertools.islice(batches, n)]
 
 
 def test_batch_per_source_draws_each_batch_from_one_file_as_often_as_its_weight(data):
@@ -122,3 +122,28 @@ def test_bad_sources_are_refused_in_one_line_and_nothing_is_written(data, tmp_pa
     assert main(args) == 2
     one_line(capsys.readouterr(), "finetune", needle.format(root=root))
     assert not (tmp_path / "run").exists()
+
+
+def test_each_column_is_cut_to_the_bucket_of_its_own_longest_text(data, tmp_path):
+    """Short anchors and long passages: the anchors' column at bucket 32, the passages' at 64, as
+    sentence-transformers pads each column to its own longest text; every text whole in its column."""
+    _, src, _, _ = data
+    rng = random.Random(3)
+    rows = [{"q": f"{WORDS[i]} {WORDS[i + 1]}", "p": " ".join(rng.choice(WORDS[:20]) for _ in range(40))}
+            for i in range(16)]
+    path = write_jsonl(tmp_path / "long.jsonl", rows)
+    recipe = load("finetune-tiny", [])
+    spec = parse_task("embedding", str(path), [str(path)], text_columns=("q", "p"))
+    kind = get("embedding")
+    tok = load_tokenizer(str(src))
+    training = read_training(spec, recipe.data, kind, recipe.options_for(kind), tok, 128, 16, 0)
+    host, _ = next(training.batches(0, bucket_lengths(128)))
+    assert sorted(host) == ["attention_mask_0", "attention_mask_1", "input_ids_0", "input_ids_1", "token_type_ids_0",
+                            "token_type_ids_1", "valid"]
+    longest = [max(len(tok.encode(r[c]).ids) for r in rows) for c in ("q", "p")]  # [CLS] and [SEP] included
+    assert longest[0] <= 32 < longest[1] <= 64, longest
+    assert host["input_ids_0"].shape == (1, 16, 32) and host["input_ids_1"].shape == (1, 16, 64)
+    decode = Tokenizer.from_file(str(src / "tokenizer.json")).decode
+    texts = {(decode([int(t) for t in q], skip_special_tokens=True), decode([int(t) for t in p], skip_special_tokens=True))
+             for q, p in zip(host["input_ids_0"][0], host["input_ids_1"][0])}
+    assert texts == {(r["q"], r["p"]) for r in rows}

@@ -24,6 +24,7 @@ import numpy as np
 from jaxbert.engine.recipe import RecipeError
 from jaxbert.errors import InputError
 from jaxbert.finetune.features import Features, bucket_for
+from jaxbert.finetune.kinds.embedding.step import by_column
 from jaxbert.finetune.loop import fingerprint
 from jaxbert.finetune.row_files import local_path
 
@@ -60,18 +61,24 @@ class Training:
                 "train_fingerprint": fingerprint(self.features)}
 
     def batches(self, start: int, buckets, rows: slice = slice(None)):
-        """Host batches from step `start` on, each {input_ids, token_type_ids, attention_mask [1, B', C, L],
-        valid [1, B']} cut to the bucket of its longest text (B': `rows` of the global batch, this
+        """Host batches from step `start` on, in the step's layout (step.by_column: each column's
+        input_ids_c / token_type_ids_c / attention_mask_c [1, B', L_c], and valid [1, B']), each column
+        cut to the bucket of its longest text in the global batch (B': `rows` of the global batch, this
         process's share), with the schedule's step index."""
-        arrays, lengths = self.features.arrays, self.features.lengths
+        arrays = self.features.arrays
         step = start
         while True:
             index = self.schedule.rows(step)
-            length = bucket_for(int(lengths[index].max()), buckets)
-            host = {k: v[index][rows][..., :length][None] for k, v in arrays.items() if k != "labels"}
+            batch = {k: v[index] for k, v in arrays.items() if k != "labels"}
+            host = {k: v[rows][None] for k, v in batch.items()}
             host["valid"] = np.ones((1, len(index[rows])), np.int32)
             step += 1
-            yield host, step
+            yield by_column(host, column_lengths(batch["attention_mask"], buckets)), step
+
+
+def column_lengths(attention_mask: np.ndarray, buckets) -> list[int]:
+    """Each column's length in a batch: the bucket of its longest text (attention_mask [B, C, L])."""
+    return [bucket_for(int(n), buckets) for n in attention_mask.sum(-1).max(0)]
 
 
 def read_training(spec, data_section, kind, options, tok, max_length: int, batch: int, seed: int) -> Training:

@@ -1,8 +1,11 @@
 """The embedding kind's train step: the contrastive loss of one global batch, whole or through GradCache.
 
-A batch holds input_ids / token_type_ids / attention_mask [B, C, L] (column 0 the anchor, 1 the
-positive, 2.. hard negatives) and valid [B]. ``embedder`` runs the encoder over every text and
-pools and normalises ([B, C, D]); ``loss_and_grads`` differentiates the loss of jaxbert.finetune.
+A batch holds each column's input_ids / token_type_ids / attention_mask [B, L_c] under
+``input_ids_c`` etc. (column 0 the anchor, 1 the positive, 2.. hard negatives; ``by_column`` lays
+[B, C, L] arrays out so, each column cut to its own length) and valid [B]. Each column has its own
+length, the bucket of its longest text, as sentence-transformers pads each column to its own
+longest text: short queries are not padded to the passages' length. ``embedder`` runs the encoder
+once per distinct length over the columns of that length, and pools and normalises ([B, C, D]); ``loss_and_grads`` differentiates the loss of jaxbert.finetune.
 the loss (loss.py) over the whole batch, with ``chunks`` > 1 in GradCache's two passes (Gao et al.
 2021): every chunk is embedded with no activations kept, the loss and its gradient with respect
 to the [B, C, D] embeddings are taken once over the whole batch, then each chunk's forward pass is
@@ -44,16 +47,53 @@ def scale_of(params: dict, temperature: float):
     return jnp.exp(params[LOGIT_KEY]) if LOGIT_KEY in params else 1.0 / temperature
 
 
+def column_key(name: str, column: int) -> str:
+    """The batch key of one column's array: input_ids_0 is the anchors' ids."""
+    return f"{name}_{column}"
+
+
+def column_count(batch: dict) -> int:
+    """How many columns (anchor, positive, negatives) a batch holds."""
+    count = 0
+    while column_key(INPUTS[0], count) in batch:
+        count += 1
+    return count
+
+
+def by_column(arrays: dict, lengths=None) -> dict:
+    """The step's batch from {input_ids, token_type_ids, attention_mask [..., B, C, L], other keys}:
+    column c's arrays [..., B, lengths[c]] (all L when lengths is None) under input_ids_c etc.; other
+    keys (valid) as they are."""
+    count, full = arrays[INPUTS[0]].shape[-2:]
+    out = {k: v for k, v in arrays.items() if k not in INPUTS}
+    for c in range(count):
+        length = full if lengths is None else int(lengths[c])
+        for k in INPUTS:
+            out[column_key(k, c)] = arrays[k][..., c, :length]
+    return out
+
+
 def embedder(apply_fn: Callable, pooling: str) -> Callable:
-    """embed(encoder params, batch [B, C, L], rng, deterministic) -> unit embeddings [B, C, D] (float32)."""
+    """embed(encoder params, batch (by_column's layout), rng, deterministic) -> unit embeddings [B, C, D]
+    (float32): one encoder call per distinct column length, over every column of that length (rows in
+    row-major order, as a [B, C', L] array flattened); the k-th call's dropout key is rng folded with k
+    (k > 0), so a batch of one length draws what one call on the stacked [B, C, L] arrays draws."""
     def embed(params, batch: dict, rng, deterministic: bool):
-        ids = batch["input_ids"]
-        b, c, length = ids.shape
-        flat = [batch[k].reshape(b * c, length) for k in INPUTS]
-        rngs = {} if deterministic else {"dropout": rng}
-        out = apply_fn({"params": params}, *flat, deterministic=deterministic, rngs=rngs)
-        emb = normalise(pool(out.last_hidden_state, flat[2], pooling))
-        return emb.reshape(b, c, -1)
+        count = column_count(batch)
+        groups: dict[int, list[int]] = {}
+        for c in range(count):
+            groups.setdefault(batch[column_key(INPUTS[0], c)].shape[-1], []).append(c)
+        out = [None] * count
+        for k, (length, cols) in enumerate(groups.items()):
+            flat = [jnp.stack([batch[column_key(name, c)] for c in cols], axis=1).reshape(-1, length)
+                    for name in INPUTS]
+            key = rng if k == 0 else jax.random.fold_in(rng, k)
+            rngs = {} if deterministic else {"dropout": key}
+            hidden = apply_fn({"params": params}, *flat, deterministic=deterministic, rngs=rngs).last_hidden_state
+            emb = normalise(pool(hidden, flat[2], pooling)).reshape(-1, len(cols), hidden.shape[-1])
+            for j, c in enumerate(cols):
+                out[c] = emb[:, j]
+        return jnp.stack(out, axis=1)
     return embed
 
 
@@ -89,7 +129,7 @@ def loss_and_grads(embed: Callable, params: dict, batch: dict, rng, *, temperatu
             return loss_of(embed(model_params(p), batch, rng, deterministic), p.get(LOGIT_KEY))
         return jax.value_and_grad(whole)(params)
 
-    parts = {k: split_rows(batch[k], chunks, groups) for k in INPUTS}
+    parts = {k: split_rows(v, chunks, groups) for k, v in batch.items() if k != "valid"}
 
     def chunk_embed(p, part, i):
         return embed(p, part, jax.random.fold_in(rng, i), deterministic)
@@ -120,21 +160,21 @@ def loss_and_grads(embed: Callable, params: dict, batch: dict, rng, *, temperatu
 
 def make_train_step(pooling: str, temperature: float, *, symmetric: bool = False, dims=(), chunks: int = 1,
                     groups: int = 1):
-    """train_step(state, batch [1, B, C, L], rng) -> (state, metrics) for the mesh runner's compile_train:
+    """train_step(state, batch (by_column's layout, arrays [1, B, L_c]), rng) -> (state, metrics) for the mesh runner's compile_train:
     one optimizer update from the loss of the whole global batch (no accumulation: a step's negatives
     are every candidate of its batch; GradCache chunks bound the memory instead)."""
     def train_step(state, batch: dict, rng, axis_name: str | None = None):
         if axis_name is not None:
             raise ValueError("the embedding kind trains on the mesh runner (parallel.strategy: mesh), "
                              "where every anchor scores every candidate of the global batch")
-        if batch["input_ids"].shape[0] != 1:
+        if batch[column_key(INPUTS[0], 0)].shape[0] != 1:
             raise ValueError("the embedding kind takes no train.accum_steps > 1: use "
                              "kinds.embedding.mini_batch_size (GradCache) to bound memory instead")
         mb = jax.tree_util.tree_map(lambda x: x[0], batch)
         loss, grads = loss_and_grads(embedder(state.apply_fn, pooling), state.params, mb,
                                      jax.random.fold_in(rng, state.step), temperature=temperature,
                                      symmetric=symmetric, dims=dims, chunks=chunks, groups=groups)
-        rows = jnp.sum(mb["valid"].astype(jnp.float32)) if "valid" in mb else jnp.float32(mb["input_ids"].shape[0])
+        rows = jnp.sum(mb["valid"].astype(jnp.float32)) if "valid" in mb else jnp.float32(mb[column_key(INPUTS[0], 0)].shape[0])
         sums = {"loss_sum": loss * rows, "weight": rows}
         return apply_gradients(state, grads, sums, sums["loss_sum"])
     train_step.__name__ = "embedding_train_step"
