@@ -173,9 +173,9 @@ def results_table(result: dict, name: str, n_train: int, n_test: int) -> str:
 
 
 # One measured run, quoted by README and docs/embedding.md and printed by the demo when it starts: the
-# default sizes at commit 516282f took 3 min 10 s of user and 1 min 41 s of system CPU time (28 min of
-# wall time, the two cores shared with a load average of 40 to 70).
-DEMO_CPU_SECONDS = 291
+# default sizes at commit f1ccb67 (each column at its own bucket length) took 2 min 19 s of user and 9 s of
+# system CPU time (3 min 43 s of wall time, the two cores shared with a load average of 4 to 8).
+DEMO_CPU_SECONDS = 148
 
 
 def estimate(n_train: int) -> str:
