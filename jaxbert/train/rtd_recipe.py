@@ -125,10 +125,6 @@ def check_recipe(recipe, cfg) -> None:
     if recipe.model.init_from:
         raise RecipeError("model.init_from: an RTD run starts both models fresh; continued RTD pretraining from a "
                           "checkpoint is not supported yet")
-    for key, value in (("train.per_device_batch_size", recipe.train.per_device_batch_size),
-                       ("model.remat_policy", recipe.model.remat_policy)):
-        if value == "auto":
-            raise RecipeError(f"{key}: auto plans an MLM step; give an RTD recipe its value")
     if recipe.data.nsp:
         raise RecipeError("data.nsp: next-sentence pairs are for BertForPreTraining; an RTD recipe takes MLM data")
     section = recipe.rtd

@@ -147,3 +147,28 @@ def test_finetune_reads_an_rtd_workdir_as_its_exported_discriminator(rtd_run, ca
     e_g = next(v for k, v in raw.items() if k.startswith("generator/") and k.endswith("word_embeddings/embedding"))
     e_d = raw["discriminator/" + name]
     assert np.abs(e_d).max() > 0 and np.array_equal(np.asarray(a[tuple(name.split("/"))]), e_g + e_d)
+
+
+def test_remat_auto_plans_the_rtd_step_and_records_the_choice(tmp_path, monkeypatch, capsys):
+    """model.remat_policy: auto on an RTD recipe: the planner compiles the RTD step (both models, the RTD
+    objective), picks the first policy that fits, and the run trains with it."""
+    from jaxbert.plan import batch_search, compile_step
+    monkeypatch.setattr(batch_search, "device_hbm_bytes", lambda device, devices=None: 2**30)  # CPU reports none
+    planned = []
+    original = compile_step.model_and_step
+
+    def spy(recipe, cfg):
+        model, step = original(recipe, cfg)
+        planned.append((recipe.train.objective, type(model).__name__, step.__name__))
+        return model, step
+    monkeypatch.setattr(compile_step, "model_and_step", spy)
+    path = tmp_path / "auto.yaml"
+    path.write_text(yaml.safe_dump(_recipe(model={**ELECTRA, "remat_policy": "auto"},
+                                           train={**RTD["train"], "steps": 2, "accum_steps": 1})))
+    wd = tmp_path / "run"
+    assert main(["train", "--config", str(path), "--workdir", str(wd)]) == 0
+    assert "plan: per_device_batch_size 4, remat_policy none" in capsys.readouterr().out
+    assert planned and planned[0][:2] == ("rtd", "RtdModel"), planned
+    effective = yaml.safe_load((wd / "recipe.yaml").read_text())
+    assert effective["model"]["remat_policy"] == "none" and effective["train"]["objective"] == "rtd"
+    assert [row["step"] for row in untimed_rows(wd) if "rtd_loss" in row] == [2]  # log_every 2
