@@ -1,7 +1,7 @@
-"""GradCache and the global batch: the embedding step's loss and gradients do not depend on how the
-batch is cut into chunks (its columns at three lengths) (float32 tolerance, float64 to rounding) or on how many devices hold it
-(8 emulated CPU devices on the mesh runner against one, with hard negatives), and padding rows
-of a last batch are neither anchors nor candidates."""
+"""GradCache and the global batch: the embedding step's loss and gradients (columns at three lengths) do
+not depend on how the batch is cut into chunks (float32 tolerance, float64 to rounding) or on how many
+devices hold it (8 emulated CPU devices on the mesh runner against one, with hard negatives), and padding
+rows of a last batch are neither anchors nor candidates."""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ recipe are read and checked before the workdir is claimed: the kind's options ag
 batch (kinds.embedding.check_run: Matryoshka dims, mini_batch_size, no accumulation), the strategy
 (mesh: every anchor scores every candidate of the global batch). The rows each step trains on are
 jaxbert.finetune.kinds.embedding.sources' schedule, a function of (seed, step); each batch is cut to the
-bucket length of its longest text, each column its own (short queries are not padded to the passages). The step is jaxbert.finetune.kinds.embedding.step's (GradCache with
+bucket length of its longest text, each column its own (short queries are not padded to the
+passages). The step is jaxbert.finetune.kinds.embedding.step's (GradCache with
 mini_batch_size), run by the engine's loop (jaxbert.engine.loop) as every fine-tuning kind's is: Orbax
 checkpoints every checkpoint.every_steps, at a stop and at the end (the state, the learned temperature
 with it, the dropout key, the evaluation history), so a run started again in its workdir resumes where

@@ -5,9 +5,9 @@ A batch holds each column's input_ids / token_type_ids / attention_mask [B, L_c]
 [B, C, L] arrays out so, each column cut to its own length) and valid [B]. Each column has its own
 length, the bucket of its longest text, as sentence-transformers pads each column to its own
 longest text: short queries are not padded to the passages' length. ``embedder`` runs the encoder
-once per distinct length over the columns of that length, and pools and normalises ([B, C, D]); ``loss_and_grads`` differentiates the loss of jaxbert.finetune.
-the loss (loss.py) over the whole batch, with ``chunks`` > 1 in GradCache's two passes (Gao et al.
-2021): every chunk is embedded with no activations kept, the loss and its gradient with respect
+once per distinct length over the columns of that length, and pools and normalises ([B, C, D]);
+``loss_and_grads`` differentiates the contrastive loss (loss.py) over the whole batch, with
+``chunks`` > 1 in GradCache's two passes (Gao et al. 2021): every chunk is embedded with no activations kept, the loss and its gradient with respect
 to the [B, C, D] embeddings are taken once over the whole batch, then each chunk's forward pass is
 run again and that gradient pulled back through it (jax.vjp), the chunks' parameter gradients
 summed. Peak memory is one chunk's activations plus the embeddings; the loss and gradients are
@@ -160,9 +160,10 @@ def loss_and_grads(embed: Callable, params: dict, batch: dict, rng, *, temperatu
 
 def make_train_step(pooling: str, temperature: float, *, symmetric: bool = False, dims=(), chunks: int = 1,
                     groups: int = 1):
-    """train_step(state, batch (by_column's layout, arrays [1, B, L_c]), rng) -> (state, metrics) for the mesh runner's compile_train:
-    one optimizer update from the loss of the whole global batch (no accumulation: a step's negatives
-    are every candidate of its batch; GradCache chunks bound the memory instead)."""
+    """train_step(state, batch (by_column's layout, arrays [1, B, L_c]), rng) -> (state, metrics) for the
+    mesh runner's compile_train: one optimizer update from the loss of the whole global batch (no
+    accumulation: a step's negatives are every candidate of its batch; GradCache chunks bound the memory
+    instead)."""
     def train_step(state, batch: dict, rng, axis_name: str | None = None):
         if axis_name is not None:
             raise ValueError("the embedding kind trains on the mesh runner (parallel.strategy: mesh), "
@@ -174,7 +175,8 @@ def make_train_step(pooling: str, temperature: float, *, symmetric: bool = False
         loss, grads = loss_and_grads(embedder(state.apply_fn, pooling), state.params, mb,
                                      jax.random.fold_in(rng, state.step), temperature=temperature,
                                      symmetric=symmetric, dims=dims, chunks=chunks, groups=groups)
-        rows = jnp.sum(mb["valid"].astype(jnp.float32)) if "valid" in mb else jnp.float32(mb[column_key(INPUTS[0], 0)].shape[0])
+        first = mb[column_key(INPUTS[0], 0)]
+        rows = jnp.sum(mb["valid"].astype(jnp.float32)) if "valid" in mb else jnp.float32(first.shape[0])
         sums = {"loss_sum": loss * rows, "weight": rows}
         return apply_gradients(state, grads, sums, sums["loss_sum"])
     train_step.__name__ = "embedding_train_step"
