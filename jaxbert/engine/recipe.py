@@ -29,7 +29,7 @@ import yaml
 from jaxbert import fs
 from jaxbert.errors import InputError
 from jaxbert.model.dropout import DROPOUT_IMPLS
-from jaxbert.model.options import ATTENTION_IMPLS, REMAT_POLICIES, ModelOptions
+from jaxbert.model.options import ATTENTION_IMPLS, RELATIVE_IMPLS, REMAT_POLICIES, ModelOptions
 
 
 class RecipeError(InputError):
@@ -101,6 +101,7 @@ class ComputeSection:
     dropout_impl: str = "hash"
     first_token_only: bool = False
     vocab_loss_chunk: Optional[int] = None  # None: chunked from a 65,536-entry vocabulary up; 0: plain; n: chunks of n
+    relative_impl: str = "auto"  # one of RELATIVE_IMPLS (DeBERTa's relative terms)
 
     def options(self, **changes) -> ModelOptions:
         """The ModelOptions this section describes (an 'auto' remat_policy is planned before this)."""
@@ -112,6 +113,7 @@ class ComputeSection:
         check_choice(f"{prefix}param_dtype", self.param_dtype, ("float32", "bfloat16"))
         check_choice(f"{prefix}attention_impl", self.attention_impl, ATTENTION_IMPLS)
         check_choice(f"{prefix}dropout_impl", self.dropout_impl, DROPOUT_IMPLS)
+        check_choice(f"{prefix}relative_impl", self.relative_impl, RELATIVE_IMPLS)
         check_choice(f"{prefix}remat_policy", self.remat_policy, tuple(REMAT_POLICIES) + (("auto",) if auto else ()))
         check_ranges(prefix, {"attention_chunks": (self.attention_chunks, *AT_LEAST_1),
                               "ffn_chunks": (self.ffn_chunks, *AT_LEAST_1)})

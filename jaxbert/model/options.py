@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jaxbert.model.dropout import DROPOUT_IMPLS
 
 ATTENTION_IMPLS = ("einsum", "dot_product", "blocked", "splash", "auto")
+RELATIVE_IMPLS = ("skew", "onehot", "auto")  # DeBERTa's relative terms (jaxbert.model.deberta_v2.attention)
 LAYER_INPUT = "layer_input"  # checkpoint_name of each layer's input, the value remat_policy "offload" moves
 # checkpoint_name of the fused attention's inputs (q, k, v as the kernel takes them) and output (the context;
 # splash's softmax statistics too): what remat_policy "keep_attention" keeps
@@ -92,6 +93,10 @@ class ModelOptions:
         the plain [masked tokens, V] logits below that. 0: always the plain logits; n > 0: always chunks of
         n entries. The loss, accuracy and gradients are the same either way (within float32 rounding), and
         so are the params; what the model returns outside those steps is always logits.
+      relative_impl: how DeBERTa's relative terms (c2p, p2c) pick each score's relative-table row, one of
+        RELATIVE_IMPLS: "skew" (products against every distance, skewed by reshapes), "onehot" (products against
+        the table rows, then a matmul with a constant one-hot, no reshape) or "auto" (onehot where the model is
+        compiled for a TPU, skew elsewhere). The same values either way (jaxbert.model.deberta_v2.attention).
     """
 
     dtype: Any = jnp.float32
@@ -105,6 +110,7 @@ class ModelOptions:
     decode: bool = False
     first_token_only: bool = False
     vocab_loss_chunk: Optional[int] = None
+    relative_impl: str = "auto"
 
     def __post_init__(self):
         for name in ("dtype", "param_dtype"):
@@ -123,6 +129,8 @@ class ModelOptions:
             raise ValueError(f"vocab_loss_chunk must be None (auto), 0 (plain) or a positive integer, got {chunk!r}")
         if self.dropout_impl not in DROPOUT_IMPLS:
             raise ValueError(f"dropout_impl {self.dropout_impl!r} is unknown; expected one of {DROPOUT_IMPLS}")
+        if self.relative_impl not in RELATIVE_IMPLS:
+            raise ValueError(f"relative_impl {self.relative_impl!r} is unknown; expected one of {RELATIVE_IMPLS}")
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(f"remat_policy {self.remat_policy!r} is unknown; expected one of {tuple(REMAT_POLICIES)}")
 

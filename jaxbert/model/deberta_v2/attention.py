@@ -8,10 +8,17 @@ position_buckets // 2 up to max_relative_positions (``relative_positions``, comp
 transformers computes them, so that the buckets are the same integers). Both terms read the relative-embedding
 table at clamp(bucket(i - j) + span, 0, 2 span - 1), span = position_buckets or max_relative_positions.
 
-Both indices depend on i - j alone, so neither term gathers a [B, N, T, T] index (a gather, and a scatter-add in
-the backward, that reads and writes buffers the size of the scores): the projected table's rows are taken once per
+Neither term gathers a [B, N, T, T] index (a gather, and a scatter-add in the backward, that reads and writes
+buffers the size of the scores). ModelOptions.relative_impl picks one of two ways, with the same values:
+``skew`` (``relative_bias``): both indices depend on i - j alone, so the projected table's rows are taken once per
 distance (``distance_index``, 2T - 1 rows of [2 span, N, D]), each query (c2p) or key (p2c) scored against every
-distance, and the [.., T, 2T - 1] scores skewed to [.., T, T] by reshapes and a slice (``relative_shift``).
+distance, and the [.., T, 2T - 1] scores skewed to [.., T, T] by reshapes and a slice (``relative_shift``);
+``onehot`` (``onehot_bias``): each query or key scored against the table rows the indices reach, and each score's
+row picked by a matmul with a constant one-hot [T, rows, T] (one nonzero product per sum, so exact), batched over
+the query (c2p) or key (p2c). On TPU a reshape of the two minor axes is a relayout copy, and the skew's reshapes
+are most of a DeBERTa step's memory traffic; the one-hot matmul runs on the MXU instead, for more FLOPs (which
+the MFU counts do not count: jaxbert.model.deberta_v2.family). ``auto`` runs onehot where the model is compiled
+for a TPU (jaxbert.model.options.target_kind), skew elsewhere.
 
 The relative terms are an additive [B, N, T, T] score bias formed from the queries and keys themselves, which no
 fused kernel takes: the layers run ``einsum`` (whole, or in attention_chunks blocks of queries); the family's build
@@ -23,11 +30,13 @@ from __future__ import annotations
 import functools
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxbert.model.deberta_v2.base import DebertaV2Module
 from jaxbert.model.layers import attention
+from jaxbert.model.options import target_kind
 
 
 @functools.lru_cache(maxsize=64)
@@ -90,6 +99,41 @@ def relative_bias(config, q, k, pos_key, pos_query, scale):
     return bias
 
 
+def relative_impl(options) -> str:
+    """options.relative_impl, with auto resolved: onehot where the model is compiled for a TPU, skew elsewhere."""
+    impl = options.relative_impl
+    if impl == "auto":
+        return "onehot" if target_kind().lower().startswith("tpu") else "skew"
+    return impl
+
+
+def onehot_pick(scores, index):
+    """scores [T, B, N, R] and index int [T, S] (values in [0, R)) -> scores[t, b, n, index[t, s]] as [B, N, T, S]:
+    a matmul batched over t with the one-hot [T, R, S] (index[t, s] == r), built in the graph from iota and
+    compare. One nonzero product per sum, so the values are exact in any dtype (HIGHEST precision, so that a float32
+    model's scores are not rounded to bfloat16 on the way)."""
+    R = scores.shape[-1]
+    onehot = jnp.asarray(index)[:, None, :] == jax.lax.broadcasted_iota(jnp.int32, (1, R, 1), 1)
+    return jnp.einsum("tBNr,trs->BNts", scores, onehot.astype(scores.dtype), precision=jax.lax.Precision.HIGHEST)
+
+
+def onehot_bias(config, q, k, pos_key, pos_query, scale):
+    """relative_bias's values by onehot_pick: each query (c2p) or key (p2c) scored against the table rows
+    relative_index reaches (at most 2T - 1 of the 2 span), each score's row then picked by the one-hot matmul.
+    The table rows are divided by scale, not the [B, N, T, T] terms (the same values up to rounding)."""
+    index = relative_index(config, q.shape[1])
+    lo, hi = int(index.min()), int(index.max()) + 1
+    index = index - lo
+    bias = None
+    if "c2p" in config.att_terms:  # c2p[i, j] = q_i . pos_key[index[i, j]]: batched over the query i
+        bias = onehot_pick(jnp.einsum("BTND,RND->TBNR", q, pos_key[lo:hi] / scale), index)
+    if "p2c" in config.att_terms:  # p2c[i, j] = k_j . pos_query[index[i, j]]: batched over the key j
+        p2c = onehot_pick(jnp.einsum("BSND,RND->SBNR", k, pos_query[lo:hi] / scale), index.T)
+        p2c = jnp.swapaxes(p2c, -1, -2)
+        bias = p2c if bias is None else bias + p2c
+    return bias
+
+
 def scale_of(config, dtype):
     """sqrt(head_dim * scale_factor), taken in float32 (as transformers takes it whatever the model's dtype), in
     the compute dtype."""
@@ -131,7 +175,8 @@ class DisentangledSelfAttention(DebertaV2Module):
             else:
                 pos_key = heads(self.proj("pos_key_proj")(rel)) if "c2p" in terms else None
                 pos_query = heads(self.proj("pos_query_proj")(rel)) if "p2c" in terms else None
-            bias = relative_bias(cfg, q, k, pos_key, pos_query, scale)
+            terms_bias = onehot_bias if relative_impl(opts) == "onehot" else relative_bias
+            bias = terms_bias(cfg, q, k, pos_key, pos_query, scale)
         # content scores as transformers forms them: q times (k / scale), then the relative terms added
         context, probs = attention.einsum_attention(
             self, q, k / scale, v, mask, jnp.asarray(1, opts.dtype), bias=bias,
