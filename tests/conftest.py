@@ -2,6 +2,9 @@
 `tests.helpers.<name>` (the repository root is on pytest's path, see pyproject.toml)."""
 
 import os
+import shutil
+import sys
+import tempfile
 from importlib import metadata
 
 import pytest
@@ -11,6 +14,20 @@ from tests.helpers.gcs import gcs  # noqa: F401 (the gs:// emulator fixture)
 # transformers 5's save_pretrained draws a "Writing model shards" bar on stderr; the tests that read a
 # one-line error off capsys after saving a model would count it. Read when huggingface_hub is imported.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+# One persistent compilation cache for the whole run: the process pytest starts makes the folder and sets
+# these variables, the xdist workers and every child process the tests start inherit them, and so a step
+# that several tests (or their children) compile with the same HLO is compiled once and read back after.
+# The same HLO, options and devices give the same executable (XLA's CPU build, memory_analysis and
+# cost_analysis included), so what a test computes does not change. JAXBERT_TEST_COMPILE_CACHE=off turns it
+# off; set to a folder, the run uses that folder and leaves it behind.
+CACHE_ENV = "JAXBERT_TEST_COMPILE_CACHE"
+JAX_CACHE_VARS = {"JAX_COMPILATION_CACHE_DIR": None, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                  "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+# Two processes that miss the same key both write it, and a third can read the file half-written: jax then
+# warns and compiles it again. Not a fault, and a child's stderr the tests read must not carry it.
+PARTIAL_READ = "Error reading persistent compilation cache entry"
+_MADE = pytest.StashKey[str]()  # the folder this process made, removed when the run ends
 
 EXPECT4 = "JAXBERT_EXPECT_TRANSFORMERS4"
 EXPECT5 = "JAXBERT_EXPECT_TRANSFORMERS5"
@@ -33,6 +50,40 @@ def pytest_configure(config):
         if os.environ.get(name) and major != want:
             raise pytest.UsageError(f"{name} is set but transformers is "
                                     f"{metadata.version('transformers') if major else 'not installed'}")
+    config.addinivalue_line("markers", "fresh_compile: compiles without the run's persistent compilation "
+                                       "cache (tests/conftest.py), for a test that must see XLA compile")
+    _share_compile_cache(config)
+
+
+def _share_compile_cache(config):
+    path = os.environ.get(CACHE_ENV)
+    if path == "off":
+        return
+    if not path:  # the process pytest started (xdist's controller or a run without -n): make the folder
+        path = tempfile.mkdtemp(prefix="jaxbert-xla-cache-")
+        os.environ[CACHE_ENV] = path
+        config.stash[_MADE] = path
+    for name, value in JAX_CACHE_VARS.items():
+        os.environ[name] = path if value is None else os.environ.get(name, value)
+    warn = os.environ.get("PYTHONWARNINGS")
+    if PARTIAL_READ not in (warn or ""):
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (warn, f"ignore:{PARTIAL_READ}")))
+    config.addinivalue_line("filterwarnings", f"ignore:{PARTIAL_READ}")
+    if "jax" in sys.modules:  # imported already (a plugin): its config read the variables before they were set
+        import jax
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes",
+                          int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
+
+
+
+def pytest_unconfigure(config):
+    """The cache folder goes with the run that made it (after xdist's workers have stopped)."""
+    path = config.stash.get(_MADE, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -59,23 +110,41 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"{EXPECT4} is set but this transformers4 test skipped: {report.longrepr}"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_compile(request, monkeypatch):
+    """A test marked fresh_compile compiles without the run's cache, its child processes too."""
+    if request.node.get_closest_marker("fresh_compile") is None or not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        yield
+        return
+    import jax
+    from jax._src import compilation_cache
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    yield
+    jax.config.update("jax_enable_compilation_cache", True)
+    compilation_cache.reset_cache()
+
+
 @pytest.fixture(scope="session")
 def _xla_cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("xla-cache")
 
 
 @pytest.fixture
-def compile_cache(_xla_cache_dir):
-    """JAX's persistent compilation cache on for one test, in a folder shared by this worker's tests that
-    ask for it: a step compiled again in-process (a stopped run resumed, the same tiny recipe in another
-    test) is read back instead (as tests/helpers/runs.child_env does for child processes). The same HLO
-    and options give the same executable, so what the test computes does not change."""
+def compile_cache(request):
+    """JAX's persistent compilation cache for one test: the run's (above), or with it off, a folder shared by
+    this worker's tests that ask for it, so that a step compiled again in-process (a stopped run resumed,
+    the same tiny recipe in another test) is read back instead."""
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        yield
+        return
     import jax
     from jax._src import compilation_cache
     keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
             "jax_persistent_cache_min_entry_size_bytes")
     saved = {k: getattr(jax.config, k) for k in keys}
-    for k, v in zip(keys, (str(_xla_cache_dir), 0, 0)):
+    for k, v in zip(keys, (str(request.getfixturevalue("_xla_cache_dir")), 0, 0)):
         jax.config.update(k, v)
     compilation_cache.reset_cache()
     yield

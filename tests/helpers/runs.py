@@ -47,7 +47,9 @@ def child_env(cache_dir: Path | None = None, devices: int | None = None) -> dict
     env.pop("XLA_FLAGS", None)
     if devices:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    if cache_dir is not None:  # compiled steps are shared between the children of one test module
+    # The run's persistent compilation cache (tests/conftest.py) is in os.environ already: the children
+    # share it. Without it (JAXBERT_TEST_COMPILE_CACHE=off), CACHE_DIR is shared by one module's children.
+    if cache_dir is not None and "JAX_COMPILATION_CACHE_DIR" not in env:
         env["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
         env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
