@@ -33,7 +33,7 @@ from jaxbert.engine.session import Session, Start, prepare_runner
 from jaxbert.model.families import family_of
 from jaxbert.model.flops import train_flops_per_token
 from jaxbert.model.classes import build_model
-from jaxbert.train import rtd_loop, sources, warmstart
+from jaxbert.train import rtd_loop, rtd_warmstart, sources, warmstart
 from jaxbert.train.batch_warmup import BatchWarmup
 from jaxbert.train.mlm import MLM, summarize
 from jaxbert.train.outputs import finish
@@ -201,6 +201,9 @@ def _restore_or_initialise(run: _Run, session: Session) -> tuple[Start, object]:
         state = runner.create_state()
         if recipe.model.init_from:
             params = jax.device_get(runner.to_saved(state).params)
+            if recipe.train.objective == "rtd":  # both models, into the joint tree (jaxbert.train.rtd_warmstart)
+                return state.replace(params=runner.place_params(
+                    rtd_warmstart.warm_start(recipe, run.cfg, params, run.log)))
             loaded = warmstart.load_source_params(recipe.model.init_from, recipe.model.model_class, run.log)
             state = state.replace(params=runner.place_params(
                 warmstart.merge(params, loaded, recipe.model.scan_layers, run.log, tile=recipe.model.init_tile,

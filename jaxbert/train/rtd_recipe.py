@@ -122,9 +122,9 @@ def check_recipe(recipe, cfg) -> None:
     if recipe.model.model_class != disc_class:
         raise RecipeError(f"model.model_class: train.objective: rtd trains the discriminator, {disc_class}; "
                           f"got {recipe.model.model_class}")
-    if recipe.model.init_from:
-        raise RecipeError("model.init_from: an RTD run starts both models fresh; continued RTD pretraining from a "
-                          "checkpoint is not supported yet")
+    if recipe.model.init_from and recipe.model.init_tile:
+        raise RecipeError("model.init_tile: tiling a smaller model into a larger one is for MLM runs; an RTD run's "
+                          "model.init_from loads both models at their own sizes")
     if recipe.data.nsp:
         raise RecipeError("data.nsp: next-sentence pairs are for BertForPreTraining; an RTD recipe takes MLM data")
     section = recipe.rtd

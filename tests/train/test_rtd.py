@@ -229,3 +229,30 @@ def test_export_adds_gdes_delta_and_fills_the_tied_generator():
     gen, disc = rtd.export_params(params, "tied")
     np.testing.assert_array_equal(_flat(gen)[WORD], _flat(disc)[WORD])
     assert set(_flat(gen)) == set(_flat(_pair("none")[1]["generator"]))
+
+
+@pytest.mark.parametrize("sharing", ["tied", "gdes", "none"])
+def test_joint_from_models_inverts_export(sharing):
+    """rtd_warmstart.joint_from_models: the joint tree whose export is the two given whole models (tied: the
+    discriminator's tables in both; gdes: E_G + (E_D - E_G) = E_D within rounding; none: each its own)."""
+    from jaxbert.model.rtd_tables import export_params
+    from jaxbert.train.rtd_warmstart import joint_from_models
+    rng = np.random.RandomState(0)
+
+    def model(width):
+        tables = {n: {"embedding": rng.randn(7, 4).astype(np.float32)} for n in
+                  ("word_embeddings", "position_embeddings", "token_type_embeddings")}
+        return {"electra": {"embeddings": tables, "encoder": {"w": rng.randn(4, width).astype(np.float32)}}}
+    gen, disc = model(2), model(3)
+    joint = joint_from_models(gen, disc, sharing)
+    out_gen, out_disc = export_params(joint, sharing)
+    want_gen_tables = gen if sharing in ("gdes", "none") else disc
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        np.testing.assert_allclose(out_disc["electra"]["embeddings"][name]["embedding"],
+                                   disc["electra"]["embeddings"][name]["embedding"], rtol=0, atol=1e-6)
+        assert np.array_equal(out_gen["electra"]["embeddings"][name]["embedding"],
+                              want_gen_tables["electra"]["embeddings"][name]["embedding"])
+    assert np.array_equal(out_gen["electra"]["encoder"]["w"], gen["electra"]["encoder"]["w"])
+    assert np.array_equal(out_disc["electra"]["encoder"]["w"], disc["electra"]["encoder"]["w"])
+    if sharing == "tied":
+        assert "embeddings" not in joint["generator"]["electra"]  # one set of tables, the discriminator's

@@ -49,6 +49,7 @@ def _recipe(**patch) -> dict:
     ({"model": {**ELECTRA, "model_class": "ElectraForMaskedLM"}}, "model.model_class", "ElectraForPreTraining"),
     ({"train": {**RTD["train"], "objective": "mlm"}}, "model.model_class", "is a discriminator"),
     ({"train": {**RTD["train"], "objective": "electra"}}, "train.objective", "not one of"),
+    ({"model": {**ELECTRA, "init_from": "runs/small", "init_tile": True}}, "model.init_tile", "for MLM runs"),
 ])
 def test_rtd_recipe_refusals_name_the_key_and_write_nothing(tmp_path, capsys, patch, key, words):
     data = _recipe(**patch)
@@ -172,3 +173,71 @@ def test_remat_auto_plans_the_rtd_step_and_records_the_choice(tmp_path, monkeypa
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["model"]["remat_policy"] == "none" and effective["train"]["objective"] == "rtd"
     assert [row["step"] for row in untimed_rows(wd) if "rtd_loss" in row] == [2]  # log_every 2
+
+
+def _joint_start(recipe, init_from):
+    """(the fresh joint params of recipe's pair, the joint params warm-started from init_from)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+    from jaxbert.train import rtd_warmstart
+    from jaxbert.train.rtd_export import build_pair
+    r = copy.deepcopy(recipe)
+    r.model.init_from = str(init_from)
+    cfg = r.model_config(64)
+    dummy = jnp.zeros((1, 8), jnp.int32)
+    fresh = jax.device_get(nn.meta.unbox(build_pair(r, cfg).init_boxed(jax.random.key(1), dummy, dummy)["params"]))
+    lines = []
+    return fresh, rtd_warmstart.warm_start(r, cfg, fresh, lines.append), lines
+
+
+def _flat_models(joint, sharing="gdes"):
+    from flax import traverse_util
+    from jaxbert.model.rtd_tables import export_params
+    gen, disc = export_params(joint, sharing)
+    flat = lambda t: {"/".join(k): np.asarray(v) for k, v in traverse_util.flatten_dict(t).items()}  # noqa: E731
+    return flat(gen), flat(disc)
+
+
+def test_init_from_an_rtd_workdir_or_its_export_restores_both_models(rtd_run, tmp_path):
+    """model.init_from under rtd (gdes): from the run's workdir and from its export, the two models the run
+    ended with (tables within float32 rounding: E_delta is stored as E_D - E_G); from a discriminator alone,
+    a fresh generator reading E_G = E_D and E_delta exactly zero."""
+    import shutil
+    from flax import traverse_util
+    path, workdir = rtd_run
+    recipe = recipe_lib.from_dict(yaml.safe_load(path.read_text()))
+    ended = _flat_models(traverse_util.unflatten_dict(
+        {tuple(k.split("/")): v for k, v in flat_params(workdir).items()}))
+    for source in (workdir, workdir / "hf"):
+        fresh, warm, lines = _joint_start(recipe, source)
+        for got, want in zip(_flat_models(warm), ended):
+            assert set(got) == set(want)
+            for k in want:
+                table = "embeddings" in k and k.rsplit("/", 2)[-2].endswith("_embeddings")
+                np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-6 if table else 0, err_msg=k)
+        assert not any("freshly initialised" in line for line in lines), lines
+    # the discriminator alone: its weights, a fresh generator (its own init), E_G = E_D, E_delta = 0
+    alone = tmp_path / "disc"
+    shutil.copytree(workdir / "hf", alone, ignore=shutil.ignore_patterns("generator"))
+    fresh, warm, lines = _joint_start(recipe, alone)
+    gen, disc = _flat_models(warm)
+    fresh_gen, _ = _flat_models(fresh)
+    assert all(np.array_equal(disc[k], ended[1][k]) for k in disc)
+    word = next(k for k in gen if k.endswith("word_embeddings/embedding"))
+    assert np.array_equal(gen[word], disc[word])
+    assert all(np.array_equal(gen[k], fresh_gen[k]) for k in gen if "embeddings" not in k)
+    delta = [v for k, v in traverse_util.flatten_dict(warm["discriminator"]).items()
+             if "embeddings" in k and k[-2].endswith("_embeddings")]
+    assert len(delta) == 3 and all(not np.any(v) for v in delta)  # word, position, token type: E_delta = 0
+    assert any("holds no generator" in line for line in lines)
+
+
+def test_train_with_init_from_an_rtd_export_continues_both_models(rtd_run, tmp_path, capsys):
+    path, workdir = rtd_run
+    capsys.readouterr()
+    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "more"), "--set",
+                 f"model.init_from={workdir / 'hf'}", "--set", "train.steps=2", "--set", "outputs.export=false"]) == 0
+    out = capsys.readouterr().out
+    assert "init_from (discriminator):" in out and "init_from (generator):" in out
+    assert out.count("init_from: loaded") == 2
