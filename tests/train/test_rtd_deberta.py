@@ -357,3 +357,31 @@ def test_deberta_tied_and_none_sharing_route_the_generator_gradient(sharing):
     grad = jax.jit(jax.grad(mlm))(params)
     g_disc = np.abs(np.asarray(traverse_util.flatten_dict(grad["discriminator"])[word])).max()
     assert (g_disc > 0) == (sharing == "tied")
+
+
+def test_init_from_a_deberta_rtd_export_restores_both_models_and_a_backbone_alone_its_encoder(deberta_run, tmp_path):
+    """model.init_from under rtd on DeBERTa-v3: its export (backbone, rtd_head.safetensors, generator/) gives the
+    models the run ended with; the backbone alone (as the released v3 checkpoints are) gives its encoder, with
+    the RTD head and the generator fresh (the log says so)."""
+    import shutil
+    from flax import traverse_util
+    from tests.train.test_rtd_train import _flat_models, _joint_start
+    from jaxbert.train.rtd_export import HEAD_FILE
+    path, workdir = deberta_run
+    recipe = recipe_lib.from_dict(yaml.safe_load(path.read_text()))
+    ended = _flat_models(traverse_util.unflatten_dict(
+        {tuple(k.split("/")): v for k, v in flat_params(workdir).items()}))
+    _, warm, lines = _joint_start(recipe, workdir / "hf")
+    for got, want in zip(_flat_models(warm), ended):
+        assert set(got) == set(want)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-6 if "embeddings/" in k else 0, err_msg=k)
+    backbone = tmp_path / "backbone"
+    shutil.copytree(workdir / "hf", backbone, ignore=shutil.ignore_patterns("generator", HEAD_FILE))
+    fresh, warm, lines = _joint_start(recipe, backbone)
+    _, disc = _flat_models(warm)
+    _, fresh_disc = _flat_models(fresh)
+    assert all(np.array_equal(disc[k], ended[1][k]) for k in disc if k.startswith("deberta/"))
+    head = [k for k in disc if not k.startswith("deberta/")]
+    assert head and all(np.array_equal(disc[k], fresh_disc[k]) for k in head)
+    assert any("freshly initialised" in line for line in lines) and any("holds no generator" in line for line in lines)
