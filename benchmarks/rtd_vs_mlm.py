@@ -9,6 +9,7 @@ lambda 50). Both read the embedded corpus with the same batch (16 x 64), optimiz
     python benchmarks/rtd_vs_mlm.py commands --rtd-steps N  # the protocol's commands (MLM steps from the ratio)
     python benchmarks/rtd_vs_mlm.py run --rtd-steps N     # runs them (skips a finished step)
     python benchmarks/rtd_vs_mlm.py table                 # tabulates ROOT's results
+    python benchmarks/rtd_vs_mlm.py probe --rtd-steps 400  # electra-tiny with uniform random replacements
 
 1. FLOPs per train step: each recipe's train step is lowered and compiled for this CPU from shapes alone (as
    `jaxbert plan` does: jaxbert.plan.compile_step) and XLA's cost_analysis() read. The RTD step holds both
@@ -215,9 +216,35 @@ def table(root: Path, seeds) -> str:
     return "\n".join(lines)
 
 
+def probe(args) -> None:
+    """electra-tiny trained with uniformly random replacements in place of the generator's samples (the
+    generator still trains on its MLM loss): a check that the discriminator can learn at all, printing its
+    training figures every 50 steps. Easy replacements should be told apart quickly; if they are, a flat AUC
+    against the generator's samples is the task's difficulty for this model, not broken plumbing."""
+    import jax
+    import jax.numpy as jnp
+    from jaxbert.cli.main import main as cli
+    from jaxbert.train import rtd
+
+    def uniform(key, logits):  # a token id in [5, V): no special tokens (the recipes' tokenizer puts them first)
+        return jax.random.randint(key, logits.shape[:-1], 5, logits.shape[-1]).astype(jnp.int32)
+    rtd.sample_replacements = uniform
+    workdir = args.root / "probe-uniform"
+    if cli(["train", "--config", CONFIGS["rtd"], "--set", f"train.steps={args.rtd_steps}", "--set",
+            "train.log_every=50", "--set", "train.eval_every=0", "--set", "outputs.plot=false",
+            "--workdir", str(workdir)]) != 0:
+        raise SystemExit(f"the probe run in {workdir} failed")
+    print("step  rtd_loss  rtd_auc  rtd_accuracy  replaced_fraction")
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "rtd_auc" in r:
+            print(f"{r['step']:>4}  {r['rtd_loss']:.4f}    {r['rtd_auc']:.4f}   {r['rtd_accuracy']:.4f}        "
+                  f"{r['replaced_fraction']:.3f}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("flops", "task", "commands", "run", "table"))
+    p.add_argument("what", choices=("flops", "task", "commands", "run", "table", "probe"))
     p.add_argument("--vocab", type=int, default=4096, help="the tokenizer's vocabulary (the recipes' 4096)")
     p.add_argument("--rtd-steps", type=int, default=600, help="RTD steps (MLM: this x the FLOPs ratio)")
     p.add_argument("--ratio", type=float, default=None, help="FLOPs_rtd / FLOPs_mlm (default: measured)")
@@ -229,6 +256,9 @@ def main(argv=None) -> int:
         return 0
     if args.what == "task":
         write_task(args.root)
+        return 0
+    if args.what == "probe":
+        probe(args)
         return 0
     flops = None if args.ratio is not None else flops_cmd(args)
     ratio = args.ratio if flops is None else flops["ratio"]
