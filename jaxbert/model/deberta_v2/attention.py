@@ -134,6 +134,9 @@ def onehot_bias(config, q, k, pos_key, pos_query, scale):
     return bias
 
 
+BIAS = {"skew": relative_bias, "onehot": onehot_bias}
+
+
 def scale_of(config, dtype):
     """sqrt(head_dim * scale_factor), taken in float32 (as transformers takes it whatever the model's dtype), in
     the compute dtype."""
@@ -175,8 +178,7 @@ class DisentangledSelfAttention(DebertaV2Module):
             else:
                 pos_key = heads(self.proj("pos_key_proj")(rel)) if "c2p" in terms else None
                 pos_query = heads(self.proj("pos_query_proj")(rel)) if "p2c" in terms else None
-            terms_bias = onehot_bias if relative_impl(opts) == "onehot" else relative_bias
-            bias = terms_bias(cfg, q, k, pos_key, pos_query, scale)
+            bias = BIAS[relative_impl(opts)](cfg, q, k, pos_key, pos_query, scale)
         # content scores as transformers forms them: q times (k / scale), then the relative terms added
         context, probs = attention.einsum_attention(
             self, q, k / scale, v, mask, jnp.asarray(1, opts.dtype), bias=bias,
