@@ -208,8 +208,11 @@ def table(root: Path, seeds) -> str:
         for m in ("accuracy", "macro_f1"):
             (mr, sr), (mm, sm) = stats["rtd"][m], stats["mlm"][m]
             diff, spread = mr - mm, max(sr, sm)
-            verdict = "beyond" if abs(diff) > spread else "within"
             n_r, n_m = len(res["rtd"]), len(res["mlm"])
+            if min(n_r, n_m) < 2:  # one seed has no spread to weigh the difference against
+                lines.append(f"{m}: RTD - MLM = {diff:+.4f}; one seed per objective: no spread to judge it by")
+                continue
+            verdict = "beyond" if abs(diff) > spread else "within"
             se = math.sqrt(sr ** 2 / n_r + sm ** 2 / n_m)  # the standard error of the difference of the means
             lines.append(f"{m}: RTD - MLM = {diff:+.4f}; the seeds' spread (larger std) {spread:.4f}: {verdict} it "
                          f"(standard error of the difference {se:.4f}, |diff| / se = {abs(diff) / se if se else (0.0 if diff == 0 else math.inf):.2f})")
