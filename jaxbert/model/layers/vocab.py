@@ -25,10 +25,7 @@ def tied_logits(x: jax.Array, table: jax.Array, bias: Optional[jax.Array]) -> ja
     about 6 ns an element (285 ms of a 6-layer, hidden-384 ModernBERT's 3.1 s step at 8 x 512, 30% masked,
     V = 50,368), and the table's gradient as a [V, B x M] x [B x M, H] matmul after transposing the cotangent
     (465 ms). Written out, the bias gradient is the same sum as a matmul by ones (8 ms) and the table's is
-    formed [H, V] and transposed (270 ms). There the bias is added inside the matmul, as one more column of x (ones)
-    and of the table (the bias): XLA's CPU backend added it in a pass of its own over the [B x M, V] logits, and
-    a second one where the logits were read in another shape (the argmax's chunks; 2 x 260 ms of a 7.5 s step
-    under load, docs/benchmarks.md). Elsewhere autodiff's is kept."""
+    formed [H, V] and transposed (270 ms). Elsewhere autodiff's is kept."""
     if cpu_target():
         return _tied_logits(x, table, None if bias is None else bias.astype(table.dtype))
     logits = jnp.einsum("...H,VH->...V", x, table)
@@ -37,23 +34,10 @@ def tied_logits(x: jax.Array, table: jax.Array, bias: Optional[jax.Array]) -> ja
 
 @jax.custom_vjp
 def _tied_logits(x, table, bias):
-    # one 2-D matmul over the rows [B x M, H], as Dense multiplies (the same values as the einsum); a bias rides in
-    # it as column H of both operands (x's a column of ones), padded with zero columns to a multiple of 8: the
-    # same sum, the bias rounded into the matmul's accumulation instead of added after it
-    rows = x.reshape(-1, x.shape[-1])
-    if bias is not None:
-        rows, table = _bias_column(rows, table, bias)
-    return jnp.dot(rows, table.T).reshape(*x.shape[:-1], table.shape[0])
-
-
-def _bias_column(rows, table, bias):
-    """rows [R, H] and table [V, H] widened to [R, H'] and [V, H'] (H' = H + 1 rounded up to 8): column H is ones
-    in rows and the bias in the table, the rest zeros, so rows' @ table'^T = rows @ table^T + bias."""
-    (R, H), V = rows.shape, table.shape[0]
-    pad = -(H + 1) % 8
-    rows = jnp.concatenate([rows, jnp.ones((R, 1), rows.dtype), jnp.zeros((R, pad), rows.dtype)], axis=1)
-    table = jnp.concatenate([table, bias[:, None].astype(table.dtype), jnp.zeros((V, pad), table.dtype)], axis=1)
-    return rows, table
+    # one 2-D matmul over the rows [B x M, H], as Dense multiplies (the same values as the einsum)
+    logits = jnp.dot(x.reshape(-1, x.shape[-1]), table.T)
+    logits = logits if bias is None else logits + bias
+    return logits.reshape(*x.shape[:-1], table.shape[0])
 
 
 def _tied_logits_fwd(x, table, bias):
