@@ -150,9 +150,10 @@ def test_finetune_reads_an_rtd_workdir_as_its_exported_discriminator(rtd_run, ca
     assert np.abs(e_d).max() > 0 and np.array_equal(np.asarray(a[tuple(name.split("/"))]), e_g + e_d)
 
 
-def test_remat_auto_plans_the_rtd_step_and_records_the_choice(tmp_path, monkeypatch, capsys):
+def test_remat_auto_plans_the_rtd_step_and_init_from_continues_both_models(rtd_run, tmp_path, monkeypatch, capsys):
     """model.remat_policy: auto on an RTD recipe: the planner compiles the RTD step (both models, the RTD
-    objective), picks the first policy that fits, and the run trains with it."""
+    objective), picks the first policy that fits, and the run trains with it; the same run starts both models
+    from an RTD export (model.init_from: the discriminator at DIR, the generator at DIR/generator)."""
     from jaxbert.plan import batch_search, compile_step
     monkeypatch.setattr(batch_search, "device_hbm_bytes", lambda device, devices=None: 2**30)  # CPU reports none
     planned = []
@@ -163,13 +164,18 @@ def test_remat_auto_plans_the_rtd_step_and_records_the_choice(tmp_path, monkeypa
         planned.append((recipe.train.objective, type(model).__name__, step.__name__))
         return model, step
     monkeypatch.setattr(compile_step, "model_and_step", spy)
+    _, source = rtd_run
     path = tmp_path / "auto.yaml"
-    path.write_text(yaml.safe_dump(_recipe(model={**ELECTRA, "remat_policy": "auto"},
+    path.write_text(yaml.safe_dump(_recipe(model={**ELECTRA, "remat_policy": "auto", "init_from": str(source / "hf")},
                                            train={**RTD["train"], "steps": 2, "accum_steps": 1})))
     wd = tmp_path / "run"
+    capsys.readouterr()
     assert main(["train", "--config", str(path), "--workdir", str(wd)]) == 0
-    assert "plan: per_device_batch_size 4, remat_policy none" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "plan: per_device_batch_size 4, remat_policy none" in out
     assert planned and planned[0][:2] == ("rtd", "RtdModel"), planned
+    assert "init_from (discriminator):" in out and "init_from (generator):" in out
+    assert out.count("init_from: loaded") == 2 and "freshly initialised" not in out
     effective = yaml.safe_load((wd / "recipe.yaml").read_text())
     assert effective["model"]["remat_policy"] == "none" and effective["train"]["objective"] == "rtd"
     assert [row["step"] for row in untimed_rows(wd) if "rtd_loss" in row] == [2]  # log_every 2
@@ -232,12 +238,3 @@ def test_init_from_an_rtd_workdir_or_its_export_restores_both_models(rtd_run, tm
     assert len(delta) == 3 and all(not np.any(v) for v in delta)  # word, position, token type: E_delta = 0
     assert any("holds no generator" in line for line in lines)
 
-
-def test_train_with_init_from_an_rtd_export_continues_both_models(rtd_run, tmp_path, capsys):
-    path, workdir = rtd_run
-    capsys.readouterr()
-    assert main(["train", "--config", str(path), "--workdir", str(tmp_path / "more"), "--set",
-                 f"model.init_from={workdir / 'hf'}", "--set", "train.steps=2", "--set", "outputs.export=false"]) == 0
-    out = capsys.readouterr().out
-    assert "init_from (discriminator):" in out and "init_from (generator):" in out
-    assert out.count("init_from: loaded") == 2
