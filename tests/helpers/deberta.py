@@ -63,3 +63,20 @@ def saved_model(class_name: str, style: str = "v3") -> Path:
     if not folder.exists():
         tiny_hf(class_name, style, seed=5).save_pretrained(folder)
     return folder
+
+
+def relative_terms_case(buckets: int, max_rel: int, terms: str):
+    """(config, rng, scale, pos_key, pos_query) of the relative-terms tests: a one-layer, two-head DeBERTa-v2 config
+    with these buckets / max_relative_positions / pos_att_type, and float64 projected tables [2 span, 2, 4] (call it
+    inside jax.enable_x64); rng draws the queries and keys."""
+    import jax.numpy as jnp
+    import numpy as np
+    from jaxbert.model.deberta_v2.config import DebertaV2Config
+    config = DebertaV2Config(hidden_size=8, num_attention_heads=2, intermediate_size=16, num_hidden_layers=1,
+                             vocab_size=10, relative_attention=True, position_buckets=buckets,
+                             max_relative_positions=max_rel, pos_att_type=terms, position_biased_input=False)
+    span = config.att_span
+    rng = np.random.default_rng(buckets + max_rel + len(terms))
+    scale = jnp.asarray(np.sqrt(12.0))
+    pos_key, pos_query = (jnp.asarray(rng.normal(size=(2 * span, 2, 4))) for _ in range(2))
+    return config, rng, scale, pos_key, pos_query

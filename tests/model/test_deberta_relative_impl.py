@@ -16,9 +16,8 @@ import pytest
 import jaxbert
 from jaxbert.engine.recipe import ComputeSection, RecipeError
 from jaxbert.model.deberta_v2 import attention, build
-from jaxbert.model.deberta_v2.config import DebertaV2Config
 from jaxbert.model.options import ModelOptions, compiling_for
-from tests.helpers.deberta import saved_model
+from tests.helpers.deberta import relative_terms_case, saved_model
 
 CASES = [  # (position_buckets, max_relative_positions, pos_att_type, lengths)
     (8, 16, "p2c|c2p", (1, 5, 13, 40)),  # v3 style: T past the buckets' linear range and past max_relative
@@ -30,14 +29,8 @@ CASES = [  # (position_buckets, max_relative_positions, pos_att_type, lengths)
 
 @pytest.mark.parametrize("buckets,max_rel,terms,lengths", CASES)
 def test_onehot_equals_the_skew_values_and_gradients(buckets, max_rel, terms, lengths):
-    config = DebertaV2Config(hidden_size=8, num_attention_heads=2, intermediate_size=16, num_hidden_layers=1,
-                             vocab_size=10, relative_attention=True, position_buckets=buckets,
-                             max_relative_positions=max_rel, pos_att_type=terms, position_biased_input=False)
-    span = config.att_span
-    rng = np.random.default_rng(buckets + max_rel + len(terms))
     with jax.enable_x64(True):
-        scale = jnp.asarray(np.sqrt(12.0))
-        pos_key, pos_query = (jnp.asarray(rng.normal(size=(2 * span, 2, 4))) for _ in range(2))
+        config, rng, scale, pos_key, pos_query = relative_terms_case(buckets, max_rel, terms)
         for T in lengths:
             q, k = (jnp.asarray(rng.normal(size=(2, T, 2, 4))) for _ in range(2))
             weight = jnp.asarray(rng.normal(size=(2, 2, T, T)))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxbert.model.deberta_v2.attention import relative_bias, relative_index, relative_shift
-from jaxbert.model.deberta_v2.config import DebertaV2Config
+from tests.helpers.deberta import relative_terms_case
 
 
 def gathered(config, q, k, pos_key, pos_query, scale):
@@ -39,14 +39,8 @@ CASES = [  # (position_buckets, max_relative_positions, pos_att_type, lengths)
 
 @pytest.mark.parametrize("buckets,max_rel,terms,lengths", CASES)
 def test_relative_bias_equals_the_gathered_formulation(buckets, max_rel, terms, lengths):
-    config = DebertaV2Config(hidden_size=8, num_attention_heads=2, intermediate_size=16, num_hidden_layers=1,
-                             vocab_size=10, relative_attention=True, position_buckets=buckets,
-                             max_relative_positions=max_rel, pos_att_type=terms, position_biased_input=False)
-    span = config.att_span
-    rng = np.random.default_rng(buckets + max_rel + len(terms))
     with jax.enable_x64(True):
-        scale = jnp.asarray(np.sqrt(12.0))
-        pos_key, pos_query = (jnp.asarray(rng.normal(size=(2 * span, 2, 4))) for _ in range(2))
+        config, rng, scale, pos_key, pos_query = relative_terms_case(buckets, max_rel, terms)
         for T in lengths:
             q, k = (jnp.asarray(rng.normal(size=(2, T, 2, 4))) for _ in range(2))
             want = gathered(config, q, k, pos_key, pos_query, scale)
