@@ -63,7 +63,7 @@ def _with_tables_of(gen: dict, disc: dict) -> dict:
     return traverse_util.unflatten_dict(flat_g)
 
 
-def _loaded(path: str, recipe, cfg, log) -> tuple[dict | None, dict]:
+def _loaded(path: str, cfg, log) -> tuple[dict | None, dict]:
     """(generator params or None, discriminator params) of `path`, whole models in the per-layer layout."""
     stack = family_of(cfg).layer_stack
     disc_class, gen_class = DISCRIMINATORS[family_of(cfg).name]
@@ -91,7 +91,7 @@ def warm_start(recipe, cfg, fresh: dict, log=print) -> dict:
     sharing, scanned = recipe.rtd.sharing, recipe.model.scan_layers
     family = family_of(cfg)
     fresh_gen, fresh_disc = export_params(fresh, sharing)
-    gen_l, disc_l = _loaded(recipe.model.init_from, recipe, cfg, log)
+    gen_l, disc_l = _loaded(recipe.model.init_from, cfg, log)
     log("init_from (discriminator):")
     disc = warmstart.merge(fresh_disc, disc_l, scanned, log, family=family)
     if gen_l is None:
