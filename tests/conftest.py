@@ -52,7 +52,18 @@ def pytest_configure(config):
                                     f"{metadata.version('transformers') if major else 'not installed'}")
     config.addinivalue_line("markers", "fresh_compile: compiles without the run's persistent compilation "
                                        "cache (tests/conftest.py), for a test that must see XLA compile")
+    _no_worker_restart(config)
     _share_compile_cache(config)
+
+
+def _no_worker_restart(config):
+    """A worker that dies (a segfault, the OOM killer) ends the run at once, naming the test it ran
+    ("worker 'gw0' crashed while running ..."). pytest-xdist 3.8 restarts it otherwise, and under
+    --dist loadfile the restarted worker can be handed an already-finished file as an empty unit and
+    wait for it forever (pytest-xdist issues 1323, 1378): the run then hangs until CI's time runs out.
+    An explicit --max-worker-restart still wins."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "maxworkerrestart", 0) is None:
+        config.option.maxworkerrestart = "0"
 
 
 def _share_compile_cache(config):

@@ -22,6 +22,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+import threading
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -51,21 +52,27 @@ class PrepareError(InputError):
     """Bad arguments or an output that cannot be written."""
 
 
+def _start_method() -> str:
+    """fork for a single-threaded process that has not started JAX (whose threads are native), else spawn."""
+    jax_started = bool(getattr(sys.modules.get("jax._src.xla_bridge"), "_backends", None))
+    single = threading.active_count() == 1 and not jax_started
+    return "fork" if single and "fork" in mp.get_all_start_methods() else "spawn"
+
+
 def _run(tasks, config: dict, num_workers: int):
     """Results in task order, at most 2 chunks per worker in flight (memory stays bounded).
 
     Workers are forked where the OS can (fast, and no re-import of the caller's script, which
-    `spawn` runs again), unless this process has started JAX, whose threads make fork unsafe.
-    Workers use only NumPy and tokenizers. A worker that dies raises BrokenProcessPool here
-    instead of hanging.
+    `spawn` runs again) while this process runs a single thread; once it has started JAX or any
+    other thread (gcsfs's event loop for gs:// paths, Beam's pools), a forked child could inherit
+    a lock held mid-operation, so workers are spawned. Workers use only NumPy and tokenizers. A
+    worker that dies raises BrokenProcessPool here instead of hanging.
     """
     if num_workers <= 1:
         init_worker(config)
         yield from map(encode_chunk, tasks)
         return
-    jax_started = bool(getattr(sys.modules.get("jax._src.xla_bridge"), "_backends", None))
-    method = "fork" if "fork" in mp.get_all_start_methods() and not jax_started else "spawn"
-    with ProcessPoolExecutor(num_workers, mp.get_context(method), init_worker, (config,)) as pool:
+    with ProcessPoolExecutor(num_workers, mp.get_context(_start_method()), init_worker, (config,)) as pool:
         pending = deque()
         for task in tasks:
             pending.append(pool.submit(encode_chunk, task))

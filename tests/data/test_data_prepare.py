@@ -1,6 +1,7 @@
 """Packing, NSP pairing and `prepare` output, with hand-computed rows over a hand-written vocab."""
 
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -157,6 +158,20 @@ def test_prepare_is_deterministic_for_any_worker_count(vocab, tmp_path, monkeypa
     assert meta["splits"]["validation"]["documents"] == 15
     # one-sentence chunks are always paired at random, so a little over half are random
     assert 0.5 < meta["splits"]["train"]["random_next"] / meta["splits"]["train"]["examples"] < 0.8
+
+
+def test_workers_are_forked_only_from_a_single_threaded_process_without_jax():
+    """A fork copies one thread and every lock the others hold: with gcsfs's event loop, Beam's pools or
+    JAX running, the pool spawns instead (a child process here: pytest's own process runs threads)."""
+    probe = ("import threading, jax.numpy as jnp\n"
+             "from jaxbert.data.prepare import _start_method\n"
+             "alone = _start_method()\n"
+             "stop = threading.Event(); t = threading.Thread(target=stop.wait); t.start()\n"
+             "with_thread = _start_method(); stop.set(); t.join()\n"
+             "after_thread = _start_method(); jnp.zeros(1).block_until_ready()\n"
+             "print(alone, with_thread, after_thread, _start_method())\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["fork", "spawn", "fork", "spawn"]
 
 
 def test_uint32_shards_for_a_large_vocab(tmp_path):
