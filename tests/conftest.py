@@ -14,6 +14,9 @@ from tests.helpers.gcs import gcs  # noqa: F401 (the gs:// emulator fixture)
 # transformers 5's save_pretrained draws a "Writing model shards" bar on stderr; the tests that read a
 # one-line error off capsys after saving a model would count it. Read when huggingface_hub is imported.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# `jaxbert train` run in-process by a test would set the worker's malloc to keep every freed block for the rest
+# of the run (jaxbert.train.allocator): the worker would carry each later test's peak and grow by gigabytes.
+os.environ.setdefault("JAXBERT_MALLOC", "system")
 
 # One persistent compilation cache for the whole run: the process pytest starts makes the folder and sets
 # these variables, the xdist workers and every child process the tests start inherit them, and so a step

@@ -16,7 +16,7 @@ from jaxbert.errors import InputError
 from jaxbert.finetune.downstream import check_items, run_downstream
 from jaxbert.plan.batch_search import resolve_auto
 from jaxbert.train import outputs
-from jaxbert.train.allocator import keep_freed_memory
+from jaxbert.train.allocator import keep_freed_memory, malloc_mode
 from jaxbert.train.loop import train_and_evaluate
 from jaxbert.train.recipe import Recipe, load, recipe_names
 
@@ -83,7 +83,8 @@ def run(args) -> int:
         raise InputError(f"--stop-after: {args.stop_after} is not a step (>= 1)")
     check_items(recipe.outputs.downstream)  # every task, file and recipe, before any training
     workdir = args.workdir or f"runs/{recipe.name}"
-    keep_freed_memory()  # before jax allocates: the step's temporaries stay mapped between steps
+    if malloc_mode() == "keep":  # before jax allocates: the step's temporaries stay mapped between steps
+        keep_freed_memory()
     # errors: one line and an exit code (cli.main)
     summary = train_and_evaluate(recipe, workdir, stop_at=args.stop_after, plan_auto=resolve_auto)
     if summary["status"] == "already finished":  # the loop said so in one line; show what the run left

@@ -12,6 +12,9 @@ more than that at once hand them back), and puts every thread on one arena,
 whose heap is the one kept. The process keeps its peak heap until it exits, which a
 training run reaches in its first steps anyway. tcmalloc (LD_PRELOAD) caches freed memory
 by itself and is left alone.
+
+`jaxbert train` sets this at start unless JAXBERT_MALLOC=system: a process that runs the verb
+in-process and lives on (a notebook, a test runner) would otherwise keep every later peak too.
 """
 
 from __future__ import annotations
@@ -20,9 +23,21 @@ import ctypes
 import ctypes.util
 import os
 
+from jaxbert.errors import InputError
+
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
 # A trim threshold of -1 is SIZE_MAX inside glibc (mallopt's int becomes its size_t): never trim.
 _SETTINGS = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1), (_M_ARENA_MAX, 1))
+MALLOC_ENV = "JAXBERT_MALLOC"
+MALLOC_MODES = ("keep", "system")  # keep: keep_freed_memory(); system: the C library's own settings
+
+
+def malloc_mode() -> str:
+    """JAXBERT_MALLOC's value (keep when unset); any other value is refused by name."""
+    mode = os.environ.get(MALLOC_ENV, "keep")
+    if mode not in MALLOC_MODES:
+        raise InputError(f"{MALLOC_ENV}={mode!r}: expected one of {', '.join(MALLOC_MODES)}")
+    return mode
 
 
 def keep_freed_memory() -> bool:

@@ -5,6 +5,10 @@ import sys
 
 import pytest
 
+from jaxbert.cli import train as train_cli
+from jaxbert.cli.main import main
+from tests.helpers.cli import one_line
+
 _CHILD = """
 import resource, sys
 import numpy as np
@@ -44,3 +48,26 @@ def test_more_than_a_gibibyte_freed_at_once_is_kept_too():
     default, kept = _faults("default", 1280, 2), _faults("keep", 1280, 2)
     assert default >= 2 * (1280 << 20) // (2 << 20)
     assert kept * 20 <= default
+
+
+@pytest.mark.parametrize("mode, kept", [("keep", 1), ("system", 0), (None, 1)])
+def test_jaxbert_train_keeps_freed_memory_unless_told_system(mode, kept, tmp_path, monkeypatch):
+    """A process that runs `jaxbert train` in-process and lives on (this test runner) can keep its malloc."""
+    calls = []
+    monkeypatch.setattr(train_cli, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(train_cli, "train_and_evaluate",
+                        lambda *a, **k: {"status": "stopped", "step": 0, "wall_s": 0.0})
+    if mode is None:
+        monkeypatch.delenv("JAXBERT_MALLOC", raising=False)
+    else:
+        monkeypatch.setenv("JAXBERT_MALLOC", mode)
+    assert main(["train", "--workdir", str(tmp_path / "run")]) == 0
+    assert len(calls) == kept
+
+
+def test_a_bad_jaxbert_malloc_is_named_and_nothing_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train_cli, "train_and_evaluate", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setenv("JAXBERT_MALLOC", "jemalloc")
+    assert main(["train", "--workdir", str(tmp_path / "run")]) == 2
+    one_line(capsys.readouterr(), "train", "JAXBERT_MALLOC='jemalloc'", "keep, system")
+    assert not (tmp_path / "run").exists()
