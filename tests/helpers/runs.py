@@ -47,8 +47,9 @@ def child_env(cache_dir: Path | None = None, devices: int | None = None) -> dict
     env.pop("XLA_FLAGS", None)
     if devices:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    # The run's persistent compilation cache (tests/conftest.py) is in os.environ already: the children
-    # share it. Without it (JAXBERT_TEST_COMPILE_CACHE=off), CACHE_DIR is shared by one module's children.
+    # With JAXBERT_TEST_COMPILE_CACHE=on the run's persistent compilation cache (tests/conftest.py) is in
+    # os.environ already and the children share it; without it (the default), CACHE_DIR is shared by one
+    # module's children.
     if cache_dir is not None and "JAX_COMPILATION_CACHE_DIR" not in env:
         env["JAX_COMPILATION_CACHE_DIR"] = str(cache_dir)
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
