@@ -10,6 +10,7 @@ lambda 50). Both read the embedded corpus with the same batch (16 x 64), optimiz
     python benchmarks/rtd_vs_mlm.py run --rtd-steps N     # runs them (skips a finished step)
     python benchmarks/rtd_vs_mlm.py table                 # tabulates ROOT's results
     python benchmarks/rtd_vs_mlm.py probe --rtd-steps 400  # electra-tiny with uniform random replacements
+    python benchmarks/rtd_vs_mlm.py probe --replace unigram --rtd-steps 600  # ... drawn by corpus frequency
 
 1. FLOPs per train step: each recipe's train step is lowered and compiled for this CPU from shapes alone (as
    `jaxbert plan` does: jaxbert.plan.compile_step) and XLA's cost_analysis() read. The RTD step holds both
@@ -220,22 +221,36 @@ def table(root: Path, seeds) -> str:
 
 
 def probe(args) -> None:
-    """electra-tiny trained with uniformly random replacements in place of the generator's samples (the
-    generator still trains on its MLM loss): a check that the discriminator can learn at all, printing its
-    training figures every 50 steps. Easy replacements should be told apart quickly; if they are, a flat AUC
-    against the generator's samples is the task's difficulty for this model, not broken plumbing."""
+    """electra-tiny trained with replacements drawn without the generator (the generator still trains on its
+    MLM loss): a check of what the discriminator can learn, printing its training figures every 50 steps.
+    uniform: ids uniform over the vocabulary, so a rare id is likely a replacement and the token alone tells;
+    told apart quickly, they show the plumbing works. unigram: ids drawn by their frequency in the run's own
+    training rows, so that P(replaced | id) is the same for every id and only the context tells."""
+    import glob
+
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from jaxbert.cli.main import main as cli
     from jaxbert.train import rtd
 
+    workdir = args.root / "-".join(["probe", args.replace] + [kv.replace("/", "_") for kv in args.overrides])
+
     def uniform(key, logits):  # a token id in [5, V): no special tokens (the recipes' tokenizer puts them first)
         return jax.random.randint(key, logits.shape[:-1], 5, logits.shape[-1]).astype(jnp.int32)
-    rtd.sample_replacements = uniform
-    workdir = args.root / "probe-uniform"
+
+    def unigram(key, logits):  # traced at the first step, after the run has prepared WORKDIR/data
+        shards = sorted(glob.glob(str(workdir / "data" / "train-*.npy")))
+        ids = np.concatenate([np.load(f).reshape(-1) for f in shards if "-pairs" not in f and "-segments" not in f])
+        counts = np.bincount(ids.astype(np.int64), minlength=logits.shape[-1]).astype(np.float64)
+        counts[:5] = 0.0  # no special tokens, as above
+        log_p = jnp.asarray(np.log(np.maximum(counts / counts.sum(), 1e-30)), jnp.float32)
+        return jax.random.categorical(key, jnp.broadcast_to(log_p, logits.shape)).astype(jnp.int32)
+
+    rtd.sample_replacements = {"uniform": uniform, "unigram": unigram}[args.replace]
     if cli(["train", "--config", CONFIGS["rtd"], "--set", f"train.steps={args.rtd_steps}", "--set",
             "train.log_every=50", "--set", "train.eval_every=0", "--set", "outputs.plot=false",
-            "--workdir", str(workdir)]) != 0:
+            "--workdir", str(workdir)] + [a for kv in args.overrides for a in ("--set", kv)]) != 0:
         raise SystemExit(f"the probe run in {workdir} failed")
     print("step  rtd_loss  rtd_auc  rtd_accuracy  replaced_fraction")
     for line in (workdir / "metrics.jsonl").read_text().splitlines():
@@ -252,6 +267,10 @@ def main(argv=None) -> int:
     p.add_argument("--rtd-steps", type=int, default=600, help="RTD steps (MLM: this x the FLOPs ratio)")
     p.add_argument("--ratio", type=float, default=None, help="FLOPs_rtd / FLOPs_mlm (default: measured)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--replace", choices=("uniform", "unigram"), default="uniform",
+                   help="probe: how the replacements are drawn instead of by the generator")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="probe: a recipe override for the probe's run (jaxbert train --set)")
     p.add_argument("--root", type=Path, default=ROOT)
     args = p.parse_args(argv)
     if args.what == "table":
