@@ -14,8 +14,9 @@ from tests.helpers.gcs import gcs  # noqa: F401 (the gs:// emulator fixture)
 # transformers 5's save_pretrained draws a "Writing model shards" bar on stderr; the tests that read a
 # one-line error off capsys after saving a model would count it. Read when huggingface_hub is imported.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-# `jaxbert train` run in-process by a test would set the worker's malloc to keep every freed block for the rest
-# of the run (jaxbert.train.allocator): the worker would carry each later test's peak and grow by gigabytes.
+# `jaxbert train` run in-process by a test would switch the worker's malloc to keep every freed block for the rest
+# of the run (jaxbert.train.allocator), under every later test. (The workers' peak memory did not move with this:
+# docs/benchmarks.md.)
 os.environ.setdefault("JAXBERT_MALLOC", "system")
 
 # JAXBERT_TEST_COMPILE_CACHE=on (or a folder) shares one persistent compilation cache for the whole run: the
