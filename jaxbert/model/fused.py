@@ -263,7 +263,7 @@ def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
     def on_devices(qh, kh, vh, seg):
         return _by_kind(is_global, window, run, qh, kh, vh, seg)
 
-    axis = _batch_axis()
+    axis = batch_axis()
     if axis is not None:  # the mesh runner: each device runs its rows
         spec = jax.sharding.PartitionSpec(axis)
         if is_global is not None and window is not None:
@@ -276,7 +276,7 @@ def _splash(q, k, v, segments, scale, window, interpret, is_global=None):
     return on_devices(qh, kh, vh, seg)[:, :, :T]
 
 
-def _batch_axis():
+def batch_axis():
     """The mesh axis the active logical rules split the batch over (jaxbert.engine.parallel.MeshRunner),
     where a mesh is active; else None."""
     mesh = jax.sharding.get_abstract_mesh()

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jaxbert.model.dropout import DROPOUT_IMPLS
 
 ATTENTION_IMPLS = ("einsum", "dot_product", "blocked", "splash", "auto")
-RELATIVE_IMPLS = ("skew", "onehot", "auto")  # DeBERTa's relative terms (jaxbert.model.deberta_v2.attention)
+RELATIVE_IMPLS = ("skew", "onehot", "fused", "auto")  # DeBERTa's relative terms (jaxbert.model.deberta_v2.attention)
 LAYER_INPUT = "layer_input"  # checkpoint_name of each layer's input, the value remat_policy "offload" moves
 # checkpoint_name of the fused attention's inputs (q, k, v as the kernel takes them) and output (the context;
 # splash's softmax statistics too): what remat_policy "keep_attention" keeps
@@ -95,8 +95,12 @@ class ModelOptions:
         so are the params; what the model returns outside those steps is always logits.
       relative_impl: how DeBERTa's relative terms (c2p, p2c) pick each score's relative-table row, one of
         RELATIVE_IMPLS: "skew" (products against every distance, skewed by reshapes), "onehot" (products against
-        the table rows, then a matmul with a constant one-hot, no reshape) or "auto" (onehot where the model is
-        compiled for a TPU, skew elsewhere). The same values either way (jaxbert.model.deberta_v2.attention).
+        the table rows, then a matmul with a constant one-hot, no reshape), "fused" (the whole attention, terms
+        included, in one Pallas kernel per sequence and head: jaxbert.model.deberta_v2.kernel; interpreted off a
+        TPU) or "auto" (fused where the model is compiled for a TPU and the length, padded to 128, is at most
+        512, skew elsewhere). fused runs where the probabilities are not returned and attention dropout, when
+        active, is dropout_impl "hash" (it draws the same bits); elsewhere onehot on a TPU, skew otherwise. The
+        same values every way (jaxbert.model.deberta_v2.attention).
     """
 
     dtype: Any = jnp.float32

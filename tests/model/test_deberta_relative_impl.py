@@ -3,7 +3,8 @@ one-hot matmul (onehot_bias: products against the table rows, each score's row p
 equals the skew (relative_bias: products against every distance, skewed by reshapes) in float64, values and
 gradients within 1e-12, with log buckets (v3 style) and without (v2 style), each term alone and both, at
 lengths below and past the span; a tiny model's logits and gradients are the same either way; auto runs the skew
-on a CPU and the one-hot where the model is compiled for a TPU; an unknown name is refused."""
+on a CPU and the one-hot where the model is compiled for a TPU the fused kernel cannot serve; an unknown name is
+refused."""
 
 import types
 from unittest import mock
@@ -86,12 +87,16 @@ def test_a_model_gives_the_same_logits_and_gradients_either_way():
     assert float(jnp.abs(rel).max()) > 1e-3  # the relative table is trained through the one-hot path
 
 
-def test_auto_is_onehot_for_a_tpu_and_skew_on_the_cpu():
+def test_auto_is_onehot_for_a_tpu_without_the_kernel_and_skew_on_the_cpu():
+    """auto: onehot where the fused kernel cannot run on a TPU (a v4; the probabilities returned), skew on a CPU
+    or GPU (the kernel's own choices: tests/model/test_deberta_kernel.py)."""
     options = ModelOptions()
     assert options.relative_impl == "auto"
     assert attention.relative_impl(options) == "skew"  # this box's CPU
-    with compiling_for([types.SimpleNamespace(device_kind="TPU v5 lite")]):
+    with compiling_for([types.SimpleNamespace(device_kind="TPU v4")]):
         assert attention.relative_impl(options) == "onehot"
+    with compiling_for([types.SimpleNamespace(device_kind="TPU v5 lite")]):
+        assert attention.relative_impl(options, 512, output_attentions=True) == "onehot"
         assert attention.relative_impl(options.replace(relative_impl="skew")) == "skew"
     with compiling_for([types.SimpleNamespace(device_kind="NVIDIA H100")]):
         assert attention.relative_impl(options) == "skew"

@@ -20,9 +20,14 @@ are most of a DeBERTa step's memory traffic; the one-hot matmul runs on the MXU 
 the MFU counts do not count: jaxbert.model.deberta_v2.family). ``auto`` runs onehot where the model is compiled
 for a TPU (jaxbert.model.options.target_kind), skew elsewhere.
 
-The relative terms are an additive [B, N, T, T] score bias formed from the queries and keys themselves, which no
-fused kernel takes: the layers run ``einsum`` (whole, or in attention_chunks blocks of queries); the family's build
-runs ``auto`` as einsum and refuses ``dot_product``, ``blocked`` and ``splash`` by name (docs/attention.md).
+``fused`` (jaxbert.model.deberta_v2.kernel) runs the whole attention, both terms, the mask, softmax and dropout, in
+one Pallas kernel per sequence and head, with no [B, N, T, T] array in HBM. ``auto`` runs it where the model is
+compiled for a TPU (up to a padded length of 512), skew elsewhere.
+
+Outside the kernel the relative terms are an additive [B, N, T, T] score bias formed from the queries and keys
+themselves, which the generic fused paths do not take: the layers run ``einsum`` (whole, or in attention_chunks
+blocks of queries); the family's build runs attention_impl ``auto`` as einsum and refuses ``dot_product``,
+``blocked`` and ``splash`` by name (docs/attention.md).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxbert.model.deberta_v2 import kernel
 from jaxbert.model.deberta_v2.base import DebertaV2Module
 from jaxbert.model.layers import attention
 from jaxbert.model.options import target_kind
@@ -99,11 +105,27 @@ def relative_bias(config, q, k, pos_key, pos_query, scale):
     return bias
 
 
-def relative_impl(options) -> str:
-    """options.relative_impl, with auto resolved: onehot where the model is compiled for a TPU, skew elsewhere."""
+def relative_impl(options, length: int | None = None, dropout: bool = False, output_attentions: bool = False) -> str:
+    """The path a layer runs: options.relative_impl, with auto resolved (fused where the model is compiled for a
+    TPU v5 or later and the padded length is at most kernel.FUSED_MAX_LENGTH, skew elsewhere) and fused kept to
+    what the kernel computes: no probabilities returned (output_attentions), and attention dropout (`dropout`:
+    active in this call) only with dropout_impl "hash". Where fused cannot run, the TPU's onehot or the skew
+    elsewhere. fused asked for where the target is a TPU before v5 is refused (ValueError): Mosaic rotates with
+    a stride from v5 on."""
     impl = options.relative_impl
-    if impl == "auto":
-        return "onehot" if target_kind().lower().startswith("tpu") else "skew"
+    kind = target_kind()
+    tpu = kind.lower().startswith("tpu")
+    if impl in ("auto", "fused"):
+        if tpu and not kernel.rotates_with_stride(kind):
+            if impl == "fused":
+                raise ValueError(f"relative_impl 'fused': the kernel's strided rotation needs a TPU v5 or later "
+                                 f"(compiling for {kind}); use 'onehot' or 'auto'")
+            return "onehot"
+        fusable = not output_attentions and (not dropout or options.dropout_impl == "hash")
+        fits = impl == "fused" or length is None or kernel.padded_length(length) <= kernel.FUSED_MAX_LENGTH
+        if fusable and fits and (impl == "fused" or tpu):
+            return "fused"
+        return "onehot" if tpu else "skew"
     return impl
 
 
@@ -169,7 +191,11 @@ class DisentangledSelfAttention(DebertaV2Module):
         v = heads(self.proj("value_proj")(hidden_states))
         scale = scale_of(cfg, opts.dtype)
         terms = cfg.att_terms
-        bias = None
+        rate = cfg.attention_probs_dropout_prob
+        impl = relative_impl(opts, T, not deterministic and rate > 0, output_attentions)
+        if mask.shape[-2] != 1:  # a per-query mask (a module called by hand): the kernel takes key masks only
+            impl = "skew" if impl == "fused" else impl
+        bias = pos_key = pos_query = None
         if cfg.relative_attention:
             rel = self.dropout_layer(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)
             if cfg.share_att_key:  # the content projections, biases included, on the relative embeddings
@@ -178,7 +204,15 @@ class DisentangledSelfAttention(DebertaV2Module):
             else:
                 pos_key = heads(self.proj("pos_key_proj")(rel)) if "c2p" in terms else None
                 pos_query = heads(self.proj("pos_query_proj")(rel)) if "p2c" in terms else None
-            bias = BIAS[relative_impl(opts)](cfg, q, k, pos_key, pos_query, scale)
+            if impl != "fused":
+                bias = BIAS[impl](cfg, q, k, pos_key, pos_query, scale)
+        if impl == "fused":
+            active = not deterministic and rate > 0
+            context = kernel.disentangled_attention(
+                q, k, v, pos_key, pos_query, jnp.broadcast_to(mask[:, 0, 0, :], (B, T)),
+                lambda length: distance_index(cfg, length), float(np.sqrt(np.float32(D * cfg.scale_factor))),
+                rate=rate if active else 0.0, dropout_key=self.dropout_layer(rate).draw_key() if active else None)
+            return context.reshape(B, T, H), None
         # content scores as transformers forms them: q times (k / scale), then the relative terms added
         context, probs = attention.einsum_attention(
             self, q, k / scale, v, mask, jnp.asarray(1, opts.dtype), bias=bias,

@@ -1,0 +1,196 @@
+"""DeBERTa's fused attention kernel (jaxbert.model.deberta_v2.kernel, relative_impl "fused") against the einsum
+path it replaces, in float64 in Pallas' interpret mode: the context and the gradients of the queries, keys, values
+and both relative tables within 1e-12, with padded keys and attention dropout (the hash generator: the kernel
+must drop the very elements the einsum path drops), log buckets and plain clipping, each term alone; a tiny model's
+logits and gradients the same on the kernel, in training mode too; the kernel split per device under the mesh
+runner, the dropout bits still those of the whole batch; the roofline reads the kernel's declared cost."""
+
+import types
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbert
+from jaxbert.model.deberta_v2 import attention, build, kernel
+from jaxbert.model.dropout import apply_hash_dropout
+from jaxbert.model.options import BATCH, compiling_for
+from jaxbert.model.softmax import masked_softmax
+from jaxbert.plan import hlo_module
+from tests.helpers.deberta import relative_terms_case, saved_model
+from tests.helpers.runs import child_result
+
+CASES = [  # (position_buckets, max_relative_positions, pos_att_type, T)
+    (8, 16, "p2c|c2p", 40),  # v3 style: past the buckets' linear range and past max_relative
+    (0, 16, "p2c|c2p", 33),  # v2 style: no buckets, the index clipped past the span
+    (8, 16, "c2p", 11),
+    (0, 16, "p2c", 11),
+]
+
+
+def _reference(config, q, k, v, pos_key, pos_query, real, scale, rate, key):
+    """The einsum path's arithmetic written out: skewed relative bias, masked softmax, hash dropout, context."""
+    bias = attention.relative_bias(config, q, k, pos_key, pos_query, scale)
+    scores = jnp.einsum("BTND,BSND->BNTS", q, k / scale) + bias
+    probs = masked_softmax(scores, real[:, None, None, :])
+    if rate:
+        probs = apply_hash_dropout(probs, key, rate)
+    return jnp.einsum("BNTS,BSND->BTND", probs, v)
+
+
+def _fused(config, q, k, v, pos_key, pos_query, real, scale, rate, key):
+    pos_key = pos_key if "c2p" in config.att_terms else None  # a term the config leaves out: no table
+    pos_query = pos_query if "p2c" in config.att_terms else None
+    return kernel.disentangled_attention(q, k, v, pos_key, pos_query, real,
+                                         lambda length: attention.distance_index(config, length), float(scale),
+                                         rate=rate, dropout_key=key if rate else None)
+
+
+@pytest.mark.parametrize("buckets,max_rel,terms,T", CASES)
+def test_the_kernel_equals_the_einsum_path_values_and_gradients(buckets, max_rel, terms, T):
+    with jax.enable_x64(True):
+        config, rng, scale, pos_key, pos_query = relative_terms_case(buckets, max_rel, terms)
+        B, N, D = 2, 2, 4
+        q, k, v = (jnp.asarray(rng.normal(size=(B, T, N, D))) for _ in range(3))
+        real = jnp.asarray(np.arange(T)[None, :] < np.array([[T], [T - 4]]))  # the second row's last 4 padded
+        rate, key = 0.2, jax.random.key(7)
+        weight = jnp.asarray(rng.normal(size=(B, T, N, D))) * real[:, :, None, None]  # padded queries unread
+
+        def run(fn):
+            args = (q, k, v, pos_key, pos_query)
+            loss = lambda *a: jnp.sum(fn(config, *a, real, scale, rate, key) * weight)
+            return fn(config, *args, real, scale, rate, key), jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+
+        (want, want_grads), (got, got_grads) = jax.jit(lambda: (run(_reference), run(_fused)))()
+        assert got.dtype == jnp.float64 and got.shape == (B, T, N, D)
+        rows = np.asarray(real)
+        np.testing.assert_allclose(np.asarray(got)[rows], np.asarray(want)[rows], rtol=0, atol=1e-12)
+        # the dropout is on: without it the context differs by far more than the tolerance
+        undropped = _reference(config, q, k, v, pos_key, pos_query, real, scale, 0.0, key)
+        assert float(jnp.abs(undropped - want)[rows].max()) > 0.1
+        used = {"pos_key": "c2p" in terms, "pos_query": "p2c" in terms}
+        for name, g, w in zip(("q", "k", "v", "pos_key", "pos_query"), got_grads, want_grads):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-12, err_msg=name)
+            assert (float(jnp.abs(w).max()) > 0.05) == used.get(name, True), name  # reaches what is used
+
+
+def _inputs():
+    rng = np.random.RandomState(3)
+    ids = rng.randint(5, 100, (2, 40))
+    mask = np.ones_like(ids)
+    mask[1, 30:] = 0
+    return jnp.asarray(np.where(mask == 1, ids, 0)), jnp.asarray(mask)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "training"])
+def test_a_model_gives_the_same_logits_and_gradients_on_the_kernel(training):
+    """The v3-style tiny MLM in float64 end to end, skew against fused; in training mode with its dropout
+    (attention 0.1, hash bits) drawn from one key, so both paths drop the same elements."""
+    module, params = jaxbert.from_pretrained(saved_model("DebertaV2ForMaskedLM", "v3"))
+    assert module.config.attention_probs_dropout_prob > 0
+    ids, mask = _inputs()
+    real = np.asarray(mask, bool)
+    outs = {}
+    with jax.enable_x64(True):
+        params = jax.tree_util.tree_map(lambda p: jnp.asarray(p, jnp.float64), params)
+        weight = jnp.asarray(np.random.RandomState(4).normal(size=(2, 40, module.config.vocab_size))) * real[..., None]
+        for impl in ("skew", "fused"):
+            options = module.options.replace(relative_impl=impl, dtype=jnp.float64, param_dtype=jnp.float64,
+                                             dropout_impl="hash")
+            model = build("DebertaV2ForMaskedLM", module.config, options)
+
+            def loss(p):
+                logits = model.apply({"params": p}, ids, attention_mask=mask, deterministic=not training,
+                                     rngs={"dropout": jax.random.key(11)}).logits
+                return jnp.sum(logits * weight), logits
+
+            calls = []
+            real_kernel = kernel.disentangled_attention
+            kernel.disentangled_attention = lambda *a, **kw: calls.append(kw["rate"]) or real_kernel(*a, **kw)
+            try:
+                outs[impl] = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+            finally:
+                kernel.disentangled_attention = real_kernel
+            assert calls == ([0.1 if training else 0.0] * 2 if impl == "fused" else [])  # one call per layer
+    ((value, logits), grads), ((value1, logits1), grads1) = outs["skew"], outs["fused"]
+    np.testing.assert_allclose(np.asarray(logits1)[real], np.asarray(logits)[real], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(value1, value, rtol=1e-12)
+    for g, g1 in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads1)):
+        np.testing.assert_allclose(g1, g, rtol=1e-9, atol=1e-11)
+    rel = grads1["deberta"]["encoder"]["rel_embeddings"]["embedding"]
+    assert float(jnp.abs(rel).max()) > 1e-3  # the relative table is trained through the kernel
+
+
+MESH = """
+import json
+import flax.linen as nn, jax, jax.numpy as jnp, numpy as np
+from jaxbert.model.options import BATCH
+from tests.helpers.deberta import relative_terms_case
+from tests.model.test_deberta_kernel import _fused, _reference
+config, rng, scale, pos_key, pos_query = relative_terms_case(8, 16, "p2c|c2p")
+B, T, N, D = 4, 12, 2, 4
+q, k, v = (jnp.asarray(rng.normal(size=(B, T, N, D)), jnp.float32) for _ in range(3))
+pos_key, pos_query = (jnp.asarray(x, jnp.float32) for x in (pos_key, pos_query))
+real = jnp.ones((B, T), bool)
+tail = (pos_key, pos_query, real, scale, 0.3, jax.random.key(5))
+want = _reference(config, q, k, v, *tail)
+mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+with nn.logical_axis_rules(((BATCH, "data"),)), jax.set_mesh(mesh):
+    fn = jax.jit(lambda q, k, v: _fused(config, q, k, v, *tail))
+    text = str(jax.make_jaxpr(fn)(q, k, v))
+    got = fn(q, k, v)
+print("RESULT " + json.dumps({"devices": len(jax.devices()), "shard_map": "shard_map" in text,
+                               "diff": float(jnp.abs(got - want).max()), "size": float(jnp.abs(want).max())}))
+"""
+
+
+def test_under_the_mesh_runner_each_device_runs_its_rows_with_the_whole_batchs_dropout_bits():
+    """Two CPU devices, the batch split over them: the kernel runs inside shard_map on each device's rows, and
+    its dropout mask is the one the whole batch gets (each device adds its first row's index): equal to the
+    einsum path on one device."""
+    out = child_result(MESH, devices=2)
+    assert out["devices"] == 2 and out["shard_map"]
+    assert out["size"] > 0.5 and out["diff"] < 2e-5, out
+
+
+def test_auto_runs_the_kernel_for_a_tpu_where_it_can():
+    options = jaxbert.model.options.ModelOptions()
+    impl = attention.relative_impl
+    assert impl(options, 512) == "skew"  # this box's CPU
+    assert impl(options.replace(relative_impl="fused"), 512) == "fused"  # asked for: interpreted here
+    with compiling_for([types.SimpleNamespace(device_kind="TPU v5 lite")]):
+        assert impl(options, 512) == "fused"
+        assert impl(options, 513) == "onehot"  # padded to 640: past FUSED_MAX_LENGTH
+        assert impl(options, 512, output_attentions=True) == "onehot"  # the probabilities are wanted
+        assert impl(options, 512, dropout=True) == "onehot"  # threefry bits: the kernel draws hash bits only
+        assert impl(options.replace(dropout_impl="hash"), 512, dropout=True) == "fused"
+        assert impl(options.replace(relative_impl="skew"), 512) == "skew"
+    for kind in ("TPU v5", "TPU v6 lite", "TPU7x"):
+        with compiling_for([types.SimpleNamespace(device_kind=kind)]):
+            assert impl(options, 512) == "fused", kind
+    with compiling_for([types.SimpleNamespace(device_kind="TPU v4")]):  # Mosaic's strided rotation is v5+
+        assert impl(options, 512) == "onehot"
+        with pytest.raises(ValueError, match="relative_impl 'fused': .* TPU v5 or later .*TPU v4"):
+            impl(options.replace(relative_impl="fused"), 512)
+
+
+def test_the_roofline_reads_the_kernels_declared_cost():
+    """Lowered for a TPU (Pallas lowers to Mosaic without one), the forward and backward kernels carry their
+    pl.CostEstimate, which the planner's roofline adds to the step's FLOPs."""
+    config, rng, scale, pos_key, pos_query = relative_terms_case(8, 16, "p2c|c2p")
+    B, T, N, D = 2, 128, 2, 64
+    q, k, v = (jnp.asarray(rng.normal(size=(B, T, N, D)), jnp.bfloat16) for _ in range(3))
+    real = jnp.ones((B, T), bool)
+    pos = [jnp.zeros((32, N, D), jnp.bfloat16)] * 2
+    loss = lambda q, k, v: jnp.sum(_fused(config, q, k, v, *pos, real, scale, 0.0, None).astype(jnp.float32) ** 2)
+    hlo = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).trace(q, k, v).lower(lowering_platforms=("tpu",)).as_text(
+        dialect="hlo")
+    calls, flops = hlo_module.kernel_flops(hlo)
+    assert calls == 2
+    W, Dm = kernel.lanes_of(T), 128
+    square, rows = 2 * T * T * Dm, 2 * T * W * Dm
+    forward = 2 * square + 2 * rows
+    backward = square + 2 * rows + 4 * square + 2 * T ** 3 + 4 * rows + 2 * square
+    assert flops == B * N * (forward + backward)
