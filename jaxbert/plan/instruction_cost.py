@@ -35,7 +35,8 @@ def kernel_cost(shape: str, operands: list[str], rest: str, shape_of) -> tuple[f
         return None
     declared = re.search(r'"cost_estimate":\s*\{([^}]*)\}', rest)
     if declared:
-        field = lambda key: re.search(rf'"{key}":\s*(\d+)', declared.group(1))
+        # numbers bare where lowered, quoted once compiled ("flops":"154618822656")
+        field = lambda key: re.search(rf'"{key}":\s*"?(\d+)', declared.group(1))
         if field("flops"):
             return float(field("flops").group(1)), float(field("bytes_accessed").group(1) if field("bytes_accessed") else 0)
     phase = _SPLASH.search(rest)

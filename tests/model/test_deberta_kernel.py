@@ -3,8 +3,10 @@ path it replaces, in float64 in Pallas' interpret mode: the context and the grad
 and both relative tables within 1e-12, with padded keys and attention dropout (the hash generator: the kernel
 must drop the very elements the einsum path drops), log buckets and plain clipping, each term alone; a tiny model's
 logits and gradients the same on the kernel, in training mode too; the kernel split per device under the mesh
-runner, the dropout bits still those of the whole batch; the roofline reads the kernel's declared cost."""
+runner, the dropout bits still those of the whole batch; the roofline reads the kernel's declared cost, lowered
+and compiled."""
 
+import re
 import types
 
 import flax.linen as nn
@@ -189,6 +191,9 @@ def test_the_roofline_reads_the_kernels_declared_cost():
         dialect="hlo")
     calls, flops = hlo_module.kernel_flops(hlo)
     assert calls == 2
+    # a compiled step's HLO carries the numbers quoted ("flops":"154618822656"): read the same
+    quoted, n = re.subn(r'"(flops|bytes_accessed)":\s*(\d+)', r'"\1":"\2"', hlo)
+    assert n >= 4 and hlo_module.kernel_flops(quoted) == (calls, flops)
     W, Dm = kernel.lanes_of(T), 128
     square, rows = 2 * T * T * Dm, 2 * T * W * Dm
     forward = 2 * square + 2 * rows
