@@ -94,33 +94,53 @@ def _dot(a, b, acc, contract=(1, 1)):
     return lax.dot_general(a, b, (((contract[0],), (contract[1],)), ((), ())), preferred_element_type=acc)
 
 
-def _skew(full, T, W):
-    """[T, W] -> [T, T]: out[i, j] = full[i, j + T - 1 - i] (row i rotated right by i - (T - 1), mod W)."""
-    return pltpu.roll(full, W - T + 1, 1, stride=1, stride_axis=0)[:, :T]
+def _skew(full, C):
+    """[C, V] -> [C, V - C]: out[r, c] = full[r, c + C - 1 - r] (row r rotated right by r - (C - 1), mod V)."""
+    V = full.shape[1]
+    return pltpu.roll(full, V - C + 1, 1, stride=1, stride_axis=0)[:, :V - C]
 
 
-def _shift(g, T, W):
-    """[T, T] -> [T, W]: out[i, i + c] = g[i, c], zeros elsewhere (row i rotated right by i). With the keys in
+def _shift(g, V):
+    """[C, T] -> [C, V]: out[r, r + c] = g[r, c], zeros elsewhere (row r rotated right by r). With the keys in
     reverse order this is the skew's transpose: a rotation that grows with the row (Mosaic rotates a vreg's
-    rows by at most its lanes apart, so the skew's own inverse, a rotation that shrinks with the row, is
-    refused)."""
-    padded = jnp.concatenate([g, jnp.zeros((T, W - T), g.dtype)], axis=1)
+    rows at most its lanes apart, so the skew's own inverse, a rotation that shrinks with the row, is refused).
+    Rotated in float32 at least: Mosaic rotates no packed bfloat16."""
+    C, T = g.shape
+    dtype = jnp.promote_types(g.dtype, jnp.float32)
+    padded = jnp.concatenate([g.astype(dtype), jnp.zeros((C, V - T), dtype)], axis=1)
     return pltpu.roll(padded, 0, 1, stride=1, stride_axis=0)
 
 
-def _reversal(T, dtype):
-    """The [T, T] anti-identity: J @ x reverses x's rows, x @ J its columns (one nonzero product per sum)."""
-    i = lax.broadcasted_iota(jnp.int32, (T, T), 0)
-    j = lax.broadcasted_iota(jnp.int32, (T, T), 1)
-    return (i + j == T - 1).astype(dtype)
+def _flip(C, dtype):
+    """The [C, C] anti-identity: J @ x reverses x's rows, x @ J its columns (one nonzero product per sum)."""
+    i = lax.broadcasted_iota(jnp.int32, (C, C), 0)
+    j = lax.broadcasted_iota(jnp.int32, (C, C), 1)
+    return (i + j == C - 1).astype(dtype)
 
 
-def _probs(words_ref, q, k, pk_ref, pq_ref, kmask_ref, b, n, *, T, W, L, inv_scale, c2p, p2c, acc):
-    s = _dot(q, k, acc) * inv_scale
-    if c2p:
-        s = s + _skew(_dot(q, pk_ref[...], acc), T, W)
-    if p2c:
-        s = s + _skew(_dot(k, pq_ref[...], acc), T, W).T
+def _blocks(T):
+    """The LANES-row blocks of a padded length: (start, size)."""
+    C = min(LANES, T)
+    return [(s, C) for s in range(0, T, C)]
+
+
+def _terms(x_ref, table_ref, T, acc):
+    """A relative term's [T, T] rows for the rows of x (queries: c2p; keys: p2c, to be transposed): per block of
+    C rows starting at r0, the rows against the T + C distances it reaches (the table's rows T - C - r0 on), then
+    skewed. A block reads T + C of the 2T distances where the whole rows would read 2T."""
+    out = []
+    for r0, C in _blocks(T):
+        window = table_ref[pl.ds(T - C - r0, T + C), :]
+        out.append(_skew(_dot(x_ref[pl.ds(r0, C), :], window, acc), C))
+    return out[0] if len(out) == 1 else jnp.concatenate(out, axis=0)
+
+
+def _probs(words_ref, q_ref, k_ref, pk_ref, pq_ref, kmask_ref, b, n, *, T, W, L, inv_scale, c2p, p2c, acc):
+    s = _dot(q_ref[...], k_ref[...], acc) * inv_scale
+    if c2p:  # c2p[i, j] = q_i . pk[j + T - 1 - i]
+        s = s + _terms(q_ref, pk_ref, T, acc)
+    if p2c:  # p2c[i, j] = k_j . pq[i + T - 1 - j]
+        s = s + _terms(k_ref, pq_ref, T, acc).T
     s = jnp.where(kmask_ref[...] > 0, s, jnp.finfo(acc).min)
     e = jnp.exp(s - jnp.max(s, axis=1, keepdims=True))
     return e / jnp.sum(e, axis=1, keepdims=True)
@@ -129,7 +149,7 @@ def _probs(words_ref, q, k, pk_ref, pq_ref, kmask_ref, b, n, *, T, W, L, inv_sca
 def _forward_kernel(words_ref, q_ref, k_ref, v_ref, pk_ref, pq_ref, kmask_ref, o_ref, *, rate, **kw):
     n, b = pl.program_id(0), pl.program_id(1)
     v = v_ref[...]
-    p = _probs(words_ref, q_ref[...], k_ref[...], pk_ref, pq_ref, kmask_ref, b, n, **kw)
+    p = _probs(words_ref, q_ref, k_ref, pk_ref, pq_ref, kmask_ref, b, n, **kw)
     if rate > 0:
         p = jnp.where(_keep(words_ref, b, n, kw["T"], kw["L"], rate), p * (1.0 / (1.0 - rate)), 0.0)
     o_ref[...] = _dot(p.astype(v.dtype), v, kw["acc"], (1, 0)).astype(o_ref.dtype)
@@ -140,14 +160,15 @@ def _backward_kernel(words_ref, q_ref, k_ref, v_ref, pk_ref, pq_ref, kmask_ref, 
     """The gradients of one (sequence, head); the relative rows' gradients summed over the batch (grid axis 1).
 
     The skew's transpose takes each score gradient dS[i, j] to distance lane j + T - 1 - i. With the keys
-    reversed (j' = T - 1 - j, by a matmul with the anti-identity) that lane is 2T - 2 - (i + j'): ``_shift``
-    of dS's rows against the distance rows in reverse (pkr, c2p), and of dS^T's rows (the keys, reversed)
-    against the distance rows as the forward pass reads them (p2c).
+    reversed (j' = T - 1 - j: the key blocks in reverse order, each reversed by a [C, C] anti-identity) that
+    lane is 2T - 2 - (i + j'): ``_shift`` of dS's rows against the distance rows in reverse (pkr, c2p), and of
+    dS^T's rows (the keys, reversed) against the distance rows as the forward pass reads them (p2c), a block
+    of C rows at a time against the T + C rows it reaches.
     """
     n, b = pl.program_id(0), pl.program_id(1)
-    T, W, acc, inv_scale = kw["T"], kw["W"], kw["acc"], kw["inv_scale"]
+    T, acc, inv_scale = kw["T"], kw["acc"], kw["inv_scale"]
     q, k, v, do = q_ref[...], k_ref[...], v_ref[...], do_ref[...]
-    p = _probs(words_ref, q, k, pk_ref, pq_ref, kmask_ref, b, n, **kw)
+    p = _probs(words_ref, q_ref, k_ref, pk_ref, pq_ref, kmask_ref, b, n, **kw)
     dp = _dot(do, v, acc)  # [T, T]
     pd = p
     if rate > 0:
@@ -164,17 +185,28 @@ def _backward_kernel(words_ref, q_ref, k_ref, v_ref, pk_ref, pq_ref, kmask_ref, 
         dpkr_ref[...] = jnp.zeros_like(dpkr_ref)
         dpq_ref[...] = jnp.zeros_like(dpq_ref)
 
+    blocks = _blocks(T)
     if kw["c2p"] or kw["p2c"]:
-        J = _reversal(T, q.dtype)
-        ds_r = _dot(ds, J, acc, (1, 0))  # dS[i, T - 1 - j']: exact; rotated in float32 (Mosaic rotates no bf16)
-    if kw["c2p"]:  # dq_i += sum_j dS[i, j] pk[j + T - 1 - i] = sum_u G[i, u] pkr[u]
-        g = _shift(ds_r, T, W).astype(q.dtype)
-        dq = dq + _dot(g, pkr_ref[...], acc, (1, 0))
-        dpkr_ref[...] += _dot(g, q, acc, (0, 0))
-    if kw["p2c"]:  # dk_j += sum_i dS[i, j] pq[i + T - 1 - j]: rows j' = T - 1 - j, then reversed back
-        g = _shift(ds_r.T, T, W).astype(k.dtype)
-        dk = dk + _dot(J, _dot(g, pq_ref[...], acc, (1, 0)).astype(q.dtype), acc, (1, 0))
-        dpq_ref[...] += _dot(g, _dot(J, k, acc, (1, 0)).astype(k.dtype), acc, (0, 0))
+        J = _flip(blocks[0][1], q.dtype)
+        # dS with the keys reversed, block by block: exact (one nonzero product per sum)
+        ds_r = [_dot(ds[:, T - r0 - C:T - r0], J, acc, (1, 0)) for r0, C in blocks]  # key block j' = r0..r0 + C
+    if kw["c2p"]:  # dq_i += sum_j dS[i, j] pk[j + T - 1 - i] = sum_u G[i, u] pkr[u], u = i + j' in i0 .. i0 + T + C
+        ds_r_rows = jnp.concatenate(ds_r, axis=1) if len(ds_r) > 1 else ds_r[0]
+        parts = []
+        for r0, C in blocks:
+            g = _shift(ds_r_rows[r0:r0 + C], T + C).astype(q.dtype)
+            parts.append(_dot(g, pkr_ref[pl.ds(r0, T + C), :], acc, (1, 0)))
+            dpkr_ref[pl.ds(r0, T + C), :] += _dot(g, q[r0:r0 + C], acc, (0, 0))
+        dq = dq + (jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0])
+    if kw["p2c"]:  # dk_j += sum_i dS[i, j] pq[i + T - 1 - j]: rows j' = T - 1 - j, m = i + j' in j0' .. j0' + T + C
+        parts = []
+        for (r0, C), block in zip(blocks, ds_r):
+            g = _shift(block.T, T + C).astype(k.dtype)
+            k_r = _dot(J, k[T - r0 - C:T - r0], acc, (1, 0)).astype(k.dtype)  # keys j' = r0 .. r0 + C
+            parts.append(_dot(J, _dot(g, pq_ref[pl.ds(r0, T + C), :], acc, (1, 0)).astype(k.dtype), acc, (1, 0)))
+            dpq_ref[pl.ds(r0, T + C), :] += _dot(g, k_r, acc, (0, 0))
+        parts = parts[::-1]  # key block j' = r0 holds the keys T - r0 - C .. T - r0
+        dk = dk + (jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0])
     dq_ref[...] = dq.astype(dq_ref.dtype)
     dk_ref[...] = dk.astype(dk_ref.dtype)
 
@@ -191,14 +223,15 @@ def _cost(B, N, T, W, D, itemsize, c2p, p2c, backward):
     """The kernel's FLOPs and HBM bytes (XLA counts a Pallas call as unknown without them). Matmuls over or into
     the head dim are counted at no less than the MXU's 128 lanes (64 takes the time of 128)."""
     Dm = max(D, LANES)
-    square, rows = 2 * T * T * Dm, 2 * T * W * Dm  # a [T, T] x D matmul; a [T, W] x D one
+    C = min(LANES, T)
+    square, rows = 2 * T * T * Dm, 2 * T * (T + C) * Dm  # a [T, T] x D matmul; a term's blocks against T + C rows
     terms = int(c2p) + int(p2c)
     flops = 2 * square + terms * rows  # qk, pv; each term's product
     reads = 3 * B * N * T * D * itemsize + 2 * N * W * D * itemsize
     writes = B * N * T * D * itemsize
-    if backward:  # recompute; dp, dv, dq, dk; the key reversal; each term's two (p2c: two reversals more)
-        flops = square + terms * rows + 4 * square + (2 * T ** 3 if terms else 0) + terms * 2 * rows
-        flops += 2 * square if p2c else 0
+    if backward:  # recompute; dp, dv, dq, dk; the key reversal; each term's two (p2c: two block reversals more)
+        flops = square + terms * rows + 4 * square + (2 * T * T * C if terms else 0) + terms * 2 * rows
+        flops += 2 * 2 * T * C * Dm if p2c else 0
         reads += B * N * T * D * itemsize + N * W * D * itemsize
         writes = 3 * B * N * T * D * itemsize + 2 * N * W * D * 4
     return pl.CostEstimate(flops=int(B * N * flops), transcendentals=int(B * N * T * T),
