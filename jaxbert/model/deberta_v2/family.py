@@ -104,4 +104,6 @@ FAMILY = DEBERTA_V2 = Family(
                 "(`legacy`: `cls.predictions` / `lm_predictions.lm_head`), the ContextPooler; "
                 "`DebertaV2ForReplacedTokenDetection`, jaxbert's own (DeBERTa-v3's RTD discriminator, "
                 "`mask_predictions`; transformers has none); only the `einsum` "
-                "attention path (`auto` runs it; `dot_product`, `blocked`, `splash` refused by name); no packed documents")
+                "attention path (`auto` runs it; `dot_product`, `blocked`, `splash` refused by name), and on a TPU v5 "
+                "or later the whole disentangled attention in one Pallas kernel (`model.relative_impl`); no packed "
+                "documents")
