@@ -7,15 +7,18 @@ CPU). One grid step holds one sequence's whole [T, T] scores for one head in VME
 no online softmax is needed and the backward pass recomputes the probabilities from the inputs alone.
 
 The relative terms as the einsum paths form them (jaxbert.model.deberta_v2.attention), with the table rows taken
-once per distance outside the kernel (``pos_key[distance_index]``, [N, W, D], W = 2T - 1 padded to the lanes):
+once per distance outside the kernel (``pos_key[distance_index]``, [N, W, D], W = 2T: the 2T - 1 distances and a
+zero row):
 
-* c2p[i, j] = q_i . pos_key[row(i - j)]: the kernel multiplies the queries by every distance's row ([T, W]) and
-  skews the product by a strided lane rotation (row i rotated by i - (T - 1)), then keeps the first T lanes;
-* p2c[i, j] = k_j . pos_query[row(i - j)]: the same on the keys against the reversed distances, transposed.
+* c2p[i, j] = q_i . pk[j + T - 1 - i]: a block of C = 128 queries is multiplied by the T + C distance rows it
+  reaches and the [C, T + C] product skewed by a strided lane rotation (row r rotated right by r - (C - 1));
+* p2c[i, j] = k_j . pq[i + T - 1 - j] (pq: the rows in reverse distance order): the same on a block of keys,
+  then transposed.
 
-The backward pass rotates the score gradients the other way (row i by T - 1 - i) into [T, W] and multiplies
-them by the distance rows (the queries' and keys' gradients) and by the queries and keys (the distance rows'
-gradients, summed over the batch in VMEM across the grid's inner axis).
+The backward pass needs the skew's transpose, a rotation that shrinks with the row, which Mosaic refuses. With the
+keys reversed (block order reversed, each block by a [C, C] anti-identity matmul) the transpose is a rotation that
+grows with the row again (``_shift``), against the distance rows in reverse order (c2p) or as read (p2c). The
+distance rows' gradients are summed over the batch in VMEM (the grid runs the sequences innermost).
 
 Attention dropout draws its bits from the hash generator of jaxbert.model.dropout as applied to the whole
 [B, N, T, T] probabilities, so the kernel drops exactly what the einsum path drops with dropout_impl "hash"
@@ -42,8 +45,8 @@ from jaxbert.model.dropout import _C1, _C2, _GOLDEN, keep_threshold
 from jaxbert.model.fused import batch_axis
 
 LANES = 128
-FUSED_MAX_LENGTH = 512  # "auto" runs the kernel up to this padded length (VMEM: a handful of [T, 2T] float32)
-VMEM_LIMIT = 64 << 20  # T = 512 compiles within the default 16 MiB; v5e, v5p and v6e cores hold 64 MiB and more
+FUSED_MAX_LENGTH = 512  # "auto" runs the kernel up to this padded length (VMEM: several [T, T] float32 arrays)
+VMEM_LIMIT = 64 << 20  # T = 512 compiles within the default 16 MiB too; v5e, v5p and v6e compile with this
 
 
 def rotates_with_stride(device_kind: str) -> bool:
