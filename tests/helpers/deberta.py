@@ -80,3 +80,15 @@ def relative_terms_case(buckets: int, max_rel: int, terms: str):
     scale = jnp.asarray(np.sqrt(12.0))
     pos_key, pos_query = (jnp.asarray(rng.normal(size=(2 * span, 2, 4))) for _ in range(2))
     return config, rng, scale, pos_key, pos_query
+
+
+def padded_ids(length: int, real: int, seed: int):
+    """(input_ids, attention_mask) [2, length] for the tiny models (vocabulary 100): random ids from 5 on, the
+    second row padded (id 0, mask 0) from position `real`."""
+    import jax.numpy as jnp
+    import numpy as np
+    rng = np.random.RandomState(seed)
+    ids = rng.randint(5, 100, (2, length))
+    mask = np.ones_like(ids)
+    mask[1, real:] = 0
+    return jnp.asarray(np.where(mask == 1, ids, 0)), jnp.asarray(mask)

@@ -9,7 +9,7 @@ import pytest
 
 import jaxbert
 from jaxbert.model.deberta_v2 import build
-from tests.helpers.deberta import saved_model
+from tests.helpers.deberta import padded_ids, saved_model
 
 
 @pytest.fixture(scope="session")
@@ -18,17 +18,9 @@ def deberta_models():
     return saved_model
 
 
-def _inputs():
-    rng = np.random.RandomState(1)
-    ids = rng.randint(5, 100, (2, 24))
-    mask = np.ones_like(ids)
-    mask[1, 15:] = 0
-    return jnp.asarray(np.where(mask == 1, ids, 0)), jnp.asarray(mask)
-
-
 def test_blocks_of_queries_and_the_scanned_stack_give_the_same_logits(deberta_models):
     module, params = jaxbert.from_pretrained(deberta_models("DebertaV2ForMaskedLM", "v3"))
-    ids, mask = _inputs()
+    ids, mask = padded_ids(24, 15, 1)
     whole = module.apply({"params": params}, ids, attention_mask=mask).logits
     chunked = build("DebertaV2ForMaskedLM", module.config, module.options.replace(attention_chunks=4))
     np.testing.assert_allclose(chunked.apply({"params": params}, ids, attention_mask=mask).logits, whole, atol=2e-5)
@@ -42,7 +34,7 @@ def test_blocks_of_queries_and_the_scanned_stack_give_the_same_logits(deberta_mo
 
 def test_a_training_forward_drops_out_and_has_gradients(deberta_models):
     module, params = jaxbert.from_pretrained(deberta_models("DebertaV2ForSequenceClassification", "v2"))
-    ids, mask = _inputs()
+    ids, mask = padded_ids(24, 15, 1)
 
     def loss(p, key):
         out = module.apply({"params": p}, ids, attention_mask=mask, deterministic=False, rngs={"dropout": key})

@@ -18,7 +18,7 @@ import jaxbert
 from jaxbert.engine.recipe import ComputeSection, RecipeError
 from jaxbert.model.deberta_v2 import attention, build
 from jaxbert.model.options import ModelOptions, compiling_for
-from tests.helpers.deberta import relative_terms_case, saved_model
+from tests.helpers.deberta import padded_ids, relative_terms_case, saved_model
 
 CASES = [  # (position_buckets, max_relative_positions, pos_att_type, lengths)
     (8, 16, "p2c|c2p", (1, 5, 13, 40)),  # v3 style: T past the buckets' linear range and past max_relative
@@ -53,19 +53,11 @@ def test_onehot_equals_the_skew_values_and_gradients(buckets, max_rel, terms, le
             assert all(float(jnp.abs(want_grads[i]).max()) > 0.1 for i in used)  # the gradients reach q / k
 
 
-def _inputs():
-    rng = np.random.RandomState(3)
-    ids = rng.randint(5, 100, (2, 40))
-    mask = np.ones_like(ids)
-    mask[1, 30:] = 0
-    return jnp.asarray(np.where(mask == 1, ids, 0)), jnp.asarray(mask)
-
-
 def test_a_model_gives_the_same_logits_and_gradients_either_way():
     """The v3-style tiny MLM (log buckets, shared keys), float64 end to end (params and compute), so that the two
     paths' float32 roundings do not blur the check; 40 tokens reach past its buckets and max_relative_positions."""
     module, params = jaxbert.from_pretrained(saved_model("DebertaV2ForMaskedLM", "v3"))
-    ids, mask = _inputs()
+    ids, mask = padded_ids(40, 30, 3)
     outs = {}
     with jax.enable_x64(True):
         params = jax.tree_util.tree_map(lambda p: jnp.asarray(p, jnp.float64), params)

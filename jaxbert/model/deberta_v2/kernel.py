@@ -38,11 +38,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from jaxbert.model.dropout import _C1, _C2, _GOLDEN, keep_threshold
 from jaxbert.model.fused import batch_axis
+from jaxbert.model.options import ATTENTION_IO
 
 LANES = 128
 FUSED_MAX_LENGTH = 512  # "auto" runs the kernel up to this padded length (VMEM: several [T, T] float32 arrays)
@@ -357,7 +359,10 @@ def disentangled_attention(q, k, v, pos_key, pos_query, key_mask, distances, sca
 
         run = jax.shard_map(run, in_specs=(whole, split, split, split, whole, whole, split), out_specs=split,
                             check_vma=False)
-    out = run(words, qh, kh, vh, pk, pq, kmask)
+    # the kernel's inputs and output named, so that remat_policy "keep_attention" keeps them: the backward pass
+    # then runs neither the forward kernel again nor the projections that feed it
+    qh, kh, vh = (checkpoint_name(x, ATTENTION_IO) for x in (qh, kh, vh))
+    out = checkpoint_name(run(words, qh, kh, vh, pk, pq, kmask), ATTENTION_IO)
     return jnp.swapaxes(out[:, :, :T], 1, 2)
 
 
