@@ -4,7 +4,7 @@ and both relative tables within 1e-12, with padded keys and attention dropout (t
 must drop the very elements the einsum path drops), log buckets and plain clipping, one term alone; a tiny model's
 logits and gradients the same on the kernel, in training mode too; the kernel split per device under the mesh
 runner, the dropout bits still those of the whole batch; the roofline reads the kernel's declared cost, lowered
-and compiled."""
+and compiled; in bfloat16 within its rounding of float32."""
 
 import re
 import types
@@ -75,6 +75,37 @@ def test_the_kernel_equals_the_einsum_path_values_and_gradients(buckets, max_rel
         for name, g, w in zip(("q", "k", "v", "pos_key", "pos_query"), got_grads, want_grads):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=1e-12, err_msg=name)
             assert (float(jnp.abs(w).max()) > 0.05) == used.get(name, True), name  # reaches what is used
+
+
+def test_in_bfloat16_the_kernel_stays_within_bfloat16_rounding_of_float32():
+    """The dtype a TPU step runs: bfloat16 inputs, float32 accumulation inside the kernel, against the einsum
+    path in float32 on the same (rounded) inputs, dropout on: within bfloat16's rounding of the outputs and
+    gradients, and no closer to a kernel that drops a term (c2p's table zeroed)."""
+    config, rng, scale, pos_key, pos_query = relative_terms_case(8, 16, "p2c|c2p")
+    B, T, N, D = 2, 24, 2, 4
+    bf = lambda x: jnp.asarray(x, jnp.bfloat16)
+    q, k, v = (bf(rng.normal(size=(B, T, N, D))) for _ in range(3))
+    tables = (bf(pos_key), bf(pos_query))
+    real = jnp.asarray(np.arange(T)[None, :] < np.array([[T], [T - 5]]))
+    weight = jnp.asarray(rng.normal(size=(B, T, N, D)), jnp.float32) * real[:, :, None, None]
+    key = jax.random.key(2)
+
+    def run(fn, dtype, tables):
+        loss = lambda *a: jnp.sum(fn(config, *a, real, scale, 0.1, key).astype(jnp.float32) * weight)
+        args = tuple(x.astype(dtype) for x in (q, k, v, *tables))
+        return fn(config, *args, real, scale, 0.1, key), jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+
+    (want, want_grads), (got, got_grads), (wrong, _) = jax.jit(lambda: (
+        run(_reference, jnp.float32, tables), run(_fused, jnp.bfloat16, tables),
+        run(_fused, jnp.bfloat16, (jnp.zeros_like(tables[0]), tables[1]))))()
+    assert got.dtype == jnp.bfloat16
+    rows = np.asarray(real)
+    err = lambda a, b: float(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32))[rows].max())
+    size = float(jnp.abs(want).max())
+    assert err(got, want) < 0.02 * size and err(wrong, want) > 0.1 * size, (err(got, want), err(wrong, want), size)
+    for name, g, w in zip(("q", "k", "v", "pos_key", "pos_query"), got_grads, want_grads):
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        assert np.abs(g - w).max() < 0.03 * np.abs(w).max(), name
 
 
 def test_a_model_gives_the_same_logits_and_gradients_on_the_kernel(training=True):
