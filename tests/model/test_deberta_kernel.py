@@ -2,7 +2,7 @@
 path it replaces, in float64 in Pallas' interpret mode: the context and the gradients of the queries, keys, values
 and both relative tables within 1e-12, with padded keys and attention dropout (the hash generator: the kernel
 must drop the very elements the einsum path drops), log buckets and plain clipping, one term alone; a tiny model's
-logits and gradients the same on the kernel, in training mode too; the kernel split per device under the mesh
+logits and gradients the same on the kernel in training mode (dropout on); the kernel split per device under the mesh
 runner, the dropout bits still those of the whole batch; the roofline reads the kernel's declared cost, lowered
 and compiled; in bfloat16 within its rounding of float32."""
 
