@@ -113,16 +113,20 @@ def test_a_model_gives_the_same_logits_and_gradients_on_the_kernel(training=True
     (attention 0.1, hash bits) drawn from one key, so both paths drop the same elements."""
     module, params = jaxbert.from_pretrained(saved_model("DebertaV2ForMaskedLM", "v3"))
     assert module.config.attention_probs_dropout_prob > 0
+    # its first layer alone: the kernel compiles once per layer in interpret mode, and one layer shows the wiring
+    config = module.config.replace(num_hidden_layers=1)
+    encoder = dict(params["deberta"]["encoder"], layer={"0": params["deberta"]["encoder"]["layer"]["0"]})
+    params = dict(params, deberta=dict(params["deberta"], encoder=encoder))  # the loaded tree left as it is
     ids, mask = padded_ids(40, 30, 3)
     real = np.asarray(mask, bool)
     outs = {}
     with jax.enable_x64(True):
         params = jax.tree_util.tree_map(lambda p: jnp.asarray(p, jnp.float64), params)
-        weight = jnp.asarray(np.random.RandomState(4).normal(size=(2, 40, module.config.vocab_size))) * real[..., None]
+        weight = jnp.asarray(np.random.RandomState(4).normal(size=(2, 40, config.vocab_size))) * real[..., None]
         for impl in ("skew", "fused"):
             options = module.options.replace(relative_impl=impl, dtype=jnp.float64, param_dtype=jnp.float64,
                                              dropout_impl="hash")
-            model = build("DebertaV2ForMaskedLM", module.config, options)
+            model = build("DebertaV2ForMaskedLM", config, options)
 
             def loss(p):
                 logits = model.apply({"params": p}, ids, attention_mask=mask, deterministic=not training,
@@ -136,7 +140,7 @@ def test_a_model_gives_the_same_logits_and_gradients_on_the_kernel(training=True
                 outs[impl] = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
             finally:
                 kernel.disentangled_attention = real_kernel
-            assert calls == ([0.1 if training else 0.0] * 2 if impl == "fused" else [])  # one call per layer
+            assert calls == ([0.1 if training else 0.0] if impl == "fused" else [])  # one call per layer
     ((value, logits), grads), ((value1, logits1), grads1) = outs["skew"], outs["fused"]
     np.testing.assert_allclose(np.asarray(logits1)[real], np.asarray(logits)[real], rtol=0, atol=1e-10)
     np.testing.assert_allclose(value1, value, rtol=1e-12)
