@@ -160,26 +160,37 @@ config, rng, scale, pos_key, pos_query = relative_terms_case(8, 16, "p2c|c2p")
 B, T, N, D = 4, 12, 2, 4
 q, k, v = (jnp.asarray(rng.normal(size=(B, T, N, D)), jnp.float32) for _ in range(3))
 pos_key, pos_query = (jnp.asarray(x, jnp.float32) for x in (pos_key, pos_query))
-real = jnp.ones((B, T), bool)
-tail = (pos_key, pos_query, real, scale, 0.3, jax.random.key(5))
-want = _reference(config, q, k, v, *tail)
+real = jnp.asarray(np.arange(T)[None, :] < np.array([[T], [T - 3], [T], [T - 5]]))
+weight = jnp.asarray(rng.normal(size=(B, T, N, D)), jnp.float32) * real[:, :, None, None]
+key = jax.random.key(5)
+def run(fn, *args):
+    loss = lambda *a: jnp.sum(fn(config, *a, real, scale, 0.3, key) * weight)
+    return fn(config, *args, real, scale, 0.3, key), jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*args)
+args = (q, k, v, pos_key, pos_query)
+want, want_grads = jax.jit(lambda *a: run(_reference, *a))(*args)
 mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
 with nn.logical_axis_rules(((BATCH, "data"),)), jax.set_mesh(mesh):
-    fn = jax.jit(lambda q, k, v: _fused(config, q, k, v, *tail))
-    text = str(jax.make_jaxpr(fn)(q, k, v))
-    got = fn(q, k, v)
+    fn = jax.jit(lambda *a: run(_fused, *a))
+    text = str(jax.make_jaxpr(fn)(*args))
+    got, got_grads = fn(*args)
+rows = np.asarray(real)
+diffs = [float(np.abs(np.asarray(g) - np.asarray(w)).max()) for g, w in zip(got_grads, want_grads)]
+sizes = [float(np.abs(np.asarray(w)).max()) for w in want_grads]
 print("RESULT " + json.dumps({"devices": len(jax.devices()), "shard_map": "shard_map" in text,
-                               "diff": float(jnp.abs(got - want).max()), "size": float(jnp.abs(want).max())}))
+                               "diff": float(np.abs(np.asarray(got - want))[rows].max()),
+                               "size": float(jnp.abs(want).max()), "grad_diffs": diffs, "grad_sizes": sizes}))
 """
 
 
 def test_under_the_mesh_runner_each_device_runs_its_rows_with_the_whole_batchs_dropout_bits():
     """Two CPU devices, the batch split over them: the kernel runs inside shard_map on each device's rows, and
     its dropout mask is the one the whole batch gets (each device adds its first row's index): equal to the
-    einsum path on one device."""
+    einsum path on one device, padded keys and gradients too (the relative tables' summed over both devices)."""
     out = child_result(MESH, devices=2)
     assert out["devices"] == 2 and out["shard_map"]
     assert out["size"] > 0.5 and out["diff"] < 2e-5, out
+    for diff, size in zip(out["grad_diffs"], out["grad_sizes"]):
+        assert size > 0.05 and diff < 1e-4 * max(size, 1.0), out
 
 
 def test_auto_runs_the_kernel_for_a_tpu_where_it_can():
@@ -193,6 +204,7 @@ def test_auto_runs_the_kernel_for_a_tpu_where_it_can():
         assert impl(options, 512, output_attentions=True) == "onehot"  # the probabilities are wanted
         assert impl(options, 512, dropout=True) == "onehot"  # threefry bits: the kernel draws hash bits only
         assert impl(options.replace(dropout_impl="hash"), 512, dropout=True) == "fused"
+        assert impl(options, 512, query_mask=True) == "onehot"  # a per-query mask: the kernel takes key masks
         assert impl(options.replace(relative_impl="skew"), 512) == "skew"
     for kind in ("TPU v5", "TPU v6 lite", "TPU7x"):
         with compiling_for([types.SimpleNamespace(device_kind=kind)]):

@@ -105,12 +105,13 @@ def relative_bias(config, q, k, pos_key, pos_query, scale):
     return bias
 
 
-def relative_impl(options, length: int | None = None, dropout: bool = False, output_attentions: bool = False) -> str:
+def relative_impl(options, length: int | None = None, dropout: bool = False, output_attentions: bool = False,
+                  query_mask: bool = False) -> str:
     """The path a layer runs: options.relative_impl, with auto resolved (fused where the model is compiled for a
     TPU v5 or later and the padded length is at most kernel.FUSED_MAX_LENGTH, skew elsewhere) and fused kept to
     what the kernel computes: no probabilities returned (output_attentions), and attention dropout (`dropout`:
-    active in this call) only with dropout_impl "hash". Where fused cannot run, the TPU's onehot or the skew
-    elsewhere. fused asked for where the target is a TPU before v5 is refused (ValueError): Mosaic rotates with
+    active in this call) only with dropout_impl "hash", and a key mask only (`query_mask`: a per-query mask, a
+    module called by hand). Where fused cannot run, the TPU's onehot or the skew elsewhere. fused asked for where the target is a TPU before v5 is refused (ValueError): Mosaic rotates with
     a stride from v5 on."""
     impl = options.relative_impl
     kind = target_kind()
@@ -121,7 +122,7 @@ def relative_impl(options, length: int | None = None, dropout: bool = False, out
                 raise ValueError(f"relative_impl 'fused': the kernel's strided rotation needs a TPU v5 or later "
                                  f"(compiling for {kind}); use 'onehot' or 'auto'")
             return "onehot"
-        fusable = not output_attentions and (not dropout or options.dropout_impl == "hash")
+        fusable = not output_attentions and not query_mask and (not dropout or options.dropout_impl == "hash")
         fits = impl == "fused" or length is None or kernel.padded_length(length) <= kernel.FUSED_MAX_LENGTH
         if fusable and fits and (impl == "fused" or tpu):
             return "fused"
@@ -192,9 +193,8 @@ class DisentangledSelfAttention(DebertaV2Module):
         scale = scale_of(cfg, opts.dtype)
         terms = cfg.att_terms
         rate = cfg.attention_probs_dropout_prob
-        impl = relative_impl(opts, T, not deterministic and rate > 0, output_attentions)
-        if mask.shape[-2] != 1:  # a per-query mask (a module called by hand): the kernel takes key masks only
-            impl = "skew" if impl == "fused" else impl
+        impl = relative_impl(opts, T, not deterministic and rate > 0, output_attentions,
+                             query_mask=mask.shape[-2] != 1)
         bias = pos_key = pos_query = None
         if cfg.relative_attention:
             rel = self.dropout_layer(cfg.hidden_dropout_prob)(rel_embeddings, deterministic=deterministic)

@@ -208,7 +208,8 @@ def _backward_kernel(words_ref, q_ref, k_ref, v_ref, pk_ref, pq_ref, kmask_ref, 
         for (r0, C), block in zip(blocks, ds_r):
             g = _shift(block.T, T + C).astype(k.dtype)
             k_r = _dot(J, k[T - r0 - C:T - r0], acc, (1, 0)).astype(k.dtype)  # keys j' = r0 .. r0 + C
-            parts.append(_dot(J, _dot(g, pq_ref[pl.ds(r0, T + C), :], acc, (1, 0)).astype(k.dtype), acc, (1, 0)))
+            part = _dot(g, pq_ref[pl.ds(r0, T + C), :], acc, (1, 0))  # rows j', flipped back unrounded
+            parts.append(lax.dot(_flip(C, acc), part, precision=lax.Precision.HIGHEST, preferred_element_type=acc))
             dpq_ref[pl.ds(r0, T + C), :] += _dot(g, k_r, acc, (0, 0))
         parts = parts[::-1]  # key block j' = r0 holds the keys T - r0 - C .. T - r0
         dk = dk + (jnp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0])
