@@ -97,10 +97,10 @@ class ModelOptions:
         RELATIVE_IMPLS: "skew" (products against every distance, skewed by reshapes), "onehot" (products against
         the table rows, then a matmul with a constant one-hot, no reshape), "fused" (the whole attention, terms
         included, in one Pallas kernel per sequence and head: jaxbert.model.deberta_v2.kernel; interpreted off a
-        TPU) or "auto" (fused where the model is compiled for a TPU and the length, padded to 128, is at most
-        512, skew elsewhere). fused runs where the probabilities are not returned and attention dropout, when
-        active, is dropout_impl "hash" (it draws the same bits); elsewhere onehot on a TPU, skew otherwise. The
-        same values every way (jaxbert.model.deberta_v2.attention).
+        TPU) or "auto" (fused where the model is compiled for a TPU v5 or later and the length, padded to 128,
+        is at most 512; onehot on an older TPU; skew elsewhere). fused runs where the probabilities are not
+        returned and attention dropout, when active, is dropout_impl "hash" (it draws the same bits); elsewhere
+        onehot on a TPU, skew otherwise. The same values every way (jaxbert.model.deberta_v2.attention).
     """
 
     dtype: Any = jnp.float32
