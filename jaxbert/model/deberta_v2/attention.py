@@ -111,8 +111,8 @@ def relative_impl(options, length: int | None = None, dropout: bool = False, out
     TPU v5 or later and the padded length is at most kernel.FUSED_MAX_LENGTH, skew elsewhere) and fused kept to
     what the kernel computes: no probabilities returned (output_attentions), and attention dropout (`dropout`:
     active in this call) only with dropout_impl "hash", and a key mask only (`query_mask`: a per-query mask, a
-    module called by hand). Where fused cannot run, the TPU's onehot or the skew elsewhere. fused asked for where the target is a TPU before v5 is refused (ValueError): Mosaic rotates with
-    a stride from v5 on."""
+    module called by hand). Where fused cannot run, the TPU's onehot or the skew elsewhere. fused asked for
+    where the target is a TPU before v5 is refused (ValueError): Mosaic rotates with a stride from v5 on."""
     impl = options.relative_impl
     kind = target_kind()
     tpu = kind.lower().startswith("tpu")

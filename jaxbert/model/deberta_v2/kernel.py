@@ -3,8 +3,9 @@ mask, the softmax, attention dropout and the context, per (sequence, head), with
 
 ModelOptions.relative_impl "fused" (and "auto" where the step is compiled for a TPU v5 or later and the padded
 length is at most FUSED_MAX_LENGTH) runs it; off a TPU the same kernel runs in Pallas' interpret mode (slow; for
-checking it on a CPU). One grid step holds one sequence's whole [T, T] scores for one head in VMEM (T = 512: 1 MiB of float32), so
-no online softmax is needed and the backward pass recomputes the probabilities from the inputs alone.
+checking it on a CPU). One grid step holds one sequence's whole [T, T] scores for one head in VMEM (T = 512:
+1 MiB of float32), so no online softmax is needed and the backward pass recomputes the probabilities from the
+inputs alone.
 
 The relative terms as the einsum paths form them (jaxbert.model.deberta_v2.attention), with the table rows taken
 once per distance outside the kernel (``pos_key[distance_index]``, [N, W, D], W = 2T: the 2T - 1 distances and a
