@@ -9,7 +9,7 @@ transformers computes them, so that the buckets are the same integers). Both ter
 table at clamp(bucket(i - j) + span, 0, 2 span - 1), span = position_buckets or max_relative_positions.
 
 Neither term gathers a [B, N, T, T] index (a gather, and a scatter-add in the backward, that reads and writes
-buffers the size of the scores). ModelOptions.relative_impl picks one of two ways, with the same values:
+buffers the size of the scores). ModelOptions.relative_impl picks one of three ways, with the same values:
 ``skew`` (``relative_bias``): both indices depend on i - j alone, so the projected table's rows are taken once per
 distance (``distance_index``, 2T - 1 rows of [2 span, N, D]), each query (c2p) or key (p2c) scored against every
 distance, and the [.., T, 2T - 1] scores skewed to [.., T, T] by reshapes and a slice (``relative_shift``);
@@ -17,12 +17,11 @@ distance, and the [.., T, 2T - 1] scores skewed to [.., T, T] by reshapes and a 
 row picked by a matmul with a constant one-hot [T, rows, T] (one nonzero product per sum, so exact), batched over
 the query (c2p) or key (p2c). On TPU a reshape of the two minor axes is a relayout copy, and the skew's reshapes
 are most of a DeBERTa step's memory traffic; the one-hot matmul runs on the MXU instead, for more FLOPs (which
-the MFU counts do not count: jaxbert.model.deberta_v2.family). ``auto`` runs onehot where the model is compiled
-for a TPU (jaxbert.model.options.target_kind), skew elsewhere.
-
+the MFU counts do not count: jaxbert.model.deberta_v2.family).
 ``fused`` (jaxbert.model.deberta_v2.kernel) runs the whole attention, both terms, the mask, softmax and dropout, in
-one Pallas kernel per sequence and head, with no [B, N, T, T] array in HBM. ``auto`` runs it where the model is
-compiled for a TPU (up to a padded length of 512), skew elsewhere.
+one Pallas kernel per sequence and head, with no [B, N, T, T] array in HBM. ``auto`` (``relative_impl``) runs fused
+where the model is compiled for a TPU v5 or later (jaxbert.model.options.target_kind; up to a padded length of
+512), onehot on an older TPU, skew elsewhere.
 
 Outside the kernel the relative terms are an additive [B, N, T, T] score bias formed from the queries and keys
 themselves, which the generic fused paths do not take: the layers run ``einsum`` (whole, or in attention_chunks
@@ -160,10 +159,14 @@ def onehot_bias(config, q, k, pos_key, pos_query, scale):
 BIAS = {"skew": relative_bias, "onehot": onehot_bias}
 
 
+def scale_value(config) -> float:
+    """sqrt(head_dim * scale_factor), taken in float32 (as transformers takes it whatever the model's dtype)."""
+    return float(np.sqrt(np.float32(config.head_dim * config.scale_factor)))
+
+
 def scale_of(config, dtype):
-    """sqrt(head_dim * scale_factor), taken in float32 (as transformers takes it whatever the model's dtype), in
-    the compute dtype."""
-    return jnp.asarray(np.sqrt(np.float32(config.head_dim * config.scale_factor)), dtype)
+    """scale_value in the compute dtype (the einsum paths scale there; the fused kernel in float32)."""
+    return jnp.asarray(scale_value(config), dtype)
 
 
 class DisentangledSelfAttention(DebertaV2Module):
@@ -210,7 +213,7 @@ class DisentangledSelfAttention(DebertaV2Module):
             active = not deterministic and rate > 0
             context = kernel.disentangled_attention(
                 q, k, v, pos_key, pos_query, jnp.broadcast_to(mask[:, 0, 0, :], (B, T)),
-                lambda length: distance_index(cfg, length), float(np.sqrt(np.float32(D * cfg.scale_factor))),
+                lambda length: distance_index(cfg, length), scale_value(cfg),
                 rate=rate if active else 0.0, dropout_key=self.dropout_layer(rate).draw_key() if active else None)
             return context.reshape(B, T, H), None
         # content scores as transformers forms them: q times (k / scale), then the relative terms added
