@@ -39,7 +39,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ke
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as splash_mask
 
 from jaxbert.model.options import ATTENTION_IO, BATCH
-from jaxbert.model.softmax import masked_softmax
+from jaxbert.model.softmax import softmax_context
 
 Array = jax.Array
 
@@ -174,8 +174,7 @@ def _local_blocks(q, k, v, segments, scale, w):
     near = np.abs(np.arange(C)[:, None] + r * C - np.arange((2 * r + 1) * C)[None, :]) <= w
     mask = (sq[:, :, :, None] == skb[:, :, None, :]) & near  # [B, n, C, (2r + 1) C]
     scores = jnp.einsum("BNnqD,BNnkD->BNnqk", qb, kb) * scale
-    probs = masked_softmax(scores, mask[:, None])
-    out = jnp.einsum("BNnqk,BNnkD->BNnqD", probs, vb).reshape(B, N, Tp, D)
+    out = softmax_context(scores, mask[:, None], vb).reshape(B, N, Tp, D)
     return out[:, :, :T]
 
 
@@ -186,8 +185,7 @@ def _global_blocks(q, k, v, segments, scale):
     def block(args):
         qc, sc = args
         scores = jnp.einsum("BNqD,BNkD->BNqk", qc, k) * scale
-        probs = masked_softmax(scores, (sc[:, :, None] == segments[:, None, :])[:, None])
-        return jnp.einsum("BNqk,BNkD->BNqD", probs, v)
+        return softmax_context(scores, (sc[:, :, None] == segments[:, None, :])[:, None], v)
 
     if B * N * T * T * 4 <= DENSE_SCORES_BYTES:
         return block((q, queries))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
-from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step, predicted
+from jaxbert.engine.step import StepSpec, make_eval_step, make_train_step, nll_and_predicted
 from jaxbert.model.vocab_loss import VocabProjection, deferred_vocab_logits
 
 
@@ -43,7 +43,7 @@ def _sums(out, mb) -> dict:
     if isinstance(out.logits, VocabProjection):  # the loss and argmax over vocabulary chunks, no [B, M, V] logits
         nll, guess = out.logits.nll_and_predicted(labels)
     else:
-        nll, guess = cross_entropy(out.logits, labels), predicted(out.logits)  # [B, M]
+        nll, guess = nll_and_predicted(out.logits, labels)  # [B, M]
     correct = (guess == labels).astype(jnp.float32)
     m = {"mlm_loss_sum": jnp.sum(nll * weights), "mlm_correct": jnp.sum(correct * weights),
          "mlm_weight": jnp.sum(weights)}

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from jaxbert.engine.step import StepSpec, cross_entropy, make_eval_step, make_train_step, predicted
+from jaxbert.engine.step import StepSpec, make_eval_step, make_train_step, nll_and_predicted
 # the shared tables live below the workdir readers, which take a run's discriminator through export_params
 from jaxbert.model.rtd_tables import SHARED_TABLES, SHARINGS, export_params, model_params, shared_tables  # noqa: F401
 
@@ -167,8 +167,8 @@ def _sums(out: dict, mb: dict) -> dict:
     logits = out["mlm_logits"]
     loss_dtype = jnp.promote_types(logits.dtype, jnp.float32)
     labels, w = mb["masked_labels"], mb["masked_weights"].astype(loss_dtype)
-    nll = cross_entropy(logits, labels)
-    correct = (predicted(logits) == labels).astype(loss_dtype)
+    nll, guess = nll_and_predicted(logits, labels)
+    correct = (guess == labels).astype(loss_dtype)
     d_logits = out["disc_logits"].astype(jnp.promote_types(out["disc_logits"].dtype, jnp.float32))
     replaced, real = out["replaced"], mb["attention_mask"].astype(d_logits.dtype)
     bce = optax.sigmoid_binary_cross_entropy(d_logits, replaced.astype(d_logits.dtype))

@@ -411,3 +411,29 @@ def test_a_global_layer_too_large_for_one_block_runs_in_blocks_of_queries_with_t
     for got in (whole, blocks):
         for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
             np.testing.assert_allclose(_real(a, segments), _real(b, segments), atol=2e-5, rtol=0)
+
+
+def test_softmax_context_backward_in_float64_against_numpy():
+    """The blocked paths' softmax times values (its backward takes the row sums over the head dim) against the
+    softmax's Jacobian written out in numpy: every score, value and cotangent, a row with every key masked
+    (uniform, as masked_softmax makes it; its scores get no gradient)."""
+    from jaxbert.model.softmax import softmax_context
+    jax.config.update("jax_enable_x64", True)
+    try:
+        rng = np.random.default_rng(7)
+        s, v, g = rng.normal(size=(2, 3, 6, 9)), rng.normal(size=(2, 3, 9, 4)), rng.normal(size=(2, 3, 6, 4))
+        mask = rng.random(size=(2, 1, 6, 9)) > 0.4
+        mask[1, 0, 2] = False
+        out, vjp = jax.vjp(lambda a, b: softmax_context(a, jnp.asarray(mask), b), jnp.asarray(s), jnp.asarray(v))
+        ds, dv = vjp(jnp.asarray(g))
+        e = np.where(mask, np.exp(s - np.where(mask, s, -np.inf).max(-1, keepdims=True, initial=-1e300)), 0.0)
+        p = np.where(mask.any(-1, keepdims=True), e / np.maximum(e.sum(-1, keepdims=True), 1e-300), 1 / 9)
+        np.testing.assert_allclose(np.asarray(out), p @ v, rtol=1e-12, atol=1e-12)
+        dp = g @ np.swapaxes(v, -1, -2)
+        jac = p[..., :, None] * (np.eye(9) - p[..., None, :])  # d p_k / d s_j over each row: [.., k, j]
+        want_ds = np.where(mask, np.einsum("...k,...kj->...j", dp, jac), 0.0)
+        np.testing.assert_allclose(np.asarray(ds), want_ds, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(dv), np.swapaxes(p, -1, -2) @ g, rtol=1e-12, atol=1e-12)
+        assert np.abs(want_ds[1, :, 2]).max() == 0 and np.abs(want_ds).max() > 0.1
+    finally:
+        jax.config.update("jax_enable_x64", False)
