@@ -95,7 +95,7 @@ def predicted(logits: jax.Array) -> jax.Array:
     if not cpu_target():
         return jnp.argmax(logits, -1)
     V = logits.shape[-1]
-    q = _chunk_size(V)
+    q = chunk_size(V)
     if q == V:  # V prime (or tiny): one chunk
         return jnp.argmax(logits, -1)
     chunks = logits.reshape(*logits.shape[:-1], V // q, q)
@@ -126,8 +126,9 @@ def nll_and_predicted(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, 
     return _nll_predicted(logits, labels)
 
 
-def _chunk_size(V: int) -> int:
-    """The smallest divisor of V at least its square root (787 for 50,368, 5,087 for 30,522; V when V is prime)."""
+def chunk_size(V: int) -> int:
+    """The smallest divisor of V at least its square root (787 for 50,368, 5,087 for 30,522; V when V is prime):
+    the length of the chunks a CPU step reads a vocabulary row in."""
     return next(d for d in range(1, V + 1) if V % d == 0 and d * d >= V)
 
 
@@ -139,7 +140,7 @@ def _nll_predicted(logits, labels):
 def _nll_predicted_fwd(logits, labels):
     # Every pass reads the logits in one shape, [.., V / q, q] (XLA's CPU backend formed them once per shape)
     lead, V = logits.shape[:-1], logits.shape[-1]
-    q = _chunk_size(V)
+    q = chunk_size(V)
     chunks = jax.lax.optimization_barrier(logits.reshape(*lead, V // q, q))  # formed once, whatever reads them
     tops = jnp.max(chunks, -1)  # [.., V / q]: the one full max, shared by the argmax and the shift
     # read from tops (XLA otherwise folds the two maxima into a second pass over the logits)

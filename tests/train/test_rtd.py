@@ -93,7 +93,7 @@ def test_replace_masked_puts_samples_at_masked_slots_and_labels_only_changed_tok
     assert not bool(jnp.any(replaced & (out == ids)))
 
 
-def test_gumbel_max_samples_follow_the_softmax():
+def test_samples_follow_the_softmax_over_four_tokens():
     p = np.array([0.5, 0.25, 0.15, 0.1])
     logits = jnp.tile(jnp.log(jnp.asarray(p, jnp.float32)) + 3.0, (40000, 1))
     draws = np.asarray(rtd.sample_replacements(jax.random.PRNGKey(1), logits))
@@ -101,6 +101,26 @@ def test_gumbel_max_samples_follow_the_softmax():
     # 40,000 draws: the standard error of each frequency is below 0.0025
     np.testing.assert_allclose(freq, p, atol=0.01)
     assert np.asarray(rtd.sample_replacements(jax.random.PRNGKey(2), logits[:100])).tolist() != draws[:100].tolist()
+
+
+def test_cpu_samples_follow_the_softmax_across_chunks_and_never_draw_a_zero():
+    """A CPU step samples by the inverse distribution function over chunks of the vocabulary (600 = 24 chunks of
+    25): tokens at the chunks' edges keep their probabilities, a token whose logit is -inf is never drawn, and a
+    step compiled for a TPU keeps Gumbel-max."""
+    from jaxbert.model.options import compiling_for
+    from types import SimpleNamespace
+    V = 600
+    base = np.random.default_rng(5).normal(size=V).astype(np.float32) - 3.0
+    hot, never = [0, 24, 25, 299, 599], [1, 26, 300]
+    base[hot], base[never] = [3.0, 2.5, 2.0, 1.5, 1.0], -np.inf
+    p = np.exp(base - base.max())
+    p /= p.sum()
+    draws = np.asarray(jax.jit(rtd.sample_replacements)(jax.random.PRNGKey(4), jnp.tile(jnp.asarray(base), (40000, 1))))
+    freq = np.bincount(draws, minlength=V) / draws.size
+    np.testing.assert_allclose(freq[hot], p[hot], atol=0.006)  # standard errors below 0.0025
+    assert freq[never].sum() == 0 and 0.01 < freq[np.setdiff1d(np.arange(V), hot + never)].sum()
+    with compiling_for([SimpleNamespace(device_kind="TPU v5 lite")]):
+        assert "argmax" in str(jax.make_jaxpr(rtd.sample_replacements)(jax.random.PRNGKey(4), jnp.asarray(base)[None]))
 
 
 def test_rank_auc_is_the_pairwise_count_with_ties_half():
