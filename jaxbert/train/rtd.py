@@ -1,8 +1,8 @@
 """Replaced-token detection (ELECTRA, DeBERTa-v3): a generator and a discriminator trained together.
 
 The generator is a masked LM; at the masked positions of an MLM batch it predicts the original
-tokens (its MLM loss) and a replacement is sampled from its distribution there (Gumbel-max on its
-float32 logits, from the step's own sampling key, no gradient through the sample). The
+tokens (its MLM loss) and a replacement is sampled from its distribution there (on its float32 logits,
+sample_replacements, from the step's own sampling key, no gradient through the sample). The
 discriminator reads the original ids with the sampled tokens at the masked positions and labels
 every real (non-pad) token original or replaced; a sample equal to the original counts as original,
 as ELECTRA's does. The objective is MLM + weight * RTD, each a mean over the global batch (the
