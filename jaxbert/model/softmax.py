@@ -64,9 +64,9 @@ def softmax_context(scores: Array, mask: Array, v: Array) -> Array:
     For float32 and wider scores its backward pass is written out: the softmax's row sums are taken as
     <dcontext, context> over the head dim, where autodiff takes <dprobs, probs> over the keys (the same
     number: sum_k p_k (dcontext . v_k) = dcontext . context). At T = 512 that is a reduction over 64 numbers a
-    row instead of 512: on a CPU, where XLA ran autodiff's as a separate pass over the [B, N, T, T] products,
-    it cut 24 ms of each global layer's 80 (a 6-layer, hidden-384 ModernBERT at 8 x 512). Narrower scores
-    (bf16 compute) keep masked_softmax's own backward.
+    row instead of 512 (in a 6-layer, hidden-384 ModernBERT's CPU step at 8 x 512 the traced attention went
+    from about 460 to 410-430 ms; docs/benchmarks.md). Narrower scores (bf16 compute) keep masked_softmax's
+    own backward.
     """
     if jnp.dtype(scores.dtype).itemsize < 4:
         return jnp.einsum("...qk,...kD->...qD", masked_softmax(scores, mask), v)
@@ -87,7 +87,7 @@ def _softmax_context_fwd(scores, mask, v):
 def _softmax_context_bwd(res, g):
     probs, mask, v, context = res
     dv = jnp.einsum("...qk,...qD->...kD", probs, g)
-    dprobs = jax.lax.optimization_barrier(jnp.einsum("...qD,...kD->...qk", g, v))
+    dprobs = jnp.einsum("...qD,...kD->...qk", g, v)
     rows = jnp.sum(g * context, axis=-1, keepdims=True)
     dscores = jnp.where(mask, probs * (dprobs - rows), jnp.zeros((), probs.dtype))
     return dscores, np.zeros(mask.shape, jax.dtypes.float0), dv.astype(v.dtype)
