@@ -118,12 +118,18 @@ def nll_and_predicted(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, 
     about ten passes over the logits (a second max, a NaN test per chunk, exp(logits - max) kept for the
     backward, its product with the cotangent, ...): 227 ms of a 6-layer, hidden-384 ModernBERT's 1.94 s step
     at 8 x 512, 30% masked, V = 50,368 (benchmarks/modernbert_cpu_profile.py). The same arithmetic as
-    jax.nn.logsumexp and optax, so the loss is the same bits; the gradient differs by rounding only. Elsewhere
-    (and for bf16 logits) cross_entropy and predicted as they are.
+    jax.nn.logsumexp and optax, so the loss is the same bits; the gradient differs by rounding only. Elsewhere,
+    for bf16 logits and for vocabularies under CPU_FUSED_MIN_VOCAB, cross_entropy and predicted as they are.
     """
-    if not cpu_target() or jnp.dtype(logits.dtype).itemsize < 4:
+    if not cpu_target() or jnp.dtype(logits.dtype).itemsize < 4 or logits.shape[-1] < CPU_FUSED_MIN_VOCAB:
         return cross_entropy(logits, labels), predicted(logits)
     return _nll_predicted(logits, labels)
+
+
+# Vocabularies of this many entries or more take nll_and_predicted's custom VJP on a CPU (and RTD's sampling by the
+# distribution function, jaxbert.train.rtd): below it the passes over the logits cost less than what the custom
+# forms add to every compile (about 4% of a tiny BERT's MLM step), and the tiny demos keep their numbers.
+CPU_FUSED_MIN_VOCAB = 16384
 
 
 def chunk_size(V: int) -> int:

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import optax
 from flax import traverse_util
 
-from jaxbert.engine.step import StepSpec, chunk_size, make_eval_step, make_train_step, nll_and_predicted
+from jaxbert.engine.step import (CPU_FUSED_MIN_VOCAB, StepSpec, chunk_size, make_eval_step, make_train_step,
+                                 nll_and_predicted)
 from jaxbert.model.options import cpu_target
 # the shared tables live below the workdir readers, which take a run's discriminator through export_params
 from jaxbert.model.rtd_tables import SHARED_TABLES, SHARINGS, export_params, model_params, shared_tables  # noqa: F401
@@ -84,14 +85,15 @@ def joint_params(gen_params, disc_params, sharing: str) -> dict:
 def sample_replacements(key, logits: jax.Array) -> jax.Array:
     """Token ids drawn from softmax(logits) over the last axis, from float32 logits; no gradient.
 
-    By Gumbel-max (argmax of logits + Gumbel noise), except where the step is compiled for a CPU: there by the
-    inverse of the distribution function (_sample_by_cdf), one uniform number per slot. XLA's CPU backend drew
+    By Gumbel-max (argmax of logits + Gumbel noise), except where the step is compiled for a CPU and the
+    vocabulary has engine.step.CPU_FUSED_MIN_VOCAB entries or more: there by the inverse of the distribution
+    function (_sample_by_cdf), one uniform number per slot. XLA's CPU backend drew
     the Gumbel noise, a threefry number and two logarithms for every entry of the [B, M, V] logits, and took the
     argmax as a paired reduction: 85 ms of ELECTRA-Small's 509 ms RTD step at 8 x 128 (V = 30,522). The two
     draw from the same distribution, not the same tokens.
     """
     logits = jax.lax.stop_gradient(logits).astype(jnp.float32)
-    if cpu_target():
+    if cpu_target() and logits.shape[-1] >= CPU_FUSED_MIN_VOCAB:
         return _sample_by_cdf(key, logits)
     return jnp.argmax(logits + jax.random.gumbel(key, logits.shape, jnp.float32), axis=-1).astype(jnp.int32)
 

@@ -1,6 +1,7 @@
 """What a step compiled for a CPU runs differently (jaxbert.model.options.target_kind() == "cpu"), against
 references that share no code with it: the tied decoder's written-out backward (tied_logits), argmax taken in
-chunks (predicted), the MLM loss and guess from one custom VJP (nll_and_predicted), and ModernBERT's Wqkv as rows. Each is also checked to be the plain lowering elsewhere."""
+chunks (predicted), the MLM loss and guess from one custom VJP (nll_and_predicted), and ModernBERT's Wqkv as
+rows. Each is also checked to be the plain lowering elsewhere."""
 
 from types import SimpleNamespace
 
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxbert.engine.step import nll_and_predicted, predicted
+from jaxbert.engine.step import CPU_FUSED_MIN_VOCAB, nll_and_predicted, predicted
 from jaxbert.model.layers.vocab import tied_logits
 from jaxbert.model.options import compiling_for, target_kind
 
@@ -102,10 +103,11 @@ def _numpy_nll(x, labels, g):
     return z - picked, (probs - onehot) * g[..., None]
 
 
-@pytest.mark.parametrize("V", [50368, 997, 12])
+@pytest.mark.parametrize("V", [50368, 30522, 16411])
 def test_nll_and_predicted_on_a_cpu_in_float64(V):
     """The loss, its gradient and the guess against numpy, with ties across chunks and inside one, a negative label
-    and a row whose logits are all equal; then a row with a NaN: the guess is its first NaN (the whole argmax)."""
+    and a row whose logits are all equal; then a row with a NaN: the guess is its first NaN (the whole argmax).
+    64 chunks of 787, 6 of 5,087, and a prime vocabulary: one chunk."""
     jax.config.update("jax_enable_x64", True)
     try:
         rng = np.random.default_rng(V + 1)
@@ -146,8 +148,10 @@ def test_nll_and_predicted_in_float32_is_the_plain_loss_and_elsewhere_the_plain_
     np.testing.assert_array_equal(np.asarray(guess), np.asarray(jnp.argmax(x, -1)))
     g_plain = jax.grad(lambda a: jnp.sum(plain(a) * jnp.arange(20.0)))(x)
     g_fused = jax.grad(lambda a: jnp.sum(nll_and_predicted(a, labels)[0] * jnp.arange(20.0)))(x)
-    np.testing.assert_allclose(np.asarray(g_fused), np.asarray(g_plain), rtol=0, atol=2e-6 * float(jnp.abs(g_plain).max()))
+    np.testing.assert_allclose(np.asarray(g_fused), np.asarray(g_plain), rtol=0,
+                               atol=2e-6 * float(jnp.abs(g_plain).max()))
     assert "_nll_predicted" in str(jax.make_jaxpr(lambda a: nll_and_predicted(a, labels))(x))
-    for kind, logits in (("TPU v5 lite", x), (None, x.astype(jnp.bfloat16))):
+    small = x[..., :CPU_FUSED_MIN_VOCAB - 1]  # a vocabulary under the threshold: the plain path
+    for kind, logits in (("TPU v5 lite", x), (None, x.astype(jnp.bfloat16)), (None, small)):
         with compiling_for(TPU if kind else []):
             assert "_nll_predicted" not in str(jax.make_jaxpr(lambda a: nll_and_predicted(a, labels))(logits))

@@ -104,9 +104,11 @@ def test_samples_follow_the_softmax_over_four_tokens():
 
 
 def test_cpu_samples_follow_the_softmax_across_chunks_and_never_draw_a_zero():
-    """A CPU step samples by the inverse distribution function over chunks of the vocabulary (600 = 24 chunks of
-    25): tokens at the chunks' edges keep their probabilities, a token whose logit is -inf is never drawn, and a
-    step compiled for a TPU keeps Gumbel-max."""
+    """A CPU step with a vocabulary of 16k or more samples by the inverse distribution function over chunks of the
+    vocabulary (here 600 = 24 chunks of 25, called directly): tokens at the chunks' edges keep their probabilities,
+    a token whose logit is -inf is never drawn. A smaller vocabulary, and a step compiled for a TPU, keep Gumbel-max
+    (an argmax over the row)."""
+    from jaxbert.engine.step import CPU_FUSED_MIN_VOCAB
     from jaxbert.model.options import compiling_for
     from types import SimpleNamespace
     V = 600
@@ -115,12 +117,16 @@ def test_cpu_samples_follow_the_softmax_across_chunks_and_never_draw_a_zero():
     base[hot], base[never] = [3.0, 2.5, 2.0, 1.5, 1.0], -np.inf
     p = np.exp(base - base.max())
     p /= p.sum()
-    draws = np.asarray(jax.jit(rtd.sample_replacements)(jax.random.PRNGKey(4), jnp.tile(jnp.asarray(base), (40000, 1))))
+    draws = np.asarray(jax.jit(rtd._sample_by_cdf)(jax.random.PRNGKey(4), jnp.tile(jnp.asarray(base), (40000, 1))))
     freq = np.bincount(draws, minlength=V) / draws.size
     np.testing.assert_allclose(freq[hot], p[hot], atol=0.006)  # standard errors below 0.0025
     assert freq[never].sum() == 0 and 0.01 < freq[np.setdiff1d(np.arange(V), hot + never)].sum()
+    def jaxpr(v):  # a fresh function each time: make_jaxpr would reuse a trace of the same one
+        return str(jax.make_jaxpr(lambda k, x: rtd.sample_replacements(k, x))(jax.random.PRNGKey(4), jnp.zeros((2, v))))
+    assert "argmax" not in jaxpr(CPU_FUSED_MIN_VOCAB) and "cumsum" in jaxpr(CPU_FUSED_MIN_VOCAB)
+    assert "argmax" in jaxpr(V)
     with compiling_for([SimpleNamespace(device_kind="TPU v5 lite")]):
-        assert "argmax" in str(jax.make_jaxpr(rtd.sample_replacements)(jax.random.PRNGKey(4), jnp.asarray(base)[None]))
+        assert "argmax" in jaxpr(CPU_FUSED_MIN_VOCAB)
 
 
 def test_rank_auc_is_the_pairwise_count_with_ties_half():
