@@ -103,9 +103,14 @@ def predicted(logits: jax.Array) -> jax.Array:
     nans = jnp.any(jnp.isnan(chunks), -1)
     tops = jnp.max(chunks, -1)
     holds = jnp.where(jnp.any(nans, -1, keepdims=True), nans, tops == jnp.max(tops, -1, keepdims=True))
-    first = jnp.argmax(holds, -1)  # the first chunk holding a NaN, else the first holding the largest
+    return _first_in_chunks(chunks, holds)  # the first chunk holding a NaN, else the first holding the largest
+
+
+def _first_in_chunks(chunks: jax.Array, holds: jax.Array) -> jax.Array:
+    """chunks [.., n, q], holds bool [.., n]: argmax over the first chunk that holds the answer, as a row index."""
+    first = jnp.argmax(holds, -1)
     inside = jnp.take_along_axis(chunks, first[..., None, None], axis=-2)[..., 0, :]
-    return first * q + jnp.argmax(inside, -1)
+    return first * chunks.shape[-1] + jnp.argmax(inside, -1)
 
 
 def nll_and_predicted(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -157,11 +162,9 @@ def _nll_predicted_fwd(logits, labels):
     nll = (jnp.log(total) + shift) - picked
     # the first chunk holding the row's largest, then the first largest inside it; a NaN in a row (which XLA's
     # CPU max passes over) makes its sum NaN, and then the whole argmax decides
-    first = jnp.argmax(tops == top[..., None], -1)
-    inside = jnp.take_along_axis(chunks, first[..., None, None], axis=-2)[..., 0, :]
     guess = jax.lax.cond(jnp.any(jnp.isnan(total)),
-                         lambda c: jnp.argmax(c.reshape(*lead, V), -1).astype(first.dtype),  # chunks in, as read
-                         lambda c: first * q + jnp.argmax(inside, -1), chunks)
+                         lambda c: jnp.argmax(c.reshape(*lead, V), -1),  # chunks in, as read
+                         lambda c: _first_in_chunks(c, tops == top[..., None]), chunks)
     return (nll, guess), (chunks, labels, shift, total)
 
 
